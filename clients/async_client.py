@@ -1,0 +1,329 @@
+"""``AsyncClient``: the typed asyncio client of the gpucloud API.
+
+Every call carries a deadline (``timeout``, 30 s by default) and the bearer token. Calls that
+are safe to repeat are retried on UNAVAILABLE with exponential back-off and jitter; creates get
+a ``request_id`` automatically (a UUID4) so that they are safe to repeat too, and are also
+retried on ABORTED, which the server answers while another call with the same key is running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import grpc
+from google.longrunning import operations_pb2, operations_pb2_grpc
+from google.protobuf.duration_pb2 import Duration
+
+from clients import convert, models
+from clients.errors import from_rpc_error
+from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2, node_pb2_grpc, tenant_pb2, tenant_pb2_grpc
+
+R = TypeVar("R")
+T = TypeVar("T")
+
+DEFAULT_TIMEOUT = 30.0
+_SAFE = frozenset({grpc.StatusCode.UNAVAILABLE})
+_SAFE_WITH_KEY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Exponential back-off with full jitter."""
+
+    attempts: int = 6
+    initial_backoff: float = 0.05
+    max_backoff: float = 2.0
+
+    def delay(self, attempt: int) -> float:
+        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2**attempt))
+
+
+@dataclass(frozen=True)
+class CreatedTenant:
+    """A new tenant and its first token (shown only once)."""
+
+    tenant: models.Tenant
+    token: str
+
+
+def _gpu_model(name: str) -> int:
+    number = convert.gpu_model_number(name)
+    if number == 0:
+        known = ", ".join(n.removeprefix("GPU_MODEL_") for n in node_pb2.GpuModel.keys()[1:])
+        raise ValueError(f"unknown GPU model {name!r}; one of {known}")
+    return number
+
+
+def _state(enum: str, name: str | None) -> int:
+    if not name:
+        return 0
+    number = convert.state_number(enum, name)
+    if number == 0:
+        raise ValueError(f"unknown {enum} {name!r}")
+    return number
+
+
+class AsyncClient:
+    """Talks to one control plane. Use as ``async with AsyncClient(addr, token) as client``."""
+
+    def __init__(
+        self,
+        address: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        self.address = address
+        self.timeout = timeout
+        self._metadata = (("authorization", f"Bearer {token}"),)
+        self._retry = retry or RetryPolicy()
+        # Created on first use so it binds to the loop the caller runs in (grpc#32480).
+        self._channel: grpc.aio.Channel | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await self._channel.close()
+            self._channel = None
+
+    def _ch(self) -> grpc.aio.Channel:
+        if self._channel is None:
+            self._channel = grpc.aio.insecure_channel(self.address)
+        return self._channel
+
+    async def _call(
+        self,
+        method: Callable[..., Awaitable[R]],
+        request: Any,
+        *,
+        retry_on: frozenset[grpc.StatusCode] = _SAFE,
+        timeout: float | None = None,
+    ) -> R:
+        attempt = 0
+        while True:
+            try:
+                return await method(request, metadata=self._metadata, timeout=timeout or self.timeout)
+            except grpc.aio.AioRpcError as error:
+                attempt += 1
+                if error.code() not in retry_on or attempt >= self._retry.attempts:
+                    raise from_rpc_error(error) from None
+                await asyncio.sleep(self._retry.delay(attempt))
+
+    # Tenants --------------------------------------------------------------------------------
+
+    async def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        request = tenant_pb2.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name)
+        response = await self._call(stub.CreateTenant, request, retry_on=frozenset())
+        return CreatedTenant(convert.tenant(response.tenant), response.token)
+
+    async def get_tenant(self, tenant_id: str) -> models.Tenant:
+        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        response = await self._call(stub.GetTenant, tenant_pb2.GetTenantRequest(tenant_id=tenant_id))
+        return convert.tenant(response.tenant)
+
+    async def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        request = tenant_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token)
+        response = await self._call(stub.ListTenants, request)
+        return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
+
+    async def create_tenant_token(self, tenant_id: str) -> str:
+        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
+        return (await self._call(stub.CreateTenantToken, request, retry_on=frozenset())).token
+
+    # Nodes ----------------------------------------------------------------------------------
+
+    async def register_node(
+        self,
+        node_id: str,
+        *,
+        gpu_model: str,
+        gpu_uuids: Sequence[str],
+        zone: str,
+        rack: str,
+        leaf_switch: str,
+    ) -> models.Node:
+        """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        request = node_pb2.RegisterNodeRequest(
+            node_id=node_id,
+            gpu_model=_gpu_model(gpu_model),
+            gpus=[node_pb2.Gpu(uuid=u, index=i) for i, u in enumerate(gpu_uuids)],
+            zone=zone,
+            rack=rack,
+            leaf_switch=leaf_switch,
+        )
+        return convert.node((await self._call(stub.RegisterNode, request)).node)
+
+    async def get_node(self, node_id: str) -> models.Node:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        return convert.node((await self._call(stub.GetNode, node_pb2.GetNodeRequest(node_id=node_id))).node)
+
+    async def list_nodes(
+        self,
+        *,
+        state: str | None = None,
+        gpu_model: str | None = None,
+        zone: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> models.Page[models.Node]:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        request = node_pb2.ListNodesRequest(
+            state=_state("NodeState", state),
+            gpu_model=_gpu_model(gpu_model) if gpu_model else 0,
+            zone=zone,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response = await self._call(stub.ListNodes, request)
+        return models.Page([convert.node(n) for n in response.nodes], response.next_page_token)
+
+    async def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        request = node_pb2.CompleteBurnInRequest(node_id=node_id, passed=passed, detail=detail)
+        return convert.node((await self._call(stub.CompleteBurnIn, request, retry_on=frozenset())).node)
+
+    async def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        request = node_pb2.CordonNodeRequest(node_id=node_id, reason=reason)
+        return convert.node((await self._call(stub.CordonNode, request)).node)
+
+    async def uncordon_node(self, node_id: str) -> models.Node:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        return convert.node((await self._call(stub.UncordonNode, node_pb2.UncordonNodeRequest(node_id=node_id))).node)
+
+    async def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+        return await self._lifecycle("DrainNode", node_pb2.DrainNodeRequest(node_id=node_id, reason=reason))
+
+    async def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+        return await self._lifecycle("StartRepair", node_pb2.StartRepairRequest(node_id=node_id, reason=reason))
+
+    async def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+        request = node_pb2.ReturnToServiceRequest(node_id=node_id, reason=reason)
+        return await self._lifecycle("ReturnToService", request)
+
+    async def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+        return await self._lifecycle("RetireNode", node_pb2.RetireNodeRequest(node_id=node_id, reason=reason))
+
+    async def _lifecycle(self, rpc: str, request: Any) -> models.Node:
+        # State transitions are not retried: a lost reply followed by a retry would be refused
+        # as an illegal transition, which is confusing; the caller re-reads instead.
+        method = getattr(node_pb2_grpc.NodeServiceStub(self._ch()), rpc)
+        return convert.node((await self._call(method, request, retry_on=frozenset())).node)
+
+    async def list_node_events(self, node_id: str) -> list[models.NodeEvent]:
+        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        response = await self._call(stub.ListNodeEvents, node_pb2.ListNodeEventsRequest(node_id=node_id))
+        return [convert.node_event(e) for e in response.events]
+
+    # Allocations ----------------------------------------------------------------------------
+
+    async def create_allocation(
+        self,
+        *,
+        gpu_model: str,
+        node_count: int,
+        tenant_id: str = "",
+        request_id: str | None = None,
+        timeout: float | None = None,
+    ) -> models.Allocation:
+        """Allocate ``node_count`` whole nodes, all or nothing.
+
+        ``request_id`` defaults to a fresh UUID4, reused across this call's retries; pass your
+        own to make a create idempotent across processes or restarts.
+        """
+        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        request = allocation_pb2.CreateAllocationRequest(
+            tenant_id=tenant_id,
+            gpu_model=_gpu_model(gpu_model),
+            node_count=node_count,
+            request_id=request_id if request_id is not None else str(uuid.uuid4()),
+        )
+        response = await self._call(stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout)
+        return convert.allocation(response.allocation)
+
+    async def get_allocation(self, allocation_id: str) -> models.Allocation:
+        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        request = allocation_pb2.GetAllocationRequest(allocation_id=allocation_id)
+        return convert.allocation((await self._call(stub.GetAllocation, request)).allocation)
+
+    async def list_allocations(
+        self,
+        *,
+        tenant_id: str = "",
+        state: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> models.Page[models.Allocation]:
+        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        request = allocation_pb2.ListAllocationsRequest(
+            tenant_id=tenant_id,
+            state=_state("AllocationState", state),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response = await self._call(stub.ListAllocations, request)
+        return models.Page([convert.allocation(a) for a in response.allocations], response.next_page_token)
+
+    async def iter_allocations(
+        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0
+    ) -> AsyncIterator[models.Allocation]:
+        """Every allocation visible to the caller, newest first, fetching pages as needed."""
+        token = ""
+        while True:
+            page = await self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
+            for item in page:
+                yield item
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    async def cancel_allocation(self, allocation_id: str) -> models.Operation:
+        """Accept a cancel; the returned operation finishes when every node is released."""
+        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        request = allocation_pb2.CancelAllocationRequest(allocation_id=allocation_id)
+        return convert.operation(await self._call(stub.CancelAllocation, request))
+
+    # Operations -----------------------------------------------------------------------------
+
+    async def get_operation(self, name: str) -> models.Operation:
+        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        return convert.operation(await self._call(stub.GetOperation, operations_pb2.GetOperationRequest(name=name)))
+
+    async def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
+        """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
+        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while True:
+            left = max(0.0, deadline - loop.time())
+            wait = Duration()
+            wait.FromNanoseconds(int(min(left, 30.0) * 1e9))
+            request = operations_pb2.WaitOperationRequest(name=name, timeout=wait)
+            operation = convert.operation(await self._call(stub.WaitOperation, request, timeout=min(left, 30.0) + 5))
+            if operation.done or loop.time() >= deadline:
+                return operation
+
+    async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        request = operations_pb2.ListOperationsRequest(page_size=page_size, page_token=page_token)
+        response = await self._call(stub.ListOperations, request)
+        return models.Page([convert.operation(o) for o in response.operations], response.next_page_token)
+
+    async def delete_operation(self, name: str) -> None:
+        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        await self._call(stub.DeleteOperation, operations_pb2.DeleteOperationRequest(name=name))

@@ -1,0 +1,121 @@
+"""Protobuf messages to the client's plain objects."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from google.longrunning import operations_pb2
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from clients import models
+from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
+
+
+def _time(message: object, field: str) -> datetime | None:
+    if not message.HasField(field):  # type: ignore[attr-defined]
+        return None
+    ts: Timestamp = getattr(message, field)
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
+    """``GpuModel`` 2 -> ``H100``. Unknown numbers from a newer server read ``UNKNOWN_<n>``."""
+    enum_types = {
+        "GpuModel": node_pb2.GpuModel,
+        "NodeState": node_pb2.NodeState,
+        "AllocationState": allocation_pb2.AllocationState,
+    }
+    try:
+        return enum_types[descriptor_name].Name(number).removeprefix(prefix)  # type: ignore[arg-type]
+    except ValueError:
+        return f"UNKNOWN_{number}"
+
+
+def gpu_model_number(name: str) -> int:
+    """``H100`` (or ``GPU_MODEL_H100``) -> its enum number; 0 for an unknown name."""
+    full = name if name.startswith("GPU_MODEL_") else f"GPU_MODEL_{name.upper()}"
+    try:
+        return node_pb2.GpuModel.Value(full)
+    except ValueError:
+        return 0
+
+
+def state_number(enum: str, name: str) -> int:
+    """``READY`` -> NodeState number (``enum`` is NodeState or AllocationState); 0 if unknown."""
+    wrapper = node_pb2.NodeState if enum == "NodeState" else allocation_pb2.AllocationState
+    prefix = "NODE_STATE_" if enum == "NodeState" else "ALLOCATION_STATE_"
+    try:
+        return wrapper.Value(name if name.startswith(prefix) else prefix + name.upper())
+    except ValueError:
+        return 0
+
+
+def tenant(message: tenant_pb2.Tenant) -> models.Tenant:
+    return models.Tenant(message.tenant_id, message.display_name, _time(message, "create_time"))
+
+
+def node(message: node_pb2.Node) -> models.Node:
+    return models.Node(
+        node_id=message.node_id,
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        gpus=tuple(models.Gpu(g.uuid, g.index) for g in message.gpus),
+        zone=message.zone,
+        rack=message.rack,
+        leaf_switch=message.leaf_switch,
+        state=enum_name("NodeState", "NODE_STATE_", message.state),
+        cordoned=message.cordoned,
+        status_reason=message.status_reason,
+        allocation_id=message.allocation_id or None,
+        create_time=_time(message, "create_time"),
+        state_change_time=_time(message, "state_change_time"),
+    )
+
+
+def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
+    return models.NodeEvent(
+        node_id=message.node_id,
+        event=message.event,
+        from_state=enum_name("NodeState", "NODE_STATE_", message.from_state),
+        to_state=enum_name("NodeState", "NODE_STATE_", message.to_state),
+        reason=message.reason,
+        actor=message.actor,
+        time=_time(message, "time"),
+    )
+
+
+def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
+    return models.Allocation(
+        allocation_id=message.allocation_id,
+        tenant_id=message.tenant_id,
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        node_count=message.node_count,
+        state=enum_name("AllocationState", "ALLOCATION_STATE_", message.state),
+        node_ids=tuple(message.node_ids),
+        create_time=_time(message, "create_time"),
+        cancel_time=_time(message, "cancel_time"),
+        release_time=_time(message, "release_time"),
+    )
+
+
+def operation(message: operations_pb2.Operation) -> models.Operation:
+    metadata = allocation_pb2.CancelAllocationMetadata()
+    message.metadata.Unpack(metadata)
+    response: models.Allocation | None = None
+    if message.HasField("response"):
+        unpacked = allocation_pb2.Allocation()
+        message.response.Unpack(unpacked)
+        response = allocation(unpacked)
+    has_error = message.HasField("error")
+    return models.Operation(
+        name=message.name,
+        done=message.done,
+        allocation_id=metadata.allocation_id,
+        state=enum_name("AllocationState", "ALLOCATION_STATE_", metadata.state),
+        nodes_total=metadata.nodes_total,
+        nodes_released=metadata.nodes_released,
+        request_time=_time(metadata, "request_time"),
+        release_time=_time(metadata, "release_time"),
+        allocation=response,
+        error_code=message.error.code if has_error else None,
+        error_message=message.error.message if has_error else None,
+    )

@@ -1,0 +1,98 @@
+"""Plain Python objects returned by the client: no protobuf leaks past this layer.
+
+Enumerations are strings without their proto prefix: ``"H100"``, ``"READY"``, ``"ACTIVE"``.
+Times are timezone-aware UTC datetimes, None when unset.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Generic, TypeVar
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class Tenant:
+    tenant_id: str
+    display_name: str
+    create_time: datetime | None
+
+
+@dataclass(frozen=True)
+class Gpu:
+    uuid: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Node:
+    node_id: str
+    gpu_model: str
+    gpus: tuple[Gpu, ...]
+    zone: str
+    rack: str
+    leaf_switch: str
+    state: str
+    cordoned: bool
+    status_reason: str
+    allocation_id: str | None
+    create_time: datetime | None
+    state_change_time: datetime | None
+
+
+@dataclass(frozen=True)
+class NodeEvent:
+    node_id: str
+    event: str
+    from_state: str
+    to_state: str
+    reason: str
+    actor: str
+    time: datetime | None
+
+
+@dataclass(frozen=True)
+class Allocation:
+    allocation_id: str
+    tenant_id: str
+    gpu_model: str
+    node_count: int
+    state: str
+    node_ids: tuple[str, ...]
+    create_time: datetime | None
+    cancel_time: datetime | None = None
+    release_time: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Operation:
+    """A long-running operation. ``allocation`` is its response once done."""
+
+    name: str
+    done: bool
+    allocation_id: str
+    state: str
+    nodes_total: int
+    nodes_released: int
+    request_time: datetime | None
+    release_time: datetime | None
+    allocation: Allocation | None = None
+    error_code: int | None = None
+    error_message: str | None = None
+
+
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing; pass ``next_page_token`` back for the next (empty at the end)."""
+
+    items: list[T] = field(default_factory=list)
+    next_page_token: str = ""
+
+    def __iter__(self) -> Iterator[T]:
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)

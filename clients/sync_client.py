@@ -1,0 +1,155 @@
+"""``Client``: the blocking twin of ``AsyncClient`` for scripts and notebooks.
+
+It runs an ``AsyncClient`` on a private event loop in a daemon thread, so it works the same
+inside and outside programs that already run an event loop, and shares every behaviour of the
+async client (deadlines, retries, automatic request ids, error types).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Coroutine, Iterator
+from typing import Any, TypeVar
+
+from clients import models
+from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy
+
+T = TypeVar("T")
+
+
+class Client:
+    """Blocking client. Use as ``with Client(addr, token) as client``."""
+
+    def __init__(
+        self, address: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None
+    ) -> None:
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="gpucloud-client", daemon=True)
+        self._thread.start()
+        self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
+
+    def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def close(self) -> None:
+        if self._loop.is_closed():
+            return
+        self._run(self._async.close())
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+        return self._run(self._async.create_tenant(tenant_id, display_name))
+
+    def get_tenant(self, tenant_id: str) -> models.Tenant:
+        return self._run(self._async.get_tenant(tenant_id))
+
+    def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+        return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token))
+
+    def create_tenant_token(self, tenant_id: str) -> str:
+        return self._run(self._async.create_tenant_token(tenant_id))
+
+    def register_node(
+        self, node_id: str, *, gpu_model: str, gpu_uuids: list[str], zone: str, rack: str, leaf_switch: str
+    ) -> models.Node:
+        return self._run(
+            self._async.register_node(
+                node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuids, zone=zone, rack=rack, leaf_switch=leaf_switch
+            )
+        )
+
+    def get_node(self, node_id: str) -> models.Node:
+        return self._run(self._async.get_node(node_id))
+
+    def list_nodes(
+        self,
+        *,
+        state: str | None = None,
+        gpu_model: str | None = None,
+        zone: str = "",
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> models.Page[models.Node]:
+        return self._run(
+            self._async.list_nodes(
+                state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token
+            )
+        )
+
+    def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+        return self._run(self._async.complete_burn_in(node_id, passed=passed, detail=detail))
+
+    def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+        return self._run(self._async.cordon_node(node_id, reason))
+
+    def uncordon_node(self, node_id: str) -> models.Node:
+        return self._run(self._async.uncordon_node(node_id))
+
+    def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+        return self._run(self._async.drain_node(node_id, reason))
+
+    def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+        return self._run(self._async.start_repair(node_id, reason))
+
+    def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+        return self._run(self._async.return_to_service(node_id, reason))
+
+    def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+        return self._run(self._async.retire_node(node_id, reason))
+
+    def list_node_events(self, node_id: str) -> list[models.NodeEvent]:
+        return self._run(self._async.list_node_events(node_id))
+
+    def create_allocation(
+        self, *, gpu_model: str, node_count: int, tenant_id: str = "", request_id: str | None = None
+    ) -> models.Allocation:
+        return self._run(
+            self._async.create_allocation(
+                gpu_model=gpu_model, node_count=node_count, tenant_id=tenant_id, request_id=request_id
+            )
+        )
+
+    def get_allocation(self, allocation_id: str) -> models.Allocation:
+        return self._run(self._async.get_allocation(allocation_id))
+
+    def list_allocations(
+        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
+    ) -> models.Page[models.Allocation]:
+        return self._run(
+            self._async.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=page_token)
+        )
+
+    def iter_allocations(
+        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0
+    ) -> Iterator[models.Allocation]:
+        token = ""
+        while True:
+            page = self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
+            yield from page
+            if not page.next_page_token:
+                return
+            token = page.next_page_token
+
+    def cancel_allocation(self, allocation_id: str) -> models.Operation:
+        return self._run(self._async.cancel_allocation(allocation_id))
+
+    def get_operation(self, name: str) -> models.Operation:
+        return self._run(self._async.get_operation(name))
+
+    def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
+        return self._run(self._async.wait_operation(name, timeout=timeout))
+
+    def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+        return self._run(self._async.list_operations(page_size=page_size, page_token=page_token))
+
+    def delete_operation(self, name: str) -> None:
+        self._run(self._async.delete_operation(name))

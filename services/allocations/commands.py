@@ -1,0 +1,196 @@
+"""Creating, reading, listing and cancelling allocations: one transaction each.
+
+A create claims its idempotency key first, in the same transaction as the placement, so
+concurrent calls with one key serialize on the key's primary key: one places nodes, the others
+replay its result. On PostgreSQL the losers' inserts wait for the winner's commit and then
+fail with a unique violation, which sends them round the loop to find the recorded result.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+from sqlalchemy.exc import IntegrityError
+
+from services.allocations import idempotency
+from services.allocations import repository as repo
+from services.allocations.placement import Candidate, first_fit
+from services.allocations.repository import AllocationFilter, AllocationView
+from services.allocations.states import AllocationState
+from services.auth.principal import Principal, Role
+from services.clock import now_us
+from services.errors import PermissionDenied, ResourceExhausted
+from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel
+from services.nodes.transitions import NodeEvent
+from services.operations import repository as ops_repo
+from services.paging import Cursor
+from services.store.engine import Store
+from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow
+from services.tenants import repository as tenants_repo
+
+CREATE_METHOD = "CreateAllocation"
+CANCEL_KIND = "cancel-allocation"
+# Rounds of "lost a race on PostgreSQL, look again" before answering ABORTED.
+_MAX_ATTEMPTS = 5
+
+
+@dataclass(frozen=True)
+class AllocationRequest:
+    tenant_id: str
+    gpu_model: GpuModel
+    node_count: int
+    request_id: str
+
+
+def tenant_scope(principal: Principal) -> str | None:
+    """The tenant a caller is confined to, or None for operators (who see every tenant)."""
+    return principal.tenant_id if principal.role is Role.TENANT else None
+
+
+def resolve_tenant(principal: Principal, requested: str) -> str:
+    """The tenant a create acts for: a tenant's own id, or the one an operator names."""
+    if principal.role is Role.TENANT:
+        assert principal.tenant_id is not None
+        if requested and requested != principal.tenant_id:
+            raise PermissionDenied(
+                reason="OTHER_TENANT",
+                message="a tenant token can only allocate for its own tenant",
+                metadata={"field": "tenant_id"},
+            )
+        return principal.tenant_id
+    return requested
+
+
+async def create(store: Store, request: AllocationRequest) -> AllocationView:
+    fingerprint = idempotency.fingerprint(
+        CREATE_METHOD,
+        {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
+    )
+    for _ in range(_MAX_ATTEMPTS):
+        try:
+            return await _create_once(store, request, fingerprint)
+        except IntegrityError:
+            continue
+    if request.request_id:
+        raise idempotency.in_use(request.request_id)
+    raise idempotency.in_use("(none)")
+
+
+async def _create_once(store: Store, request: AllocationRequest, fingerprint: str) -> AllocationView:
+    allocation_id = "alloc-" + secrets.token_hex(10)
+    async with store.write() as session:
+        if request.request_id:
+            key = await repo.idempotency_key(session, request.tenant_id, CREATE_METHOD, request.request_id)
+            if key is not None:
+                if key.fingerprint != fingerprint:
+                    raise idempotency.reused(request.request_id)
+                return await repo.get_view(session, key.result_id, tenant_id=request.tenant_id)
+        await tenants_repo.get(session, request.tenant_id)
+        now = now_us()
+        if request.request_id:
+            # Claim the key before placing anything: concurrent duplicates queue here.
+            session.add(
+                IdempotencyKeyRow(
+                    tenant_id=request.tenant_id,
+                    method=CREATE_METHOD,
+                    request_id=request.request_id,
+                    fingerprint=fingerprint,
+                    result_id=allocation_id,
+                    created_us=now,
+                )
+            )
+            await session.flush()
+        free = await nodes_repo.free_nodes(session, request.gpu_model, skip_locked=store.dialect == "postgresql")
+        by_id = {n.node_id: n for n in free}
+        chosen = first_fit([Candidate(n.node_id, n.zone, n.rack, n.leaf_switch) for n in free], request.node_count)
+        if chosen is None:
+            raise ResourceExhausted(
+                reason="INSUFFICIENT_CAPACITY",
+                message=(
+                    f"{request.node_count} READY {request.gpu_model} node(s) requested, {len(free)} free; "
+                    "nothing was allocated"
+                ),
+                metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(len(free))},
+            )
+        row = AllocationRow(
+            allocation_id=allocation_id,
+            tenant_id=request.tenant_id,
+            gpu_model=request.gpu_model,
+            node_count=request.node_count,
+            state=AllocationState.ACTIVE,
+            created_us=now,
+        )
+        session.add(row)
+        await session.flush()
+        for position, node_id in enumerate(chosen):
+            node = by_id[node_id]
+            await nodes_repo.apply(
+                session, node, NodeEvent.ALLOCATE, reason=allocation_id, actor=f"tenant:{request.tenant_id}", now_us=now
+            )
+            session.add(
+                AssignmentRow(
+                    allocation_id=allocation_id,
+                    node_id=node_id,
+                    tenant_id=request.tenant_id,
+                    position=position,
+                    assigned_us=now,
+                )
+            )
+        await session.flush()
+        return AllocationView(row, tuple(chosen))
+
+
+async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:
+    async with store.read() as session:
+        return await repo.get_view(session, allocation_id, tenant_id=tenant_scope(principal))
+
+
+async def list_page(
+    store: Store, flt: AllocationFilter, *, cursor: Cursor | None, page_size: int
+) -> tuple[list[AllocationView], Cursor | None]:
+    """One page and the cursor after it (None on the last page)."""
+    async with store.read() as session:
+        rows = await repo.list_page(session, flt, cursor=cursor, limit=page_size + 1)
+        more = len(rows) > page_size
+        rows = rows[:page_size]
+        page = await repo.views(session, rows)
+    after = Cursor(rows[-1].created_us, rows[-1].allocation_id) if more else None
+    return page, after
+
+
+async def cancel(store: Store, principal: Principal, allocation_id: str) -> OperationRow:
+    """Accept a cancel: the allocation turns CANCELLING and its nodes start scrubbing.
+
+    Returns the cancel Operation, which the releaser completes once every node is released.
+    Cancelling again returns the same Operation, done or not.
+    """
+    async with store.write() as session:
+        row = await repo.get_row(session, allocation_id, tenant_id=tenant_scope(principal), for_update=True)
+        existing = await ops_repo.for_target(session, CANCEL_KIND, allocation_id)
+        if existing is not None:
+            return existing
+        now = now_us()
+        operation = OperationRow(
+            operation_id="op-" + secrets.token_hex(10),
+            tenant_id=row.tenant_id,
+            kind=CANCEL_KIND,
+            target_id=allocation_id,
+            created_us=now,
+        )
+        session.add(operation)
+        if row.state == AllocationState.CANCELLED:
+            # Its operation was deleted after it finished: answer with a finished one again.
+            operation.done, operation.done_us = True, row.released_us
+            return operation
+        row.state = AllocationState.CANCELLING
+        row.cancel_us = now
+        session.add(row)
+        for assignment in await repo.live_assignments(session, allocation_id):
+            node = await nodes_repo.get_row(session, assignment.node_id, for_update=True)
+            await nodes_repo.apply(
+                session, node, NodeEvent.RELEASE, reason=f"{allocation_id} cancelled", actor=principal.actor, now_us=now
+            )
+        await session.flush()
+        return operation

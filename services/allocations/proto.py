@@ -1,0 +1,24 @@
+"""The protobuf form of an allocation, shared by AllocationService and the Operations service."""
+
+from __future__ import annotations
+
+from gpucloud.v1 import allocation_pb2
+from services.allocations.repository import AllocationView
+from services.allocations.states import AllocationState
+from services.convert import ALLOCATION_STATE_TO_PROTO, GPU_MODEL_TO_PROTO, timestamp
+from services.nodes.inventory import GpuModel
+
+
+def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
+    row = view.row
+    return allocation_pb2.Allocation(
+        allocation_id=row.allocation_id,
+        tenant_id=row.tenant_id,
+        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(row.gpu_model)],
+        node_count=row.node_count,
+        state=ALLOCATION_STATE_TO_PROTO[AllocationState(row.state)],
+        node_ids=list(view.node_ids),
+        create_time=timestamp(row.created_us),
+        cancel_time=timestamp(row.cancel_us),
+        release_time=timestamp(row.released_us),
+    )

@@ -1,0 +1,105 @@
+"""Persistence of allocations, their node assignments and idempotency keys."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from sqlalchemy import tuple_
+from sqlmodel import col, select
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from services.allocations.states import AllocationState
+from services.errors import NotFound
+from services.paging import Cursor
+from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow
+
+
+@dataclass(frozen=True)
+class AllocationView:
+    """An allocation with its nodes in placement order."""
+
+    row: AllocationRow
+    node_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class AllocationFilter:
+    tenant_id: str | None = None
+    state: AllocationState | None = None
+
+
+async def get_row(
+    session: AsyncSession, allocation_id: str, *, tenant_id: str | None, for_update: bool = False
+) -> AllocationRow:
+    """The allocation if it exists and, when ``tenant_id`` is given, belongs to that tenant.
+
+    Another tenant's allocation is NOT_FOUND, exactly like one that does not exist, so ids
+    cannot be probed across tenants.
+    """
+    query = select(AllocationRow).where(AllocationRow.allocation_id == allocation_id)
+    if tenant_id is not None:
+        query = query.where(AllocationRow.tenant_id == tenant_id)
+    if for_update:
+        query = query.with_for_update()
+    row = (await session.exec(query)).first()
+    if row is None:
+        raise NotFound.of("allocation", allocation_id, field_path="allocation_id")
+    return row
+
+
+async def views(session: AsyncSession, rows: Sequence[AllocationRow]) -> list[AllocationView]:
+    ids = [r.allocation_id for r in rows]
+    if not ids:
+        return []
+    nodes: dict[str, list[str]] = {i: [] for i in ids}
+    query = (
+        select(AssignmentRow.allocation_id, AssignmentRow.node_id)
+        .where(col(AssignmentRow.allocation_id).in_(ids))
+        .order_by(col(AssignmentRow.allocation_id), col(AssignmentRow.position))
+    )
+    for allocation_id, node_id in (await session.exec(query)).all():
+        nodes[allocation_id].append(node_id)
+    return [AllocationView(r, tuple(nodes[r.allocation_id])) for r in rows]
+
+
+async def get_view(session: AsyncSession, allocation_id: str, *, tenant_id: str | None) -> AllocationView:
+    return (await views(session, [await get_row(session, allocation_id, tenant_id=tenant_id)]))[0]
+
+
+async def list_page(
+    session: AsyncSession, flt: AllocationFilter, *, cursor: Cursor | None, limit: int
+) -> list[AllocationRow]:
+    """Newest first by (created_us, allocation_id): immutable, with a unique tiebreaker."""
+    query = select(AllocationRow)
+    if flt.tenant_id is not None:
+        query = query.where(AllocationRow.tenant_id == flt.tenant_id)
+    if flt.state is not None:
+        query = query.where(AllocationRow.state == flt.state)
+    if cursor is not None:
+        query = query.where(
+            tuple_(col(AllocationRow.created_us), col(AllocationRow.allocation_id))
+            < tuple_(cursor.created_us, cursor.last_id)
+        )
+    query = query.order_by(col(AllocationRow.created_us).desc(), col(AllocationRow.allocation_id).desc())
+    return list((await session.exec(query.limit(limit))).all())
+
+
+async def live_assignments(session: AsyncSession, allocation_id: str) -> list[AssignmentRow]:
+    query = (
+        select(AssignmentRow)
+        .where(AssignmentRow.allocation_id == allocation_id, col(AssignmentRow.released_us).is_(None))
+        .order_by(col(AssignmentRow.position))
+    )
+    return list((await session.exec(query)).all())
+
+
+async def ids_in_state(session: AsyncSession, state: AllocationState) -> list[AllocationRow]:
+    query = select(AllocationRow).where(AllocationRow.state == state).order_by(col(AllocationRow.cancel_us))
+    return list((await session.exec(query)).all())
+
+
+async def idempotency_key(
+    session: AsyncSession, tenant_id: str, method: str, request_id: str
+) -> IdempotencyKeyRow | None:
+    return await session.get(IdempotencyKeyRow, (tenant_id, method, request_id))

@@ -1,0 +1,104 @@
+"""AllocationService: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+from google.longrunning import operations_pb2
+
+from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
+from services.allocations import commands
+from services.allocations.commands import AllocationRequest, resolve_tenant, tenant_scope
+from services.allocations.proto import allocation_to_proto
+from services.allocations.repository import AllocationFilter
+from services.auth.principal import current_principal
+from services.convert import ALLOCATION_STATE_FROM_PROTO, GPU_MODEL_FROM_PROTO
+from services.notify import Notifier
+from services.operations.builder import OperationBuilder
+from services.paging import PageTokens
+from services.store.engine import Store
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+MAX_NODES_PER_ALLOCATION = 256
+_KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
+_KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
+
+
+class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
+    def __init__(
+        self, store: Store, page_tokens: PageTokens, operations: OperationBuilder, wake_releaser: Notifier
+    ) -> None:
+        self._store = store
+        self._tokens = page_tokens
+        self._operations = operations
+        self._wake_releaser = wake_releaser
+
+    async def CreateAllocation(
+        self, request: allocation_pb2.CreateAllocationRequest, context: Context
+    ) -> allocation_pb2.CreateAllocationResponse:
+        principal = current_principal()
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id, required=principal.tenant_id is None)
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        if not 1 <= request.node_count <= MAX_NODES_PER_ALLOCATION:
+            v.add("node_count", f"must be 1-{MAX_NODES_PER_ALLOCATION}; got {request.node_count}")
+        v.request_id("request_id", request.request_id)
+        v.raise_if_any()
+        allocation_request = AllocationRequest(
+            tenant_id=resolve_tenant(principal, request.tenant_id),
+            gpu_model=GPU_MODEL_FROM_PROTO[request.gpu_model],
+            node_count=request.node_count,
+            request_id=request.request_id,
+        )
+        view = await commands.create(self._store, allocation_request)
+        return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))
+
+    async def GetAllocation(
+        self, request: allocation_pb2.GetAllocationRequest, context: Context
+    ) -> allocation_pb2.GetAllocationResponse:
+        v = Violations()
+        v.text("allocation_id", request.allocation_id, max_length=64, required=True)
+        v.raise_if_any()
+        view = await commands.get(self._store, current_principal(), request.allocation_id)
+        return allocation_pb2.GetAllocationResponse(allocation=allocation_to_proto(view))
+
+    async def ListAllocations(
+        self, request: allocation_pb2.ListAllocationsRequest, context: Context
+    ) -> allocation_pb2.ListAllocationsResponse:
+        principal = current_principal()
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        v.identifier("tenant_id", request.tenant_id, required=False)
+        v.enum("state", request.state, _KNOWN_STATES, required=False)
+        v.raise_if_any()
+        scope_tenant = tenant_scope(principal)
+        if scope_tenant is not None and request.tenant_id and request.tenant_id != scope_tenant:
+            # A tenant asking for another tenant's list sees an empty one, never an error that
+            # would confirm the other tenant exists.
+            return allocation_pb2.ListAllocationsResponse()
+        tenant_filter = scope_tenant or request.tenant_id or None
+        flt = AllocationFilter(tenant_id=tenant_filter, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
+        scope = {
+            "list": "allocations",
+            "caller": principal.tenant_id or f"role:{principal.role}",
+            "tenant_id": tenant_filter or "",
+            "state": request.state,
+        }
+        cursor = self._tokens.decode(request.page_token, scope)
+        page, after = await commands.list_page(self._store, flt, cursor=cursor, page_size=size)
+        return allocation_pb2.ListAllocationsResponse(
+            allocations=[allocation_to_proto(a) for a in page],
+            next_page_token=self._tokens.encode(after, scope) if after else "",
+        )
+
+    async def CancelAllocation(
+        self, request: allocation_pb2.CancelAllocationRequest, context: Context
+    ) -> operations_pb2.Operation:
+        v = Violations()
+        v.text("allocation_id", request.allocation_id, max_length=64, required=True)
+        v.raise_if_any()
+        row = await commands.cancel(self._store, current_principal(), request.allocation_id)
+        self._wake_releaser.notify()
+        return await self._operations.build(row)

@@ -1,0 +1,11 @@
+"""States of an allocation. ACTIVE -> CANCELLING -> CANCELLED; nothing else moves."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class AllocationState(StrEnum):
+    ACTIVE = "ACTIVE"
+    CANCELLING = "CANCELLING"
+    CANCELLED = "CANCELLED"

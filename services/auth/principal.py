@@ -1,0 +1,48 @@
+"""Who is calling: the role and scope resolved from a bearer token."""
+
+from __future__ import annotations
+
+import contextvars
+from dataclasses import dataclass
+from enum import StrEnum
+
+
+class Role(StrEnum):
+    """What a credential may do. Operators run the fleet; tenants use it; agents speak for one node."""
+
+    OPERATOR = "operator"
+    TENANT = "tenant"
+    AGENT = "agent"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """The authenticated caller of one RPC."""
+
+    token_id: str
+    role: Role
+    tenant_id: str | None = None
+    node_id: str | None = None
+
+    @property
+    def actor(self) -> str:
+        """How the caller appears in node events and logs."""
+        if self.role is Role.TENANT:
+            return f"tenant:{self.tenant_id}"
+        if self.role is Role.AGENT:
+            return f"agent:{self.node_id}"
+        return f"operator:{self.token_id}"
+
+
+CONTROL_PLANE = Principal(token_id="control-plane", role=Role.OPERATOR)
+
+_current: contextvars.ContextVar[Principal] = contextvars.ContextVar("gpucloud_principal")
+
+
+def current_principal() -> Principal:
+    """The caller of the RPC being served; set by the auth interceptor before any handler runs."""
+    return _current.get()
+
+
+def set_current_principal(principal: Principal) -> contextvars.Token[Principal]:
+    return _current.set(principal)

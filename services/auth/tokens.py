@@ -1,0 +1,46 @@
+"""Bearer tokens: ``gpc_<token id>_<secret>``, of which only SHA-256(secret) is stored.
+
+The secret has 256 bits of entropy, so a fast hash is enough (there is nothing to brute-force)
+and lookups stay cheap on every RPC. The token id is public and indexes the row.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+
+PREFIX = "gpc"
+
+
+@dataclass(frozen=True)
+class IssuedToken:
+    """A freshly minted token: the plaintext (shown once) and what gets stored."""
+
+    token_id: str
+    plaintext: str
+    secret_sha256: str
+
+
+def issue() -> IssuedToken:
+    token_id = secrets.token_hex(8)
+    secret = secrets.token_urlsafe(32)
+    return IssuedToken(token_id, f"{PREFIX}_{token_id}_{secret}", _digest(secret))
+
+
+def split(plaintext: str) -> tuple[str, str] | None:
+    """The (token id, secret) of a well-formed token, or None."""
+    parts = plaintext.split("_", 2)
+    if len(parts) != 3 or parts[0] != PREFIX or not parts[1] or not parts[2]:
+        return None
+    return parts[1], parts[2]
+
+
+def matches(secret: str, stored_sha256: str) -> bool:
+    """Constant-time comparison of a presented secret with the stored digest."""
+    return hmac.compare_digest(_digest(secret), stored_sha256)
+
+
+def _digest(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()

@@ -1,0 +1,141 @@
+"""Errors of the control plane's domain, independent of gRPC.
+
+Rules and repositories raise these; the server's error interceptor turns them into a
+``google.rpc.Status`` with one ``ErrorInfo`` (the stable ``reason``) and, for bad input, a
+``BadRequest`` naming every field at fault.
+
+    ApiError
+    ├── InvalidArgument       bad input, whatever the state of the system
+    ├── NotFound              no such object, or not visible to the caller
+    ├── AlreadyExists
+    ├── FailedPrecondition    not allowed in the object's current state
+    ├── Aborted               lost a race; retry the whole call
+    ├── ResourceExhausted     not enough capacity
+    ├── Unauthenticated
+    └── PermissionDenied
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+
+class Code(StrEnum):
+    """The gRPC status code an error maps to, by its canonical name."""
+
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NOT_FOUND = "NOT_FOUND"
+    ALREADY_EXISTS = "ALREADY_EXISTS"
+    FAILED_PRECONDITION = "FAILED_PRECONDITION"
+    ABORTED = "ABORTED"
+    RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
+    UNAUTHENTICATED = "UNAUTHENTICATED"
+    PERMISSION_DENIED = "PERMISSION_DENIED"
+
+
+@dataclass(frozen=True)
+class FieldViolation:
+    """One bad field of a request: its path (``gpus[3].uuid``) and what is wrong with it."""
+
+    field: str
+    description: str
+
+
+@dataclass(eq=False)
+class ApiError(Exception):
+    """Base of every error a caller of the API may see."""
+
+    reason: str
+    message: str
+    metadata: Mapping[str, str] = field(default_factory=dict)
+    code: Code = field(init=False, default=Code.FAILED_PRECONDITION)
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.reason}: {self.message}"
+
+
+@dataclass(eq=False)
+class InvalidArgument(ApiError):
+    """The request is malformed regardless of the system's state; it names each bad field."""
+
+    violations: tuple[FieldViolation, ...] = ()
+    code: Code = field(init=False, default=Code.INVALID_ARGUMENT)
+
+    @classmethod
+    def for_fields(cls, violations: list[FieldViolation]) -> InvalidArgument:
+        fields = ", ".join(v.field for v in violations)
+        return cls(
+            reason="INVALID_FIELD",
+            message="; ".join(f"{v.field}: {v.description}" for v in violations),
+            metadata={"fields": fields},
+            violations=tuple(violations),
+        )
+
+    @classmethod
+    def for_field(cls, field_path: str, description: str, *, reason: str = "INVALID_FIELD") -> InvalidArgument:
+        violation = FieldViolation(field_path, description)
+        return cls(
+            reason=reason,
+            message=f"{field_path}: {description}",
+            metadata={"fields": field_path},
+            violations=(violation,),
+        )
+
+
+@dataclass(eq=False)
+class NotFound(ApiError):
+    """The object does not exist, or belongs to another tenant (which must look the same)."""
+
+    code: Code = field(init=False, default=Code.NOT_FOUND)
+
+    @classmethod
+    def of(cls, kind: str, object_id: str, *, field_path: str) -> NotFound:
+        return cls(
+            reason=f"{kind.upper()}_NOT_FOUND",
+            message=f"{kind} {object_id!r} not found",
+            metadata={kind + "_id": object_id, "field": field_path},
+        )
+
+
+@dataclass(eq=False)
+class AlreadyExists(ApiError):
+    """An object with this identity already exists and differs from the request."""
+
+    code: Code = field(init=False, default=Code.ALREADY_EXISTS)
+
+
+@dataclass(eq=False)
+class FailedPrecondition(ApiError):
+    """The object's current state does not allow the operation (AIP-216)."""
+
+    code: Code = field(init=False, default=Code.FAILED_PRECONDITION)
+
+
+@dataclass(eq=False)
+class Aborted(ApiError):
+    """A concurrent call won a race; the caller should retry the whole call."""
+
+    code: Code = field(init=False, default=Code.ABORTED)
+
+
+@dataclass(eq=False)
+class ResourceExhausted(ApiError):
+    """Not enough capacity to satisfy the request; nothing was held."""
+
+    code: Code = field(init=False, default=Code.RESOURCE_EXHAUSTED)
+
+
+@dataclass(eq=False)
+class Unauthenticated(ApiError):
+    """No token, or a token that matches no live credential."""
+
+    code: Code = field(init=False, default=Code.UNAUTHENTICATED)
+
+
+@dataclass(eq=False)
+class PermissionDenied(ApiError):
+    """The caller is known but its role may not call this method."""
+
+    code: Code = field(init=False, default=Code.PERMISSION_DENIED)

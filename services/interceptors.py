@@ -1,0 +1,123 @@
+"""The one server interceptor: authenticate, authorize, log, and map domain errors.
+
+For every RPC it resolves the bearer token to a Principal (UNAUTHENTICATED when it cannot),
+checks the method's roles in services/auth/policy.py (PERMISSION_DENIED), runs the handler
+with the principal and log context bound, turns an ApiError into a rich ``google.rpc.Status``
+and writes one log line: method, code, duration, request id, tenant.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import grpc
+import structlog
+from google.protobuf.any_pb2 import Any as AnyProto
+from google.rpc import code_pb2, error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from services.auth import policy
+from services.auth.authenticator import Authenticator
+from services.auth.principal import Principal, set_current_principal
+from services.errors import ApiError, InvalidArgument, PermissionDenied
+
+log = structlog.get_logger("gpucloud.rpc")
+
+ERROR_DOMAIN = "gpucloud.dev"
+
+Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+
+
+def to_status(error: ApiError) -> grpc.Status:
+    """A gRPC status with one ErrorInfo and, for bad input, a BadRequest of every field."""
+    info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=dict(error.metadata))
+    details = [_pack(info)]
+    if isinstance(error, InvalidArgument) and error.violations:
+        bad_request = error_details_pb2.BadRequest(
+            field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=v.field, description=v.description)
+                for v in error.violations
+            ]
+        )
+        details.append(_pack(bad_request))
+    status = status_pb2.Status(code=code_pb2.Code.Value(error.code), message=error.message, details=details)
+    return rpc_status.to_status(status)
+
+
+def _pack(message: Any) -> AnyProto:
+    packed = AnyProto()
+    packed.Pack(message)
+    return packed
+
+
+class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
+    def __init__(self, authenticator: Authenticator) -> None:
+        self._authenticator = authenticator
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        handler_call_details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(handler_call_details)
+        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        if handler is None or policy.is_public(method) or handler.unary_unary is None:
+            # Unknown methods stay UNIMPLEMENTED; health and reflection need no token.
+            return handler
+        metadata = handler_call_details.invocation_metadata  # type: ignore[attr-defined]
+        behaviour = self._wrap(method, metadata, handler.unary_unary)
+        return grpc.unary_unary_rpc_method_handler(
+            behaviour,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _wrap(self, method: str, metadata: Any, inner: Handler) -> Handler:
+        async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+            started = time.perf_counter()
+            request_id = getattr(request, "request_id", "") or ""
+            principal: Principal | None = None
+            code = "OK"
+            structlog.contextvars.clear_contextvars()
+            try:
+                principal = await self._authenticator.authenticate(metadata)
+                _authorize(method, principal)
+                set_current_principal(principal)
+                structlog.contextvars.bind_contextvars(
+                    tenant=principal.tenant_id, node=principal.node_id, request_id=request_id or None
+                )
+                return await inner(request, context)
+            except ApiError as error:
+                code = error.code
+                await context.abort_with_status(to_status(error))
+            except grpc.aio.AbortError:
+                code = context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"  # type: ignore[union-attr]
+                raise
+            except Exception:
+                code = "INTERNAL"
+                log.exception("rpc_failed", method=method)
+                await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            finally:
+                log.info(
+                    "rpc",
+                    method=method,
+                    code=code,
+                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
+                    request_id=request_id or None,
+                    tenant=principal.tenant_id if principal else None,
+                    role=principal.role.value if principal else None,
+                )
+
+        return behaviour
+
+
+def _authorize(method: str, principal: Principal) -> None:
+    roles = policy.METHOD_ROLES.get(method)
+    if roles is None or principal.role not in roles:
+        raise PermissionDenied(
+            reason="ROLE_NOT_ALLOWED",
+            message=f"role {principal.role} may not call {method}",
+            metadata={"method": method, "role": principal.role},
+        )

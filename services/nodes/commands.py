@@ -1,0 +1,108 @@
+"""What operators and agents do to nodes: each command is one transaction through the table."""
+
+from __future__ import annotations
+
+from sqlalchemy.exc import IntegrityError
+
+from services.auth.principal import Principal, Role
+from services.clock import now_us
+from services.errors import AlreadyExists, PermissionDenied
+from services.nodes import repository as repo
+from services.nodes.inventory import Inventory
+from services.nodes.repository import NodeView
+from services.nodes.transitions import HELD_STATES, NodeEvent, NodeState
+from services.store.engine import Store
+from services.store.models import NodeRow
+
+
+def check_speaks_for(principal: Principal, node_id: str) -> None:
+    """An agent may act only on its own node."""
+    if principal.role is Role.AGENT and principal.node_id != node_id:
+        raise PermissionDenied(
+            reason="AGENT_NODE_MISMATCH",
+            message=f"this agent speaks for node {principal.node_id!r}, not {node_id!r}",
+            metadata={"node_id": node_id},
+        )
+
+
+def _same_inventory(view: NodeView, inventory: Inventory) -> bool:
+    row = view.row
+    return (
+        row.gpu_model == inventory.gpu_model
+        and (row.zone, row.rack, row.leaf_switch) == (inventory.zone, inventory.rack, inventory.leaf_switch)
+        and sorted((g.gpu_uuid, g.gpu_index) for g in view.gpus) == sorted((g.uuid, g.index) for g in inventory.gpus)
+    )
+
+
+async def register(store: Store, principal: Principal, inventory: Inventory) -> NodeView:
+    """Register a node and start its burn-in; re-registering the same inventory is a no-op."""
+    check_speaks_for(principal, inventory.node_id)
+    try:
+        async with store.write() as session:
+            existing = await session.get(NodeRow, inventory.node_id)
+            if existing is not None:
+                view = (await repo.views(session, [existing]))[0]
+                if _same_inventory(view, inventory):
+                    return view
+                raise AlreadyExists(
+                    reason="NODE_INVENTORY_MISMATCH",
+                    message=f"node {inventory.node_id!r} is registered with a different inventory",
+                    metadata={"node_id": inventory.node_id, "field": "node_id"},
+                )
+            owners = await repo.gpu_owners(session, [g.uuid for g in inventory.gpus])
+            for i, gpu in enumerate(inventory.gpus):
+                if gpu.uuid in owners:
+                    raise AlreadyExists(
+                        reason="GPU_ALREADY_REGISTERED",
+                        message=f"GPU {gpu.uuid!r} belongs to node {owners[gpu.uuid]!r}",
+                        metadata={"field": f"gpus[{i}].uuid", "node_id": owners[gpu.uuid]},
+                    )
+            now = now_us()
+            row = await repo.insert(session, inventory, now_us=now)
+            await repo.apply(
+                session, row, NodeEvent.START_BURN_IN, reason="registered", actor=principal.actor, now_us=now
+            )
+            return await repo.get_view(session, inventory.node_id)
+    except IntegrityError:
+        # A concurrent registration of the same node or GPU won; report it as the loser sees it.
+        raise AlreadyExists(
+            reason="NODE_REGISTERED_CONCURRENTLY",
+            message=f"node {inventory.node_id!r} or one of its GPUs was registered concurrently; retry to compare",
+            metadata={"node_id": inventory.node_id},
+        ) from None
+
+
+async def transition(store: Store, principal: Principal, node_id: str, event: NodeEvent, reason: str) -> NodeView:
+    """Apply one lifecycle event chosen by an operator or agent."""
+    check_speaks_for(principal, node_id)
+    async with store.write() as session:
+        row = await repo.get_row(session, node_id, for_update=True)
+        if event is NodeEvent.DRAIN:
+            row.status_reason = reason or "drained"
+            row.cordoned = True
+            if NodeState(row.state) in HELD_STATES:
+                row.drain_pending = True
+        elif event is NodeEvent.RETURN_TO_SERVICE:
+            row.drain_pending = False
+            row.cordoned = False
+            row.status_reason = ""
+        await repo.apply(session, row, event, reason=reason, actor=principal.actor, now_us=now_us())
+        return await repo.get_view(session, node_id)
+
+
+async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, passed: bool, detail: str) -> NodeView:
+    event = NodeEvent.PASS_BURN_IN if passed else NodeEvent.FAIL_BURN_IN
+    return await transition(
+        store, principal, node_id, event, detail or ("burn-in passed" if passed else "burn-in failed")
+    )
+
+
+async def set_cordon(store: Store, principal: Principal, node_id: str, *, cordoned: bool, reason: str) -> NodeView:
+    """Cordon flags a node unplaceable without moving it through the state table."""
+    async with store.write() as session:
+        row = await repo.get_row(session, node_id, for_update=True)
+        row.cordoned = cordoned
+        row.status_reason = (reason or "cordoned") if cordoned else ""
+        session.add(row)
+        await session.flush()
+        return await repo.get_view(session, node_id)

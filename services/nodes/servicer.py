@@ -1,0 +1,177 @@
+"""NodeService: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gpucloud.v1 import node_pb2, node_pb2_grpc
+from services.auth.principal import current_principal
+from services.convert import (
+    GPU_MODEL_FROM_PROTO,
+    GPU_MODEL_TO_PROTO,
+    NODE_STATE_FROM_PROTO,
+    NODE_STATE_TO_PROTO,
+    timestamp,
+)
+from services.nodes import commands
+from services.nodes import repository as repo
+from services.nodes.inventory import GpuModel, GpuSpec, Inventory, check_gpus
+from services.nodes.repository import NodeFilter, NodeView
+from services.nodes.transitions import NodeEvent, NodeState
+from services.paging import Cursor, PageTokens
+from services.store.engine import Store
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+_KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
+_KNOWN_STATES = frozenset(NODE_STATE_FROM_PROTO)
+
+
+def node_to_proto(view: NodeView) -> node_pb2.Node:
+    row = view.row
+    return node_pb2.Node(
+        node_id=row.node_id,
+        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(row.gpu_model)],
+        gpus=[node_pb2.Gpu(uuid=g.gpu_uuid, index=g.gpu_index) for g in view.gpus],
+        zone=row.zone,
+        rack=row.rack,
+        leaf_switch=row.leaf_switch,
+        state=NODE_STATE_TO_PROTO[NodeState(row.state)],
+        cordoned=row.cordoned,
+        status_reason=row.status_reason,
+        allocation_id=view.allocation_id or "",
+        create_time=timestamp(row.created_us),
+        state_change_time=timestamp(row.state_changed_us),
+    )
+
+
+def _node_id_and_reason(request: Any) -> tuple[str, str]:
+    v = Violations()
+    v.identifier("node_id", request.node_id)
+    v.text("reason", getattr(request, "reason", ""))
+    v.raise_if_any()
+    return request.node_id, getattr(request, "reason", "")
+
+
+class NodeServicer(node_pb2_grpc.NodeServiceServicer):
+    def __init__(self, store: Store, page_tokens: PageTokens) -> None:
+        self._store = store
+        self._tokens = page_tokens
+
+    async def RegisterNode(
+        self, request: node_pb2.RegisterNodeRequest, context: Context
+    ) -> node_pb2.RegisterNodeResponse:
+        v = Violations()
+        v.identifier("node_id", request.node_id)
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        for name in ("zone", "rack", "leaf_switch"):
+            v.identifier(name, getattr(request, name))
+        gpus = tuple(GpuSpec(g.uuid, g.index) for g in request.gpus)
+        check_gpus(v, gpus)
+        v.raise_if_any()
+        inventory = Inventory(
+            node_id=request.node_id,
+            gpu_model=GPU_MODEL_FROM_PROTO[request.gpu_model],
+            gpus=gpus,
+            zone=request.zone,
+            rack=request.rack,
+            leaf_switch=request.leaf_switch,
+        )
+        view = await commands.register(self._store, current_principal(), inventory)
+        return node_pb2.RegisterNodeResponse(node=node_to_proto(view))
+
+    async def GetNode(self, request: node_pb2.GetNodeRequest, context: Context) -> node_pb2.GetNodeResponse:
+        node_id, _ = _node_id_and_reason(request)
+        commands.check_speaks_for(current_principal(), node_id)
+        async with self._store.read() as session:
+            view = await repo.get_view(session, node_id)
+        return node_pb2.GetNodeResponse(node=node_to_proto(view))
+
+    async def ListNodes(self, request: node_pb2.ListNodesRequest, context: Context) -> node_pb2.ListNodesResponse:
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        v.enum("state", request.state, _KNOWN_STATES, required=False)
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS, required=False)
+        v.identifier("zone", request.zone, required=False)
+        v.raise_if_any()
+        flt = NodeFilter(
+            state=NODE_STATE_FROM_PROTO.get(request.state),
+            gpu_model=GPU_MODEL_FROM_PROTO.get(request.gpu_model),
+            zone=request.zone,
+        )
+        scope = {"list": "nodes", "state": request.state, "gpu_model": request.gpu_model, "zone": request.zone}
+        cursor = self._tokens.decode(request.page_token, scope)
+        async with self._store.read() as session:
+            rows = await repo.list_page(session, flt, after_id=cursor.last_id if cursor else None, limit=size + 1)
+            token = ""
+            if len(rows) > size:
+                rows = rows[:size]
+                token = self._tokens.encode(Cursor(0, rows[-1].node_id), scope)
+            page = await repo.views(session, rows)
+        return node_pb2.ListNodesResponse(nodes=[node_to_proto(n) for n in page], next_page_token=token)
+
+    async def _transition(self, request: Any, event: NodeEvent) -> node_pb2.Node:
+        node_id, reason = _node_id_and_reason(request)
+        view = await commands.transition(self._store, current_principal(), node_id, event, reason)
+        return node_to_proto(view)
+
+    async def CompleteBurnIn(
+        self, request: node_pb2.CompleteBurnInRequest, context: Context
+    ) -> node_pb2.CompleteBurnInResponse:
+        v = Violations()
+        v.identifier("node_id", request.node_id)
+        v.text("detail", request.detail)
+        v.raise_if_any()
+        view = await commands.complete_burn_in(
+            self._store, current_principal(), request.node_id, passed=request.passed, detail=request.detail
+        )
+        return node_pb2.CompleteBurnInResponse(node=node_to_proto(view))
+
+    async def CordonNode(self, request: node_pb2.CordonNodeRequest, context: Context) -> node_pb2.CordonNodeResponse:
+        node_id, reason = _node_id_and_reason(request)
+        view = await commands.set_cordon(self._store, current_principal(), node_id, cordoned=True, reason=reason)
+        return node_pb2.CordonNodeResponse(node=node_to_proto(view))
+
+    async def UncordonNode(
+        self, request: node_pb2.UncordonNodeRequest, context: Context
+    ) -> node_pb2.UncordonNodeResponse:
+        node_id, _ = _node_id_and_reason(request)
+        view = await commands.set_cordon(self._store, current_principal(), node_id, cordoned=False, reason="")
+        return node_pb2.UncordonNodeResponse(node=node_to_proto(view))
+
+    async def DrainNode(self, request: node_pb2.DrainNodeRequest, context: Context) -> node_pb2.DrainNodeResponse:
+        return node_pb2.DrainNodeResponse(node=await self._transition(request, NodeEvent.DRAIN))
+
+    async def StartRepair(self, request: node_pb2.StartRepairRequest, context: Context) -> node_pb2.StartRepairResponse:
+        return node_pb2.StartRepairResponse(node=await self._transition(request, NodeEvent.START_REPAIR))
+
+    async def ReturnToService(
+        self, request: node_pb2.ReturnToServiceRequest, context: Context
+    ) -> node_pb2.ReturnToServiceResponse:
+        return node_pb2.ReturnToServiceResponse(node=await self._transition(request, NodeEvent.RETURN_TO_SERVICE))
+
+    async def RetireNode(self, request: node_pb2.RetireNodeRequest, context: Context) -> node_pb2.RetireNodeResponse:
+        return node_pb2.RetireNodeResponse(node=await self._transition(request, NodeEvent.RETIRE))
+
+    async def ListNodeEvents(
+        self, request: node_pb2.ListNodeEventsRequest, context: Context
+    ) -> node_pb2.ListNodeEventsResponse:
+        node_id, _ = _node_id_and_reason(request)
+        async with self._store.read() as session:
+            rows = await repo.events(session, node_id)
+        return node_pb2.ListNodeEventsResponse(
+            events=[
+                node_pb2.NodeEvent(
+                    node_id=r.node_id,
+                    event=r.event,
+                    from_state=NODE_STATE_TO_PROTO[NodeState(r.from_state)],
+                    to_state=NODE_STATE_TO_PROTO[NodeState(r.to_state)],
+                    reason=r.reason,
+                    actor=r.actor,
+                    time=timestamp(r.at_us),
+                )
+                for r in rows
+            ]
+        )

@@ -1,0 +1,45 @@
+"""Builds ``google.longrunning.Operation`` messages from stored operations."""
+
+from __future__ import annotations
+
+from google.longrunning import operations_pb2
+from google.protobuf.any_pb2 import Any as AnyProto
+
+from gpucloud.v1 import allocation_pb2
+from services.allocations import repository as allocations_repo
+from services.allocations.proto import allocation_to_proto
+from services.allocations.states import AllocationState
+from services.convert import ALLOCATION_STATE_TO_PROTO, timestamp
+from services.operations.repository import name_of
+from services.store.engine import Store
+from services.store.models import OperationRow
+
+
+def _pack(message: allocation_pb2.Allocation | allocation_pb2.CancelAllocationMetadata) -> AnyProto:
+    packed = AnyProto()
+    packed.Pack(message)
+    return packed
+
+
+class OperationBuilder:
+    """Reads what an operation is about and renders it with metadata and, once done, response."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+
+    async def build(self, row: OperationRow) -> operations_pb2.Operation:
+        async with self._store.read() as session:
+            view = await allocations_repo.get_view(session, row.target_id, tenant_id=None)
+        released = len(view.node_ids) if row.done else 0
+        metadata = allocation_pb2.CancelAllocationMetadata(
+            allocation_id=view.row.allocation_id,
+            state=ALLOCATION_STATE_TO_PROTO[AllocationState(view.row.state)],
+            request_time=timestamp(view.row.cancel_us),
+            release_time=timestamp(view.row.released_us),
+            nodes_total=len(view.node_ids),
+            nodes_released=released,
+        )
+        operation = operations_pb2.Operation(name=name_of(row.operation_id), done=row.done, metadata=_pack(metadata))
+        if row.done:
+            operation.response.CopyFrom(_pack(allocation_to_proto(view)))
+        return operation

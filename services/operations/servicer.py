@@ -1,0 +1,122 @@
+"""google.longrunning.Operations: read, wait for, list and delete operations.
+
+Operations are scoped like the objects they act on: a tenant sees only its own, and another
+tenant's operation is NOT_FOUND. Operations stay readable after they are done.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import grpc
+from google.longrunning import operations_pb2, operations_pb2_grpc
+from google.protobuf.empty_pb2 import Empty
+
+from services.allocations.commands import tenant_scope
+from services.auth.principal import current_principal
+from services.errors import FailedPrecondition, InvalidArgument
+from services.notify import Notifier
+from services.operations import repository as repo
+from services.operations.builder import OperationBuilder
+from services.paging import Cursor, PageTokens
+from services.store.engine import Store
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+DEFAULT_WAIT_SECONDS = 30.0
+MAX_WAIT_SECONDS = 300.0
+
+
+def _operation_id(name: str) -> str:
+    operation_id = repo.id_from_name(name)
+    if operation_id is None or len(name) > 128:
+        raise InvalidArgument.for_field("name", f"{name[:80]!r} is not an operation name ('operations/<id>')")
+    return operation_id
+
+
+class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignore[misc]
+    def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, changed: Notifier) -> None:
+        self._store = store
+        self._tokens = page_tokens
+        self._builder = builder
+        self._changed = changed
+
+    async def GetOperation(
+        self, request: operations_pb2.GetOperationRequest, context: Context
+    ) -> operations_pb2.Operation:
+        operation_id = _operation_id(request.name)
+        async with self._store.read() as session:
+            row = await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
+        return await self._builder.build(row)
+
+    async def WaitOperation(
+        self, request: operations_pb2.WaitOperationRequest, context: Context
+    ) -> operations_pb2.Operation:
+        """Return once the operation is done or the timeout passes (done=false then)."""
+        operation_id = _operation_id(request.name)
+        wait = DEFAULT_WAIT_SECONDS
+        if request.HasField("timeout"):
+            wait = request.timeout.ToTimedelta().total_seconds()
+            if wait < 0:
+                raise InvalidArgument.for_field("timeout", "must not be negative")
+        remaining = context.time_remaining()
+        if remaining is not None:
+            # Answer before the client's deadline so it gets the state, not DEADLINE_EXCEEDED.
+            wait = min(wait, max(0.0, remaining - 0.05))
+        deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
+        scope = tenant_scope(current_principal())
+        while True:
+            async with self._store.read() as session:
+                row = await repo.get_row(session, operation_id, tenant_id=scope)
+            left = deadline - time.monotonic()
+            if row.done or left <= 0:
+                return await self._builder.build(row)
+            # Woken when any operation completes here; the periodic re-read covers other replicas.
+            await self._changed.wait(min(left, 0.5))
+
+    async def ListOperations(
+        self, request: operations_pb2.ListOperationsRequest, context: Context
+    ) -> operations_pb2.ListOperationsResponse:
+        principal = current_principal()
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        if request.filter:
+            v.add("filter", "filters are not supported; leave it empty")
+        v.raise_if_any()
+        scope = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
+        cursor = self._tokens.decode(request.page_token, scope)
+        async with self._store.read() as session:
+            rows = await repo.list_page(session, tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].operation_id), scope)
+        return operations_pb2.ListOperationsResponse(
+            operations=[await self._builder.build(r) for r in rows], next_page_token=token
+        )
+
+    async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
+        """Forget a finished operation; an unfinished one cannot be deleted."""
+        operation_id = _operation_id(request.name)
+        async with self._store.write() as session:
+            row = await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
+            if not row.done:
+                raise FailedPrecondition(
+                    reason="OPERATION_NOT_DONE",
+                    message=f"{request.name} is still running; wait for it before deleting it",
+                    metadata={"field": "name"},
+                )
+            await session.delete(row)
+        return Empty()
+
+    async def CancelOperation(self, request: operations_pb2.CancelOperationRequest, context: Context) -> Empty:
+        """A cancel-allocation operation is itself the cancel: it cannot be called off."""
+        operation_id = _operation_id(request.name)
+        async with self._store.read() as session:
+            await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
+        raise FailedPrecondition(
+            reason="OPERATION_NOT_CANCELLABLE",
+            message=f"{request.name} releases nodes and cannot be cancelled",
+            metadata={"field": "name"},
+        )

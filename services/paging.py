@@ -1,0 +1,93 @@
+"""Opaque page tokens over a keyset cursor.
+
+A token carries the last row's sort key, a hash of the query it belongs to (filters and the
+caller's tenant) and an issue time, HMAC-SHA256 signed with a server-wide key and base64url
+encoded. The server re-derives the query hash on every call, so a token replayed with other
+filters or by another tenant is INVALID_ARGUMENT; a token never authorizes anything by itself.
+
+Lists order by an immutable (create time, id) pair, newest first. Rows inserted while a client
+pages land before its cursor, so every row that exists for the whole traversal is returned
+exactly once.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from services.clock import now_us
+from services.errors import InvalidArgument
+
+VERSION = 1
+TOKEN_TTL_US = 3 * 24 * 3600 * 1_000_000
+_MAC_BYTES = 32
+MAX_TOKEN_LENGTH = 1024
+
+
+@dataclass(frozen=True)
+class Cursor:
+    """Where the previous page ended: the last row's sort key."""
+
+    created_us: int
+    last_id: str
+
+
+def query_hash(scope: Mapping[str, str | int]) -> str:
+    """A stable digest of everything that defines a listing besides the page size."""
+    canonical = json.dumps(dict(scope), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()[:32]
+
+
+class PageTokens:
+    """Signs and verifies page tokens with one key."""
+
+    def __init__(self, key: bytes) -> None:
+        if len(key) < 32:
+            raise ValueError("page token key must be at least 32 bytes")
+        self._key = key
+
+    def encode(self, cursor: Cursor, scope: Mapping[str, str | int]) -> str:
+        payload = json.dumps(
+            {"v": VERSION, "t": cursor.created_us, "id": cursor.last_id, "q": query_hash(scope), "iat": now_us()},
+            separators=(",", ":"),
+        ).encode()
+        mac = hmac.new(self._key, payload, hashlib.sha256).digest()
+        return base64.urlsafe_b64encode(mac + payload).decode().rstrip("=")
+
+    def decode(self, token: str, scope: Mapping[str, str | int], *, field_path: str = "page_token") -> Cursor | None:
+        """The cursor of ``token``, None for an empty token; INVALID_ARGUMENT if it is not ours,
+        was tampered with, has expired or belongs to another query."""
+        if not token:
+            return None
+
+        def bad(why: str) -> InvalidArgument:
+            return InvalidArgument.for_field(field_path, why, reason="INVALID_PAGE_TOKEN")
+
+        if len(token) > MAX_TOKEN_LENGTH:
+            raise bad("is too long to be a page token")
+        try:
+            raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
+        except (binascii.Error, ValueError):
+            raise bad("is not a page token of this server") from None
+        mac, payload = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
+        expected = hmac.new(self._key, payload, hashlib.sha256).digest()
+        if len(mac) != _MAC_BYTES or not hmac.compare_digest(mac, expected):
+            raise bad("is not a page token of this server (bad signature)")
+        try:
+            fields = json.loads(payload)
+            version, created_us, last_id = fields["v"], fields["t"], fields["id"]
+            issued, scope_hash = fields["iat"], fields["q"]
+        except (ValueError, KeyError, TypeError):
+            raise bad("is malformed") from None
+        if version != VERSION or not isinstance(created_us, int) or not isinstance(last_id, str):
+            raise bad("has an unsupported version")
+        if scope_hash != query_hash(scope):
+            raise bad("belongs to a listing with other filters or another caller")
+        if not isinstance(issued, int) or now_us() - issued > TOKEN_TTL_US:
+            raise bad("has expired; start the listing again")
+        return Cursor(created_us, last_id)

@@ -1,0 +1,131 @@
+"""Wiring of the control plane: store, servicers, interceptor, health, reflection, workers.
+
+``ControlPlane`` owns everything it starts: the gRPC server and a task group for background
+workers. ``stop`` flips health to NOT_SERVING, drains RPCs for a grace period, cancels the
+workers and closes the database, leaking no task.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import structlog
+from google.longrunning import operations_pb2, operations_pb2_grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2, node_pb2_grpc, tenant_pb2, tenant_pb2_grpc
+from services.allocations.releaser import Releaser
+from services.allocations.servicer import AllocationServicer
+from services.auth.authenticator import Authenticator
+from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
+from services.interceptors import ControlPlaneInterceptor
+from services.nodes.servicer import NodeServicer
+from services.notify import Notifier
+from services.operations.builder import OperationBuilder
+from services.operations.servicer import OperationsServicer
+from services.paging import PageTokens
+from services.store import secrets
+from services.store.engine import Store, sqlite_url
+from services.tenants.servicer import TenantServicer
+from services.workers import Workers
+
+log = structlog.get_logger(__name__)
+
+SERVICE_NAMES = (
+    tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
+    node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
+    allocation_pb2.DESCRIPTOR.services_by_name["AllocationService"].full_name,
+    operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name,
+)
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """How to run one control-plane process."""
+
+    data_dir: Path
+    listen: str = "127.0.0.1:50051"
+    # None: a SQLite file in data_dir. Otherwise an SQLAlchemy async URL (postgresql+asyncpg://...).
+    database_url: str | None = None
+    # Stand-in for agents' scrub reports: how long a released node takes to wipe.
+    scrub_seconds: float = 1.0
+    grace_seconds: float = 2.0
+
+
+class ControlPlane:
+    """One running control-plane process."""
+
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.port: int | None = None
+        self.operator_token_created: Path | None = None
+        self._store: Store | None = None
+        self._server: grpc.aio.Server | None = None
+        self._health: health.aio.HealthServicer | None = None
+        self._workers = Workers()
+
+    @property
+    def operator_token_path(self) -> Path:
+        return self.config.data_dir / OPERATOR_TOKEN_FILE
+
+    @property
+    def address(self) -> str:
+        host = self.config.listen.rsplit(":", 1)[0]
+        return f"{host}:{self.port}"
+
+    async def start(self) -> None:
+        """Open the store (migrating it), bootstrap credentials, bind and serve."""
+        config = self.config
+        config.data_dir.mkdir(parents=True, exist_ok=True)
+        store = await Store.open(config.database_url or sqlite_url(config.data_dir))
+        self._store = store
+        self.operator_token_created = await bootstrap_operator(store, config.data_dir)
+        page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
+
+        wake_releaser, operations_changed = Notifier(), Notifier()
+        builder = OperationBuilder(store)
+        server = grpc.aio.server(
+            interceptors=[ControlPlaneInterceptor(Authenticator(store))],
+            # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
+            options=[("grpc.so_reuseport", 0)],
+        )
+        tenant_pb2_grpc.add_TenantServiceServicer_to_server(TenantServicer(store, page_tokens), server)
+        node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(store, page_tokens), server)
+        allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
+            AllocationServicer(store, page_tokens, builder, wake_releaser), server
+        )
+        operations_pb2_grpc.add_OperationsServicer_to_server(
+            OperationsServicer(store, page_tokens, builder, operations_changed), server
+        )
+        self._health = health.aio.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
+        self.port = server.add_insecure_port(config.listen)
+        self._server = server
+
+        releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
+        self._workers.start(releaser.run(), name="releaser")
+
+        await server.start()
+        for name in ("", *SERVICE_NAMES):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("control_plane_started", address=self.address, database=store.dialect, data_dir=str(config.data_dir))
+
+    async def wait(self) -> None:
+        assert self._server is not None
+        await self._server.wait_for_termination()
+
+    async def stop(self) -> None:
+        """Stop serving, drain in-flight RPCs, cancel workers and close the store."""
+        if self._health is not None:
+            await self._health.enter_graceful_shutdown()
+        if self._server is not None:
+            await self._server.stop(self.config.grace_seconds)
+        await self._workers.stop()
+        if self._store is not None:
+            await self._store.close()
+            self._store = None
+        log.info("control_plane_stopped")

@@ -1,0 +1,108 @@
+"""Database engines and transactions for SQLite (embedded default) and PostgreSQL.
+
+SQLite needs care (see ../shared/research/stack.md): pysqlite emits no BEGIN before a SELECT,
+so a read-then-write loses updates unless the transaction starts with ``BEGIN IMMEDIATE``.
+Writes therefore go through their own single-connection engine that begins every transaction
+IMMEDIATE (taking the write lock up front, so writers queue in-process instead of failing with
+"database is locked"); reads use a separate pool with plain deferred transactions, which WAL
+lets run beside the writer. On PostgreSQL one pool serves both and row locks
+(``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
+from sqlalchemy.pool import NullPool
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from services.store.migrations import upgrade_to_head
+
+SQLITE_BUSY_TIMEOUT_MS = 10_000
+
+
+def sqlite_url(data_dir: Path) -> str:
+    """The default database: a SQLite file in the data directory."""
+    return f"sqlite+aiosqlite:///{data_dir / 'gpucloud.db'}"
+
+
+def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
+        # Let SQLAlchemy, not pysqlite, decide when transactions begin.
+        dbapi_connection.isolation_level = None
+        cursor = dbapi_connection.cursor()
+        cursor.execute("PRAGMA journal_mode=WAL")
+        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
+        cursor.execute("PRAGMA foreign_keys=ON")
+        cursor.execute("PRAGMA synchronous=NORMAL")
+        cursor.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _on_begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+class Store:
+    """The control plane's database: a write and a read session factory over one schema."""
+
+    def __init__(self, url: str, write_engine: AsyncEngine, read_engine: AsyncEngine) -> None:
+        self.url = url
+        self._write_engine = write_engine
+        self._read_engine = read_engine
+        self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
+        self._reads = async_sessionmaker(read_engine, class_=AsyncSession, expire_on_commit=False)
+
+    @property
+    def dialect(self) -> str:
+        """``sqlite`` or ``postgresql``."""
+        return self._write_engine.dialect.name
+
+    @classmethod
+    async def open(cls, url: str) -> Store:
+        """Connect, and create or upgrade the schema to the newest migration."""
+        parsed = make_url(url)
+        if parsed.get_backend_name() == "sqlite":
+            if parsed.database in (None, "", ":memory:"):
+                raise ValueError("in-memory SQLite shares one connection between tasks; use a file")
+            # One writer connection: SQLite has one write lock anyway, and queueing on the pool
+            # is cheaper and fairer than spinning on busy_timeout.
+            write_engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
+            read_engine = create_async_engine(url, pool_size=4, max_overflow=4)
+            _configure_sqlite(write_engine, immediate=True)
+            _configure_sqlite(read_engine, immediate=False)
+        else:
+            write_engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+            read_engine = write_engine
+        store = cls(url, write_engine, read_engine)
+        async with write_engine.begin() as connection:
+            await connection.run_sync(upgrade_to_head)
+        return store
+
+    @asynccontextmanager
+    async def write(self) -> AsyncIterator[AsyncSession]:
+        """A read-write transaction, committed on success and rolled back on any error."""
+        async with self._writes() as session, session.begin():
+            yield session
+
+    @asynccontextmanager
+    async def read(self) -> AsyncIterator[AsyncSession]:
+        """A read-only transaction over a consistent snapshot."""
+        async with self._reads() as session, session.begin():
+            yield session
+
+    async def close(self) -> None:
+        await self._write_engine.dispose()
+        if self._read_engine is not self._write_engine:
+            await self._read_engine.dispose()
+
+
+def null_pool_engine(url: str) -> AsyncEngine:
+    """An engine without pooling, for one-off administrative connections (tests, migrations)."""
+    return create_async_engine(url, poolclass=NullPool)

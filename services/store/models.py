@@ -1,0 +1,169 @@
+"""The relational schema of the control plane, as SQLModel tables.
+
+Times are integer microseconds since the epoch (UTC) so that both SQLite and PostgreSQL keep
+them exactly and keyset cursors compare integers. Invariants that must hold under concurrency
+live here as constraints, not in Python:
+
+- a node is in at most one live assignment (``uq_assignment_live_node``, partial unique index);
+- an idempotency key is unique per (tenant, method, request_id) (primary key);
+- a GPU UUID belongs to one node (primary key).
+
+Changing this file needs a new Alembic revision under ``services/store/migrations/versions``;
+tests/store/test_migrations.py fails while the two disagree.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, UniqueConstraint, text
+from sqlmodel import Field, SQLModel
+
+_LIVE = text("released_us IS NULL")
+
+
+class TenantRow(SQLModel, table=True):
+    __tablename__ = "tenants"
+
+    tenant_id: str = Field(primary_key=True, max_length=63)
+    display_name: str = Field(max_length=256)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class TokenRow(SQLModel, table=True):
+    """An API credential. Only a SHA-256 of the secret is stored."""
+
+    __tablename__ = "api_tokens"
+
+    token_id: str = Field(primary_key=True, max_length=32)
+    secret_sha256: str = Field(max_length=64)
+    role: str = Field(max_length=16)
+    tenant_id: str | None = Field(default=None, foreign_key="tenants.tenant_id", max_length=63)
+    node_id: str | None = Field(default=None, max_length=63)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    revoked_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class NodeRow(SQLModel, table=True):
+    __tablename__ = "nodes"
+    __table_args__ = (Index("ix_nodes_placement", "gpu_model", "state", "node_id"),)
+
+    node_id: str = Field(primary_key=True, max_length=63)
+    gpu_model: str = Field(max_length=16)
+    zone: str = Field(max_length=63)
+    rack: str = Field(max_length=63)
+    leaf_switch: str = Field(max_length=63)
+    state: str = Field(max_length=16)
+    cordoned: bool = Field(default=False)
+    status_reason: str = Field(default="", max_length=256)
+    # Set by a drain: when the node's scrub finishes it is quarantined instead of made READY.
+    drain_pending: bool = Field(default=False)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    state_changed_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class GpuRow(SQLModel, table=True):
+    __tablename__ = "gpus"
+    __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_gpus_node_index"),)
+
+    gpu_uuid: str = Field(primary_key=True, max_length=96)
+    node_id: str = Field(foreign_key="nodes.node_id", max_length=63, index=True)
+    gpu_index: int
+
+
+class NodeEventRow(SQLModel, table=True):
+    """One state change of a node, with its cause: the read path of "why is it in this state"."""
+
+    __tablename__ = "node_events"
+
+    event_seq: int | None = Field(default=None, primary_key=True)
+    node_id: str = Field(foreign_key="nodes.node_id", max_length=63, index=True)
+    event: str = Field(max_length=32)
+    from_state: str = Field(max_length=16)
+    to_state: str = Field(max_length=16)
+    reason: str = Field(default="", max_length=256)
+    actor: str = Field(max_length=96)
+    at_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class AllocationRow(SQLModel, table=True):
+    __tablename__ = "allocations"
+    __table_args__ = (
+        # The keyset order of ListAllocations: immutable create time, unique id tiebreaker.
+        Index("ix_allocations_tenant_order", "tenant_id", "created_us", "allocation_id"),
+        Index("ix_allocations_order", "created_us", "allocation_id"),
+        Index("ix_allocations_state", "state"),
+    )
+
+    allocation_id: str = Field(primary_key=True, max_length=40)
+    tenant_id: str = Field(foreign_key="tenants.tenant_id", max_length=63)
+    gpu_model: str = Field(max_length=16)
+    node_count: int
+    state: str = Field(max_length=16)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    cancel_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class AssignmentRow(SQLModel, table=True):
+    """A node held by an allocation. Live while ``released_us`` is NULL."""
+
+    __tablename__ = "assignments"
+    __table_args__ = (
+        Index(
+            "uq_assignment_live_node",
+            "node_id",
+            unique=True,
+            sqlite_where=_LIVE,
+            postgresql_where=_LIVE,
+        ),
+        Index("ix_assignments_allocation", "allocation_id"),
+    )
+
+    assignment_id: int | None = Field(default=None, primary_key=True)
+    allocation_id: str = Field(foreign_key="allocations.allocation_id", max_length=40)
+    node_id: str = Field(foreign_key="nodes.node_id", max_length=63)
+    tenant_id: str = Field(max_length=63)
+    position: int
+    assigned_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class IdempotencyKeyRow(SQLModel, table=True):
+    """The first outcome of a request_id, replayed to every retry of it."""
+
+    __tablename__ = "idempotency_keys"
+
+    tenant_id: str = Field(primary_key=True, max_length=63)
+    method: str = Field(primary_key=True, max_length=64)
+    request_id: str = Field(primary_key=True, max_length=64)
+    fingerprint: str = Field(max_length=64)
+    result_id: str = Field(max_length=64)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class OperationRow(SQLModel, table=True):
+    """A long-running operation; kept after it is done so clients can poll late."""
+
+    __tablename__ = "operations"
+    __table_args__ = (
+        UniqueConstraint("kind", "target_id", name="uq_operations_kind_target"),
+        Index("ix_operations_tenant_order", "tenant_id", "created_us", "operation_id"),
+    )
+
+    operation_id: str = Field(primary_key=True, max_length=48)
+    tenant_id: str = Field(max_length=63)
+    kind: str = Field(max_length=32)
+    target_id: str = Field(max_length=64)
+    done: bool = Field(default=False)
+    error_code: int | None = None
+    error_message: str | None = Field(default=None, max_length=512)
+    created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    done_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class SecretRow(SQLModel, table=True):
+    """Server-wide secrets shared by every replica (the page-token signing key)."""
+
+    __tablename__ = "server_secrets"
+
+    name: str = Field(primary_key=True, max_length=64)
+    value: bytes = Field(sa_column=Column(LargeBinary, nullable=False))

@@ -1,0 +1,72 @@
+"""TenantService: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gpucloud.v1 import tenant_pb2, tenant_pb2_grpc
+from services.auth.principal import current_principal
+from services.convert import timestamp
+from services.paging import Cursor, PageTokens
+from services.store.engine import Store
+from services.store.models import TenantRow
+from services.tenants import commands
+from services.tenants import repository as repo
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def tenant_to_proto(row: TenantRow) -> tenant_pb2.Tenant:
+    return tenant_pb2.Tenant(
+        tenant_id=row.tenant_id, display_name=row.display_name, create_time=timestamp(row.created_us)
+    )
+
+
+class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
+    def __init__(self, store: Store, page_tokens: PageTokens) -> None:
+        self._store = store
+        self._tokens = page_tokens
+
+    async def CreateTenant(
+        self, request: tenant_pb2.CreateTenantRequest, context: Context
+    ) -> tenant_pb2.CreateTenantResponse:
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id)
+        v.text("display_name", request.display_name)
+        v.raise_if_any()
+        row, token = await commands.create(self._store, request.tenant_id, request.display_name)
+        return tenant_pb2.CreateTenantResponse(tenant=tenant_to_proto(row), token=token)
+
+    async def GetTenant(self, request: tenant_pb2.GetTenantRequest, context: Context) -> tenant_pb2.GetTenantResponse:
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id)
+        v.raise_if_any()
+        row = await commands.get_visible(self._store, current_principal(), request.tenant_id)
+        return tenant_pb2.GetTenantResponse(tenant=tenant_to_proto(row))
+
+    async def ListTenants(
+        self, request: tenant_pb2.ListTenantsRequest, context: Context
+    ) -> tenant_pb2.ListTenantsResponse:
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        v.raise_if_any()
+        scope = {"list": "tenants"}
+        cursor = self._tokens.decode(request.page_token, scope)
+        async with self._store.read() as session:
+            rows = await repo.list_page(session, after_id=cursor.last_id if cursor else None, limit=size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = self._tokens.encode(Cursor(0, rows[-1].tenant_id), scope)
+        return tenant_pb2.ListTenantsResponse(tenants=[tenant_to_proto(r) for r in rows], next_page_token=token)
+
+    async def CreateTenantToken(
+        self, request: tenant_pb2.CreateTenantTokenRequest, context: Context
+    ) -> tenant_pb2.CreateTenantTokenResponse:
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id)
+        v.raise_if_any()
+        return tenant_pb2.CreateTenantTokenResponse(token=await commands.create_token(self._store, request.tenant_id))

@@ -1,0 +1,82 @@
+"""Field checks shared by every resource's request rules.
+
+Each check appends to a list of violations instead of raising, so one error names every bad
+field of a request at once. ``Violations.raise_if_any`` turns the list into INVALID_ARGUMENT.
+"""
+
+from __future__ import annotations
+
+import re
+
+from services.errors import FieldViolation, InvalidArgument
+
+ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
+MAX_TEXT = 256
+MAX_REQUEST_ID = 64
+DEFAULT_PAGE_SIZE = 100
+MAX_PAGE_SIZE = 1000
+
+
+class Violations:
+    """Collects the bad fields of one request."""
+
+    def __init__(self) -> None:
+        self.items: list[FieldViolation] = []
+
+    def add(self, field_path: str, description: str) -> None:
+        self.items.append(FieldViolation(field_path, description))
+
+    def raise_if_any(self) -> None:
+        if self.items:
+            raise InvalidArgument.for_fields(self.items)
+
+    def identifier(self, field_path: str, value: str, *, required: bool = True) -> None:
+        """A resource id: 1-63 of lowercase letters, digits and '-', not starting with '-'."""
+        if not value:
+            if required:
+                self.add(field_path, "is required")
+            return
+        if not ID_PATTERN.fullmatch(value):
+            shown = value if len(value) <= 80 else value[:77] + "..."
+            self.add(
+                field_path,
+                f"{shown!r} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
+            )
+
+    def text(self, field_path: str, value: str, *, max_length: int = MAX_TEXT, required: bool = False) -> None:
+        """Free text: printable, at most ``max_length`` characters."""
+        if not value:
+            if required:
+                self.add(field_path, "is required")
+            return
+        if len(value) > max_length:
+            self.add(field_path, f"is {len(value)} characters long; the limit is {max_length}")
+        elif not value.isprintable():
+            self.add(field_path, "contains control characters")
+
+    def request_id(self, field_path: str, value: str) -> None:
+        """An idempotency key: optional, at most 64 printable ASCII characters, no spaces."""
+        if not value:
+            return
+        if len(value) > MAX_REQUEST_ID:
+            self.add(field_path, f"is {len(value)} characters long; the limit is {MAX_REQUEST_ID}")
+        elif not (value.isascii() and value.isprintable()) or " " in value:
+            self.add(field_path, "must be printable ASCII without spaces (a UUID4 is recommended)")
+
+    def enum(self, field_path: str, value: int, known: frozenset[int], *, required: bool = True) -> None:
+        """A proto enum value: known to this server, and not *_UNSPECIFIED when required."""
+        if value == 0:
+            if required:
+                self.add(field_path, "is required")
+            return
+        if value not in known:
+            self.add(field_path, f"unknown value {value}")
+
+    def page_size(self, field_path: str, value: int) -> int:
+        """The effective page size: 0 means the default, large values are capped."""
+        if value < 0:
+            self.add(field_path, f"must not be negative (got {value})")
+            return DEFAULT_PAGE_SIZE
+        if value == 0:
+            return DEFAULT_PAGE_SIZE
+        return min(value, MAX_PAGE_SIZE)

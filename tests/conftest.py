@@ -1,0 +1,112 @@
+"""Shared fixtures: a real database (SQLite file, or a fresh PostgreSQL database), a real
+control plane on a loopback port, and real clients.
+
+Set GPUCLOUD_TEST_DATABASE_URL to a PostgreSQL server URL (postgresql+asyncpg://user@host/db)
+to run every database-backed test against PostgreSQL: each test then creates a database of its
+own and drops it afterwards, never trusting what an earlier run left on the server.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from clients import AsyncClient
+from services.server import ControlPlane, ServerConfig
+
+PG_ENV = "GPUCLOUD_TEST_DATABASE_URL"
+
+
+def backend() -> str:
+    return "postgresql" if os.environ.get(PG_ENV) else "sqlite"
+
+
+@pytest.fixture
+async def database_url(tmp_path: Path) -> AsyncIterator[str]:
+    """A URL of an empty database that exists for this test only."""
+    admin_url = os.environ.get(PG_ENV)
+    if not admin_url:
+        yield f"sqlite+aiosqlite:///{tmp_path / 'test.db'}"
+        return
+    url = make_url(admin_url)
+    name = f"gpucloud_test_{secrets.token_hex(6)}"
+    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    admin = await asyncpg.connect(dsn)
+    try:
+        await admin.execute(f'CREATE DATABASE "{name}"')
+        yield url.set(database=name).render_as_string(hide_password=False)
+    finally:
+        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        await admin.close()
+
+
+@dataclass
+class RunningControlPlane:
+    """A started control plane and the operator credential it minted."""
+
+    plane: ControlPlane
+    config: ServerConfig
+    operator_token: str
+
+    @property
+    def address(self) -> str:
+        return self.plane.address
+
+    def client(self, token: str | None = None) -> AsyncClient:
+        return AsyncClient(self.address, token or self.operator_token, timeout=15)
+
+
+async def start_control_plane(data_dir: Path, database_url: str, **overrides: object) -> RunningControlPlane:
+    config = ServerConfig(data_dir=data_dir, listen="127.0.0.1:0", database_url=database_url, scrub_seconds=0.05)
+    for key, value in overrides.items():
+        object.__setattr__(config, key, value)
+    plane = ControlPlane(config)
+    await plane.start()
+    token = plane.operator_token_path.read_text().strip()
+    return RunningControlPlane(plane, config, token)
+
+
+@pytest.fixture
+async def control_plane(tmp_path: Path, database_url: str) -> AsyncIterator[RunningControlPlane]:
+    running = await start_control_plane(tmp_path / "data", database_url)
+    try:
+        yield running
+    finally:
+        await running.plane.stop()
+
+
+@pytest.fixture
+async def operator(control_plane: RunningControlPlane) -> AsyncIterator[AsyncClient]:
+    async with control_plane.client() as client:
+        yield client
+
+
+def gpu_uuids(node_id: str) -> list[str]:
+    return [f"GPU-{node_id}-{i:02d}" for i in range(8)]
+
+
+async def register_ready_nodes(
+    client: AsyncClient, count: int, *, gpu_model: str = "H100", prefix: str = "node", zone: str = "zone-a"
+) -> list[str]:
+    """Register ``count`` nodes and pass their burn-in; return their ids."""
+    ids = []
+    for i in range(count):
+        node_id = f"{prefix}-{i:03d}"
+        await client.register_node(
+            node_id,
+            gpu_model=gpu_model,
+            gpu_uuids=gpu_uuids(node_id),
+            zone=zone,
+            rack=f"rack-{i // 4}",
+            leaf_switch=f"leaf-{i // 8}",
+        )
+        await client.complete_burn_in(node_id)
+        ids.append(node_id)
+    return ids
