@@ -51,21 +51,9 @@ class CreatedTenant:
     token: str
 
 
-def _gpu_model(name: str) -> int:
-    number = convert.gpu_model_number(name)
-    if number == 0:
-        known = ", ".join(n.removeprefix("GPU_MODEL_") for n in node_pb2.GpuModel.keys()[1:])
-        raise ValueError(f"unknown GPU model {name!r}; one of {known}")
-    return number
-
-
-def _state(enum: str, name: str | None) -> int:
-    if not name:
-        return 0
-    number = convert.state_number(enum, name)
-    if number == 0:
-        raise ValueError(f"unknown {enum} {name!r}")
-    return number
+def _operations_stub(channel: grpc.aio.Channel) -> Any:
+    # googleapis-common-protos ships no types for its grpc stubs.
+    return operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
 
 
 class AsyncClient:
@@ -160,7 +148,7 @@ class AsyncClient:
         stub = node_pb2_grpc.NodeServiceStub(self._ch())
         request = node_pb2.RegisterNodeRequest(
             node_id=node_id,
-            gpu_model=_gpu_model(gpu_model),
+            gpu_model=convert.gpu_model_value(gpu_model),
             gpus=[node_pb2.Gpu(uuid=u, index=i) for i, u in enumerate(gpu_uuids)],
             zone=zone,
             rack=rack,
@@ -183,8 +171,8 @@ class AsyncClient:
     ) -> models.Page[models.Node]:
         stub = node_pb2_grpc.NodeServiceStub(self._ch())
         request = node_pb2.ListNodesRequest(
-            state=_state("NodeState", state),
-            gpu_model=_gpu_model(gpu_model) if gpu_model else 0,
+            state=convert.node_state_value(state) if state else node_pb2.NODE_STATE_UNSPECIFIED,
+            gpu_model=convert.gpu_model_value(gpu_model) if gpu_model else node_pb2.GPU_MODEL_UNSPECIFIED,
             zone=zone,
             page_size=page_size,
             page_token=page_token,
@@ -249,7 +237,7 @@ class AsyncClient:
         stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
         request = allocation_pb2.CreateAllocationRequest(
             tenant_id=tenant_id,
-            gpu_model=_gpu_model(gpu_model),
+            gpu_model=convert.gpu_model_value(gpu_model),
             node_count=node_count,
             request_id=request_id if request_id is not None else str(uuid.uuid4()),
         )
@@ -272,7 +260,7 @@ class AsyncClient:
         stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
         request = allocation_pb2.ListAllocationsRequest(
             tenant_id=tenant_id,
-            state=_state("AllocationState", state),
+            state=convert.allocation_state_value(state) if state else allocation_pb2.ALLOCATION_STATE_UNSPECIFIED,
             page_size=page_size,
             page_token=page_token,
         )
@@ -301,12 +289,12 @@ class AsyncClient:
     # Operations -----------------------------------------------------------------------------
 
     async def get_operation(self, name: str) -> models.Operation:
-        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        stub = _operations_stub(self._ch())
         return convert.operation(await self._call(stub.GetOperation, operations_pb2.GetOperationRequest(name=name)))
 
     async def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
         """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
-        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        stub = _operations_stub(self._ch())
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -319,11 +307,11 @@ class AsyncClient:
                 return operation
 
     async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
-        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        stub = _operations_stub(self._ch())
         request = operations_pb2.ListOperationsRequest(page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListOperations, request)
         return models.Page([convert.operation(o) for o in response.operations], response.next_page_token)
 
     async def delete_operation(self, name: str) -> None:
-        stub = operations_pb2_grpc.OperationsStub(self._ch())
+        stub = _operations_stub(self._ch())
         await self._call(stub.DeleteOperation, operations_pb2.DeleteOperationRequest(name=name))

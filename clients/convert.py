@@ -31,23 +31,33 @@ def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
         return f"UNKNOWN_{number}"
 
 
-def gpu_model_number(name: str) -> int:
-    """``H100`` (or ``GPU_MODEL_H100``) -> its enum number; 0 for an unknown name."""
-    full = name if name.startswith("GPU_MODEL_") else f"GPU_MODEL_{name.upper()}"
-    try:
-        return node_pb2.GpuModel.Value(full)
-    except ValueError:
-        return 0
+def _full_name(prefix: str, name: str) -> str:
+    return name if name.startswith(prefix) else prefix + name.upper()
 
 
-def state_number(enum: str, name: str) -> int:
-    """``READY`` -> NodeState number (``enum`` is NodeState or AllocationState); 0 if unknown."""
-    wrapper = node_pb2.NodeState if enum == "NodeState" else allocation_pb2.AllocationState
-    prefix = "NODE_STATE_" if enum == "NodeState" else "ALLOCATION_STATE_"
+def gpu_model_value(name: str) -> node_pb2.GpuModel.ValueType:
+    """``H100`` (or ``GPU_MODEL_H100``) -> its enum value; ValueError names the known models."""
     try:
-        return wrapper.Value(name if name.startswith(prefix) else prefix + name.upper())
+        return node_pb2.GpuModel.Value(_full_name("GPU_MODEL_", name))
     except ValueError:
-        return 0
+        known = ", ".join(n.removeprefix("GPU_MODEL_") for n in node_pb2.GpuModel.keys()[1:])
+        raise ValueError(f"unknown GPU model {name!r}; one of {known}") from None
+
+
+def node_state_value(name: str) -> node_pb2.NodeState.ValueType:
+    try:
+        return node_pb2.NodeState.Value(_full_name("NODE_STATE_", name))
+    except ValueError:
+        known = ", ".join(n.removeprefix("NODE_STATE_") for n in node_pb2.NodeState.keys()[1:])
+        raise ValueError(f"unknown node state {name!r}; one of {known}") from None
+
+
+def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueType:
+    try:
+        return allocation_pb2.AllocationState.Value(_full_name("ALLOCATION_STATE_", name))
+    except ValueError:
+        known = ", ".join(n.removeprefix("ALLOCATION_STATE_") for n in allocation_pb2.AllocationState.keys()[1:])
+        raise ValueError(f"unknown allocation state {name!r}; one of {known}") from None
 
 
 def tenant(message: tenant_pb2.Tenant) -> models.Tenant:

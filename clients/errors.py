@@ -124,13 +124,11 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> GpucloudError:
             continue
         status = status_pb2.Status.FromString(value)
         for detail in status.details:
-            if detail.Is(error_details_pb2.ErrorInfo.DESCRIPTOR):
-                info = error_details_pb2.ErrorInfo()
-                detail.Unpack(info)
+            info = error_details_pb2.ErrorInfo()
+            bad = error_details_pb2.BadRequest()
+            if detail.Unpack(info):
                 reason, metadata = info.reason, dict(info.metadata)
-            elif detail.Is(error_details_pb2.BadRequest.DESCRIPTOR):
-                bad = error_details_pb2.BadRequest()
-                detail.Unpack(bad)
+            elif detail.Unpack(bad):
                 violations.update({v.field: v.description for v in bad.field_violations})
     cls = _BY_CODE.get(code, GpucloudError)
     return cls(error.details() or code.name, code=code, reason=reason, field_violations=violations, metadata=metadata)

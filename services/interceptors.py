@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import structlog
@@ -43,7 +43,8 @@ def to_status(error: ApiError) -> grpc.Status:
         )
         details.append(_pack(bad_request))
     status = status_pb2.Status(code=code_pb2.Code.Value(error.code), message=error.message, details=details)
-    return rpc_status.to_status(status)
+    converted: grpc.Status = rpc_status.to_status(status)
+    return converted
 
 
 def _pack(message: Any) -> AnyProto:
@@ -58,16 +59,17 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
 
     async def intercept_service(
         self,
-        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
-    ) -> grpc.RpcMethodHandler:
+    ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
-        method: str = handler_call_details.method  # type: ignore[attr-defined]
+        method: str = handler_call_details.method
         if handler is None or policy.is_public(method) or handler.unary_unary is None:
             # Unknown methods stay UNIMPLEMENTED; health and reflection need no token.
             return handler
-        metadata = handler_call_details.invocation_metadata  # type: ignore[attr-defined]
-        behaviour = self._wrap(method, metadata, handler.unary_unary)
+        metadata = handler_call_details.invocation_metadata
+        # Every servicer here is async, so the unary behaviour is a coroutine function.
+        behaviour = self._wrap(method, metadata, cast(Handler, handler.unary_unary))
         return grpc.unary_unary_rpc_method_handler(
             behaviour,
             request_deserializer=handler.request_deserializer,
@@ -93,7 +95,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                 code = error.code
                 await context.abort_with_status(to_status(error))
             except grpc.aio.AbortError:
-                code = context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"  # type: ignore[union-attr]
+                code = context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"
                 raise
             except Exception:
                 code = "INTERNAL"

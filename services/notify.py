@@ -1,7 +1,8 @@
 """A wake-up signal between tasks of one process: "something changed, look again".
 
-Waiters still re-read the database after waking, so a lost or spurious wake-up only costs
-latency; it never decides an outcome.
+A waiter notes ``generation`` before it reads the database and passes it to ``wait``; a change
+that lands between the read and the wait then returns at once instead of being missed. Waiters
+still re-read the database after waking, so a spurious wake-up only costs a query.
 """
 
 from __future__ import annotations
@@ -13,14 +14,18 @@ import contextlib
 class Notifier:
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self.generation = 0
 
     def notify(self) -> None:
         """Wake every current waiter."""
+        self.generation += 1
         self._event.set()
         self._event = asyncio.Event()
 
-    async def wait(self, timeout: float) -> None:
-        """Return on the next notify, or after ``timeout`` seconds, whichever is first."""
+    async def wait(self, seen: int, timeout: float) -> None:
+        """Return once ``generation`` has moved past ``seen``, or after ``timeout`` seconds."""
+        if self.generation != seen:
+            return
         event = self._event
         with contextlib.suppress(TimeoutError):
             await asyncio.wait_for(event.wait(), timeout)

@@ -97,7 +97,7 @@ class ControlPlane:
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, builder, wake_releaser), server
         )
-        operations_pb2_grpc.add_OperationsServicer_to_server(
+        operations_pb2_grpc.add_OperationsServicer_to_server(  # type: ignore[no-untyped-call]
             OperationsServicer(store, page_tokens, builder, operations_changed), server
         )
         self._health = health.aio.HealthServicer()

@@ -23,11 +23,11 @@ from services.clock import now_us
 from services.errors import PermissionDenied, ResourceExhausted
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
-from services.nodes.transitions import NodeEvent
+from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
 from services.paging import Cursor
 from services.store.engine import Store
-from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow
+from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow, table_of
 from services.tenants import repository as tenants_repo
 
 CREATE_METHOD = "CreateAllocation"
@@ -91,8 +91,10 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
         now = now_us()
         if request.request_id:
             # Claim the key before placing anything: concurrent duplicates queue here.
-            session.add(
-                IdempotencyKeyRow(
+            await session.execute(
+                table_of(IdempotencyKeyRow)
+                .insert()
+                .values(
                     tenant_id=request.tenant_id,
                     method=CREATE_METHOD,
                     request_id=request.request_id,
@@ -101,18 +103,24 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
                     created_us=now,
                 )
             )
-            await session.flush()
-        free = await nodes_repo.free_nodes(session, request.gpu_model, skip_locked=store.dialect == "postgresql")
-        by_id = {n.node_id: n for n in free}
-        chosen = first_fit([Candidate(n.node_id, n.zone, n.rack, n.leaf_switch) for n in free], request.node_count)
+        free = await nodes_repo.free_nodes(
+            session, request.gpu_model, limit=request.node_count, skip_locked=store.dialect == "postgresql"
+        )
+        chosen = first_fit([Candidate(*n) for n in free], request.node_count)
+        if chosen is None and store.dialect == "postgresql":
+            # SKIP LOCKED also skips nodes that a concurrent transaction locked and may yet
+            # roll back: before refusing, wait for those locks and look again.
+            free = await nodes_repo.free_nodes(session, request.gpu_model, limit=request.node_count, skip_locked=False)
+            chosen = first_fit([Candidate(*n) for n in free], request.node_count)
         if chosen is None:
+            available = await nodes_repo.count_free(session, request.gpu_model)
             raise ResourceExhausted(
                 reason="INSUFFICIENT_CAPACITY",
                 message=(
-                    f"{request.node_count} READY {request.gpu_model} node(s) requested, {len(free)} free; "
+                    f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free; "
                     "nothing was allocated"
                 ),
-                metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(len(free))},
+                metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
             )
         row = AllocationRow(
             allocation_id=allocation_id,
@@ -122,23 +130,27 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
             state=AllocationState.ACTIVE,
             created_us=now,
         )
-        session.add(row)
-        await session.flush()
-        for position, node_id in enumerate(chosen):
-            node = by_id[node_id]
-            await nodes_repo.apply(
-                session, node, NodeEvent.ALLOCATE, reason=allocation_id, actor=f"tenant:{request.tenant_id}", now_us=now
-            )
-            session.add(
-                AssignmentRow(
-                    allocation_id=allocation_id,
-                    node_id=node_id,
-                    tenant_id=request.tenant_id,
-                    position=position,
-                    assigned_us=now,
-                )
-            )
-        await session.flush()
+        await session.execute(table_of(AllocationRow).insert().values(**row.model_dump()))
+        await nodes_repo.apply_many(
+            session,
+            [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
+            reason=allocation_id,
+            actor=f"tenant:{request.tenant_id}",
+            now_us=now,
+        )
+        await session.execute(
+            table_of(AssignmentRow).insert(),
+            [
+                {
+                    "allocation_id": allocation_id,
+                    "node_id": node_id,
+                    "tenant_id": request.tenant_id,
+                    "position": position,
+                    "assigned_us": now,
+                }
+                for position, node_id in enumerate(chosen)
+            ],
+        )
         return AllocationView(row, tuple(chosen))
 
 
@@ -160,17 +172,17 @@ async def list_page(
     return page, after
 
 
-async def cancel(store: Store, principal: Principal, allocation_id: str) -> OperationRow:
+async def cancel(store: Store, principal: Principal, allocation_id: str) -> tuple[OperationRow, AllocationView]:
     """Accept a cancel: the allocation turns CANCELLING and its nodes start scrubbing.
 
-    Returns the cancel Operation, which the releaser completes once every node is released.
-    Cancelling again returns the same Operation, done or not.
+    Returns the cancel Operation, which the releaser completes once every node is released,
+    and the allocation as it is now. Cancelling again returns the same Operation, done or not.
     """
     async with store.write() as session:
         row = await repo.get_row(session, allocation_id, tenant_id=tenant_scope(principal), for_update=True)
         existing = await ops_repo.for_target(session, CANCEL_KIND, allocation_id)
         if existing is not None:
-            return existing
+            return existing, (await repo.views(session, [row]))[0]
         now = now_us()
         operation = OperationRow(
             operation_id="op-" + secrets.token_hex(10),
@@ -179,18 +191,21 @@ async def cancel(store: Store, principal: Principal, allocation_id: str) -> Oper
             target_id=allocation_id,
             created_us=now,
         )
-        session.add(operation)
+        held = await repo.held_nodes(session, [allocation_id])
         if row.state == AllocationState.CANCELLED:
             # Its operation was deleted after it finished: answer with a finished one again.
             operation.done, operation.done_us = True, row.released_us
-            return operation
-        row.state = AllocationState.CANCELLING
-        row.cancel_us = now
-        session.add(row)
-        for assignment in await repo.live_assignments(session, allocation_id):
-            node = await nodes_repo.get_row(session, assignment.node_id, for_update=True)
-            await nodes_repo.apply(
-                session, node, NodeEvent.RELEASE, reason=f"{allocation_id} cancelled", actor=principal.actor, now_us=now
+        else:
+            row.state = AllocationState.CANCELLING
+            row.cancel_us = now
+            await nodes_repo.apply_many(
+                session,
+                [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held],
+                reason=f"{allocation_id} cancelled",
+                actor=principal.actor,
+                now_us=now,
             )
-        await session.flush()
-        return operation
+        session.add(row)
+        session.add(operation)
+        view = (await repo.views(session, [row]))[0]
+        return operation, view

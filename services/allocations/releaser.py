@@ -19,7 +19,7 @@ from services.allocations.states import AllocationState
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.nodes import repository as nodes_repo
-from services.nodes.transitions import NodeEvent
+from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
@@ -27,6 +27,8 @@ from services.store.engine import Store
 log = structlog.get_logger(__name__)
 
 POLL_SECONDS = 1.0
+BATCH = 256
+BATCH_WINDOW_SECONDS = 0.02
 
 
 class Releaser:
@@ -40,6 +42,7 @@ class Releaser:
 
     async def run(self) -> None:
         while True:
+            seen = self._wake.generation
             try:
                 next_due_us = await self.release_due()
             except asyncio.CancelledError:
@@ -49,49 +52,44 @@ class Releaser:
                 log.exception("releaser_pass_failed")
                 next_due_us = None
             delay = POLL_SECONDS if next_due_us is None else max(0.0, (next_due_us - now_us()) / 1e6)
-            await self._wake.wait(min(delay, POLL_SECONDS))
+            await self._wake.wait(seen, min(delay, POLL_SECONDS))
+            # Let cancels that arrive together be released together, in one transaction.
+            await asyncio.sleep(BATCH_WINDOW_SECONDS)
 
     async def release_due(self) -> int | None:
         """Release every allocation whose scrub is done; return when the next one is due."""
         async with self._store.read() as session:
             pending = await repo.ids_in_state(session, AllocationState.CANCELLING)
-        next_due: int | None = None
-        for allocation in pending:
-            due = (allocation.cancel_us or 0) + self._scrub_us
-            if due <= now_us():
-                await self._release(allocation.allocation_id)
-            else:
-                next_due = due if next_due is None else min(next_due, due)
-        return next_due
+        now = now_us()
+        due = [a.allocation_id for a in pending if (a.cancel_us or 0) + self._scrub_us <= now]
+        waiting = [(a.cancel_us or 0) + self._scrub_us for a in pending if (a.cancel_us or 0) + self._scrub_us > now]
+        for start in range(0, len(due), BATCH):
+            await self._release(due[start : start + BATCH])
+        return min(waiting, default=None)
 
-    async def _release(self, allocation_id: str) -> None:
+    async def _release(self, allocation_ids: list[str]) -> None:
+        """Release a batch with a fixed number of set-based statements in one transaction:
+        under load, releases must not queue behind creates one write at a time, or capacity
+        drains faster than it returns."""
         async with self._store.write() as session:
-            row = await repo.get_row(session, allocation_id, tenant_id=None, for_update=True)
-            if row.state != AllocationState.CANCELLING:
-                return  # another replica finished it
             now = now_us()
-            for assignment in await repo.live_assignments(session, allocation_id):
-                node = await nodes_repo.get_row(session, assignment.node_id, for_update=True)
-                event = NodeEvent.FINISH_SCRUB_DRAINED if node.drain_pending else NodeEvent.FINISH_SCRUB
-                node.drain_pending = False
-                await nodes_repo.apply(
-                    session,
-                    node,
-                    event,
-                    reason=f"scrubbed after {allocation_id}",
-                    actor=CONTROL_PLANE.actor,
-                    now_us=now,
+            # Another replica may have finished some of them since they were read.
+            ids = await repo.lock_in_state(session, allocation_ids, AllocationState.CANCELLING)
+            if not ids:
+                return
+            held = await repo.held_nodes(session, ids)
+            drained = await nodes_repo.drain_pending(session, [h.node_id for h in held])
+            moves = [
+                nodes_repo.Move(
+                    h.node_id,
+                    NodeState(h.node_state),
+                    NodeEvent.FINISH_SCRUB_DRAINED if h.node_id in drained else NodeEvent.FINISH_SCRUB,
+                    reason=f"scrubbed after {h.allocation_id}",
                 )
-                assignment.released_us = now
-                session.add(assignment)
-            row.state = AllocationState.CANCELLED
-            row.released_us = now
-            session.add(row)
-            operation = await ops_repo.for_target(session, CANCEL_KIND, allocation_id)
-            if operation is not None:
-                operation.done = True
-                operation.done_us = now
-                session.add(operation)
-            await session.flush()
-        log.info("allocation_released", allocation_id=allocation_id, tenant=row.tenant_id)
+                for h in held
+            ]
+            await nodes_repo.apply_many(session, moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
+            await repo.finish_cancel(session, ids, now_us=now)
+            await ops_repo.complete(session, CANCEL_KIND, ids, now_us=now)
+        log.info("allocations_released", count=len(ids), allocation_ids=ids)
         self._done.notify()

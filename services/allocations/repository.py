@@ -12,7 +12,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.allocations.states import AllocationState
 from services.errors import NotFound
 from services.paging import Cursor
-from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow
+from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, NodeRow, table_of
 
 
 @dataclass(frozen=True)
@@ -85,13 +85,53 @@ async def list_page(
     return list((await session.exec(query.limit(limit))).all())
 
 
-async def live_assignments(session: AsyncSession, allocation_id: str) -> list[AssignmentRow]:
+@dataclass(frozen=True)
+class HeldNode:
+    """A node an allocation still holds, with the node's current state."""
+
+    allocation_id: str
+    node_id: str
+    node_state: str
+
+
+async def lock_in_state(session: AsyncSession, allocation_ids: Sequence[str], state: AllocationState) -> list[str]:
+    """Those of ``allocation_ids`` still in ``state``, locked for the transaction."""
     query = (
-        select(AssignmentRow)
-        .where(AssignmentRow.allocation_id == allocation_id, col(AssignmentRow.released_us).is_(None))
-        .order_by(col(AssignmentRow.position))
+        select(AllocationRow.allocation_id)
+        .where(col(AllocationRow.allocation_id).in_(list(allocation_ids)), AllocationRow.state == state)
+        .order_by(col(AllocationRow.allocation_id))
+        .with_for_update()
     )
     return list((await session.exec(query)).all())
+
+
+async def held_nodes(session: AsyncSession, allocation_ids: Sequence[str]) -> list[HeldNode]:
+    """Every node the allocations still hold, with its state, locked for the transaction."""
+    query = (
+        select(AssignmentRow.allocation_id, NodeRow.node_id, NodeRow.state)
+        .join(NodeRow, col(AssignmentRow.node_id) == col(NodeRow.node_id))
+        .where(col(AssignmentRow.allocation_id).in_(list(allocation_ids)), col(AssignmentRow.released_us).is_(None))
+        .order_by(col(AssignmentRow.allocation_id), col(AssignmentRow.position))
+        .with_for_update()
+    )
+    return [HeldNode(*row) for row in (await session.exec(query)).all()]
+
+
+async def finish_cancel(session: AsyncSession, allocation_ids: Sequence[str], *, now_us: int) -> None:
+    """End the allocations' live assignments and mark them CANCELLED at ``now_us``."""
+    ids = list(allocation_ids)
+    assignments = table_of(AssignmentRow)
+    await session.execute(
+        assignments.update()
+        .where(assignments.c.allocation_id.in_(ids), assignments.c.released_us.is_(None))
+        .values(released_us=now_us)
+    )
+    allocations = table_of(AllocationRow)
+    await session.execute(
+        allocations.update()
+        .where(allocations.c.allocation_id.in_(ids))
+        .values(state=AllocationState.CANCELLED.value, released_us=now_us)
+    )
 
 
 async def ids_in_state(session: AsyncSession, state: AllocationState) -> list[AllocationRow]:

@@ -80,7 +80,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             return allocation_pb2.ListAllocationsResponse()
         tenant_filter = scope_tenant or request.tenant_id or None
         flt = AllocationFilter(tenant_id=tenant_filter, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
-        scope = {
+        scope: dict[str, str | int] = {
             "list": "allocations",
             "caller": principal.tenant_id or f"role:{principal.role}",
             "tenant_id": tenant_filter or "",
@@ -99,6 +99,6 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         v = Violations()
         v.text("allocation_id", request.allocation_id, max_length=64, required=True)
         v.raise_if_any()
-        row = await commands.cancel(self._store, current_principal(), request.allocation_id)
+        operation, view = await commands.cancel(self._store, current_principal(), request.allocation_id)
         self._wake_releaser.notify()
-        return await self._operations.build(row)
+        return self._operations.render(operation, view)

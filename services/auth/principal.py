@@ -31,10 +31,14 @@ class Principal:
             return f"tenant:{self.tenant_id}"
         if self.role is Role.AGENT:
             return f"agent:{self.node_id}"
+        if self is CONTROL_PLANE or self.token_id == CONTROL_PLANE_ID:
+            return CONTROL_PLANE_ID
         return f"operator:{self.token_id}"
 
 
-CONTROL_PLANE = Principal(token_id="control-plane", role=Role.OPERATOR)
+CONTROL_PLANE_ID = "control-plane"
+# The control plane itself, acting on its own (the releaser, later the reconciler).
+CONTROL_PLANE = Principal(token_id=CONTROL_PLANE_ID, role=Role.OPERATOR)
 
 _current: contextvars.ContextVar[Principal] = contextvars.ContextVar("gpucloud_principal")
 

@@ -58,9 +58,14 @@ async def register(store: Store, principal: Principal, inventory: Inventory) -> 
                         metadata={"field": f"gpus[{i}].uuid", "node_id": owners[gpu.uuid]},
                     )
             now = now_us()
-            row = await repo.insert(session, inventory, now_us=now)
+            row = await repo.insert(session, inventory, actor=principal.actor, now_us=now)
             await repo.apply(
-                session, row, NodeEvent.START_BURN_IN, reason="registered", actor=principal.actor, now_us=now
+                session,
+                row,
+                NodeEvent.START_BURN_IN,
+                reason="burn-in starts on registration",
+                actor=principal.actor,
+                now_us=now,
             )
             return await repo.get_view(session, inventory.node_id)
     except IntegrityError:

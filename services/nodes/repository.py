@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import CursorResult, func
+from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from services.errors import NotFound
+from services.errors import Aborted, NotFound
 from services.nodes.inventory import GpuModel, Inventory
 from services.nodes.transitions import NodeEvent, NodeState, next_state
-from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow
+from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow, table_of
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ async def get_view(session: AsyncSession, node_id: str) -> NodeView:
     return (await views(session, [await get_row(session, node_id)]))[0]
 
 
-async def insert(session: AsyncSession, inventory: Inventory, *, now_us: int) -> NodeRow:
+async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now_us: int) -> NodeRow:
     row = NodeRow(
         node_id=inventory.node_id,
         gpu_model=inventory.gpu_model,
@@ -82,7 +85,7 @@ async def insert(session: AsyncSession, inventory: Inventory, *, now_us: int) ->
             from_state=NodeState.REGISTERED,
             to_state=NodeState.REGISTERED,
             reason="registered",
-            actor="",
+            actor=actor,
             at_us=now_us,
         )
     )
@@ -121,6 +124,60 @@ async def apply(
     return row
 
 
+@dataclass(frozen=True)
+class Move:
+    """One node to move in a bulk transition: its id, the state it was read in, the event."""
+
+    node_id: str
+    state: NodeState
+    event: NodeEvent
+    # Overrides the call's reason for this node's event.
+    reason: str | None = None
+
+
+async def apply_many(session: AsyncSession, moves: Sequence[Move], *, reason: str, actor: str, now_us: int) -> None:
+    """Move several nodes through the transition table in a few statements (the hot path of
+    placement and release), recording an event for each.
+
+    Each UPDATE is guarded by the state the node was read in, so a node changed by a concurrent
+    transaction is not overwritten: the whole call fails with Aborted and rolls back.
+    """
+    if not moves:
+        return
+    targets = [next_state(m.node_id, m.state, m.event) for m in moves]
+    groups: dict[tuple[NodeState, NodeState], list[str]] = {}
+    for move, target in zip(moves, targets, strict=True):
+        groups.setdefault((move.state, target), []).append(move.node_id)
+    nodes = table_of(NodeRow)
+    for (before, after), ids in groups.items():
+        result: CursorResult[Any] = await session.execute(  # type: ignore[assignment]
+            nodes.update()
+            .where(nodes.c.node_id.in_(ids), nodes.c.state == before)
+            .values(state=after, state_changed_us=now_us)
+        )
+        if result.rowcount != len(ids):
+            raise Aborted(
+                reason="NODE_CHANGED_CONCURRENTLY",
+                message="a node changed state while this request ran; retry it",
+                metadata={"node_ids": ",".join(ids)},
+            )
+    await session.execute(
+        table_of(NodeEventRow).insert(),
+        [
+            {
+                "node_id": m.node_id,
+                "event": m.event.value,
+                "from_state": m.state.value,
+                "to_state": t.value,
+                "reason": (m.reason or reason)[:256],
+                "actor": actor,
+                "at_us": now_us,
+            }
+            for m, t in zip(moves, targets, strict=True)
+        ],
+    )
+
+
 async def list_page(session: AsyncSession, flt: NodeFilter, *, after_id: str | None, limit: int) -> list[NodeRow]:
     """Nodes ordered by id (immutable and unique, so the keyset needs no tiebreaker)."""
     query = select(NodeRow)
@@ -142,17 +199,46 @@ async def events(session: AsyncSession, node_id: str) -> list[NodeEventRow]:
     return list((await session.exec(query)).all())
 
 
-async def free_nodes(session: AsyncSession, gpu_model: GpuModel, *, skip_locked: bool) -> list[NodeRow]:
-    """READY, uncordoned nodes of a model, in placement order (zone, rack, leaf, id).
+async def free_nodes(
+    session: AsyncSession, gpu_model: GpuModel, *, limit: int, skip_locked: bool
+) -> list[tuple[str, str, str, str]]:
+    """Up to ``limit`` READY, uncordoned nodes of a model as (id, zone, rack, leaf), in
+    placement order, plus one more so the caller can tell "exactly enough" from "too few".
 
     On PostgreSQL the rows are locked with SKIP LOCKED, so concurrent placements never pick
     the same node; on SQLite the writer already holds the database's single write lock.
     """
+    nodes = table_of(NodeRow)
     query = (
-        select(NodeRow)
-        .where(NodeRow.gpu_model == gpu_model, NodeRow.state == NodeState.READY, col(NodeRow.cordoned).is_(False))
-        .order_by(col(NodeRow.zone), col(NodeRow.rack), col(NodeRow.leaf_switch), col(NodeRow.node_id))
+        sa_select(nodes.c.node_id, nodes.c.zone, nodes.c.rack, nodes.c.leaf_switch)
+        .where(
+            nodes.c.gpu_model == gpu_model,
+            nodes.c.state == NodeState.READY,
+            nodes.c.cordoned.is_(False),
+        )
+        .order_by(nodes.c.zone, nodes.c.rack, nodes.c.leaf_switch, nodes.c.node_id)
+        .limit(limit)
     )
     if skip_locked:
         query = query.with_for_update(skip_locked=True)
-    return list((await session.exec(query)).all())
+    return [(r[0], r[1], r[2], r[3]) for r in (await session.execute(query)).all()]
+
+
+async def drain_pending(session: AsyncSession, node_ids: Sequence[str]) -> set[str]:
+    """Which of ``node_ids`` were drained while held, and leave service after their scrub."""
+    if not node_ids:
+        return set()
+    query = select(NodeRow.node_id).where(col(NodeRow.node_id).in_(list(node_ids)), col(NodeRow.drain_pending))
+    drained = set((await session.exec(query)).all())
+    if drained:
+        nodes = table_of(NodeRow)
+        await session.execute(nodes.update().where(nodes.c.node_id.in_(drained)).values(drain_pending=False))
+    return drained
+
+
+async def count_free(session: AsyncSession, gpu_model: GpuModel) -> int:
+    """How many nodes of a model are placeable now (for capacity error messages)."""
+    query = sa_select(func.count()).where(
+        col(NodeRow.gpu_model) == gpu_model, col(NodeRow.state) == NodeState.READY, col(NodeRow.cordoned).is_(False)
+    )
+    return int((await session.execute(query)).scalar_one())

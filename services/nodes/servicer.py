@@ -101,7 +101,12 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             gpu_model=GPU_MODEL_FROM_PROTO.get(request.gpu_model),
             zone=request.zone,
         )
-        scope = {"list": "nodes", "state": request.state, "gpu_model": request.gpu_model, "zone": request.zone}
+        scope: dict[str, str | int] = {
+            "list": "nodes",
+            "state": request.state,
+            "gpu_model": request.gpu_model,
+            "zone": request.zone,
+        }
         cursor = self._tokens.decode(request.page_token, scope)
         async with self._store.read() as session:
             rows = await repo.list_page(session, flt, after_id=cursor.last_id if cursor else None, limit=size + 1)

@@ -8,6 +8,7 @@ from google.protobuf.any_pb2 import Any as AnyProto
 from gpucloud.v1 import allocation_pb2
 from services.allocations import repository as allocations_repo
 from services.allocations.proto import allocation_to_proto
+from services.allocations.repository import AllocationView
 from services.allocations.states import AllocationState
 from services.convert import ALLOCATION_STATE_TO_PROTO, timestamp
 from services.operations.repository import name_of
@@ -30,6 +31,10 @@ class OperationBuilder:
     async def build(self, row: OperationRow) -> operations_pb2.Operation:
         async with self._store.read() as session:
             view = await allocations_repo.get_view(session, row.target_id, tenant_id=None)
+        return self.render(row, view)
+
+    def render(self, row: OperationRow, view: AllocationView) -> operations_pb2.Operation:
+        """The Operation for ``row``, whose target allocation is ``view``."""
         released = len(view.node_ids) if row.done else 0
         metadata = allocation_pb2.CancelAllocationMetadata(
             allocation_id=view.row.allocation_id,

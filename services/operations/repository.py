@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sqlalchemy import tuple_
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.errors import NotFound
 from services.paging import Cursor
-from services.store.models import OperationRow
+from services.store.models import OperationRow, table_of
 
 NAME_PREFIX = "operations/"
 
@@ -35,6 +37,16 @@ async def get_row(session: AsyncSession, operation_id: str, *, tenant_id: str | 
 async def for_target(session: AsyncSession, kind: str, target_id: str) -> OperationRow | None:
     query = select(OperationRow).where(OperationRow.kind == kind, OperationRow.target_id == target_id)
     return (await session.exec(query)).first()
+
+
+async def complete(session: AsyncSession, kind: str, target_ids: Sequence[str], *, now_us: int) -> None:
+    """Mark the ``kind`` operations of ``target_ids`` done at ``now_us``."""
+    operations = table_of(OperationRow)
+    await session.execute(
+        operations.update()
+        .where(operations.c.kind == kind, operations.c.target_id.in_(list(target_ids)))
+        .values(done=True, done_us=now_us)
+    )
 
 
 async def list_page(

@@ -35,7 +35,7 @@ def _operation_id(name: str) -> str:
     return operation_id
 
 
-class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignore[misc]
+class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, changed: Notifier) -> None:
         self._store = store
         self._tokens = page_tokens
@@ -67,13 +67,14 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignor
         deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
         scope = tenant_scope(current_principal())
         while True:
+            seen = self._changed.generation
             async with self._store.read() as session:
                 row = await repo.get_row(session, operation_id, tenant_id=scope)
             left = deadline - time.monotonic()
             if row.done or left <= 0:
                 return await self._builder.build(row)
             # Woken when any operation completes here; the periodic re-read covers other replicas.
-            await self._changed.wait(min(left, 0.5))
+            await self._changed.wait(seen, min(left, 0.5))
 
     async def ListOperations(
         self, request: operations_pb2.ListOperationsRequest, context: Context
@@ -84,7 +85,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):  # type: ignor
         if request.filter:
             v.add("filter", "filters are not supported; leave it empty")
         v.raise_if_any()
-        scope = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
+        scope: dict[str, str | int] = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
         cursor = self._tokens.decode(request.page_token, scope)
         async with self._store.read() as session:
             rows = await repo.list_page(session, tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)

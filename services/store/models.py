@@ -14,7 +14,7 @@ tests/store/test_migrations.py fails while the two disagree.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, LargeBinary, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, Table, UniqueConstraint, text
 from sqlmodel import Field, SQLModel
 
 _LIVE = text("released_us IS NULL")
@@ -167,3 +167,10 @@ class SecretRow(SQLModel, table=True):
 
     name: str = Field(primary_key=True, max_length=64)
     value: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+def table_of(model: type[SQLModel]) -> Table:
+    """The Core table behind a model, for bulk statements on hot paths (no ORM unit of work)."""
+    table = model.__table__  # type: ignore[attr-defined]
+    assert isinstance(table, Table)
+    return table

@@ -53,7 +53,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         v.raise_if_any()
-        scope = {"list": "tenants"}
+        scope: dict[str, str | int] = {"list": "tenants"}
         cursor = self._tokens.decode(request.page_token, scope)
         async with self._store.read() as session:
             rows = await repo.list_page(session, after_id=cursor.last_id if cursor else None, limit=size + 1)

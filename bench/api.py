@@ -1,0 +1,175 @@
+"""Throughput of CreateAllocation+CancelAllocation through the real client, against an empty
+unary grpc.aio call measured in the same run on the same machine.
+
+    uv run python bench/api.py [--seconds 8] [--concurrency 8] [--database-url URL]
+
+Each server runs in its own process (spawned, so no gRPC state crosses a fork); the load runs
+in this process through ``clients.AsyncClient``. The figure that matters is the ratio, since
+machines here are shared and noisy: the goal is creates/s >= 25% of empty calls/s on SQLite.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import multiprocessing as mp
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import grpc
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
+
+EMPTY_METHOD = "/bench.Empty/Ping"
+
+
+def _identity(data: bytes) -> bytes:
+    return data
+
+
+def _serve_empty(port_queue: mp.Queue[int]) -> None:
+    async def main() -> None:
+        async def ping(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+            return b""
+
+        handler = grpc.method_handlers_generic_handler(
+            "bench.Empty",
+            {"Ping": grpc.unary_unary_rpc_method_handler(ping, _identity, _identity)},
+        )
+        server = grpc.aio.server()
+        server.add_generic_rpc_handlers((handler,))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        port_queue.put(port)
+        await server.wait_for_termination()
+
+    asyncio.run(main())
+
+
+def _serve_control_plane(data_dir: str, database_url: str | None, port_queue: mp.Queue[int]) -> None:
+    from services.logging import configure
+    from services.server import ControlPlane, ServerConfig
+
+    async def main() -> None:
+        configure("warning", "json")
+        plane = ControlPlane(
+            ServerConfig(data_dir=Path(data_dir), listen="127.0.0.1:0", database_url=database_url, scrub_seconds=0)
+        )
+        await plane.start()
+        assert plane.port is not None
+        port_queue.put(plane.port)
+        await plane.wait()
+
+    asyncio.run(main())
+
+
+async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[None]]) -> float:
+    """Run ``one`` in ``concurrency`` loops for ``seconds``; return completed calls per second."""
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            await one()
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(concurrency)))
+    return done / (time.perf_counter() - started)
+
+
+async def bench_empty(port: int, seconds: float, concurrency: int) -> float:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        ping = channel.unary_unary(EMPTY_METHOD, request_serializer=_identity, response_deserializer=_identity)
+
+        async def one() -> None:
+            await ping(b"", timeout=10)
+
+        await _drive(0.5, concurrency, one)  # warm-up
+        return await _drive(seconds, concurrency, one)
+
+
+async def bench_control_plane(port: int, token: str, seconds: float, concurrency: int, nodes: int) -> float:
+    from clients import AsyncClient, ResourceExhaustedError
+
+    address = f"127.0.0.1:{port}"
+    async with AsyncClient(address, token) as operator:
+        for i in range(nodes):
+            node_id = f"bench-{i:04d}"
+            await operator.register_node(
+                node_id,
+                gpu_model="H100",
+                gpu_uuids=[f"GPU-{node_id}-{g}" for g in range(8)],
+                zone="zone-a",
+                rack=f"rack-{i // 8}",
+                leaf_switch=f"leaf-{i // 16}",
+            )
+            await operator.complete_burn_in(node_id)
+        tenant_token = (await operator.create_tenant("bench")).token
+
+    async with AsyncClient(address, tenant_token) as tenant:
+
+        async def one() -> None:
+            while True:
+                try:
+                    allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
+                    break
+                except ResourceExhaustedError:
+                    # Every node is still scrubbing: real clients back off the same way.
+                    await asyncio.sleep(0.01)
+            await tenant.cancel_allocation(allocation.allocation_id)
+
+        await _drive(0.5, concurrency, one)  # warm-up
+        return await _drive(seconds, concurrency, one)
+
+
+def _start(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseProcess, int]:
+    ctx = mp.get_context("spawn")
+    queue: mp.Queue[int] = ctx.Queue()
+    process = ctx.Process(target=target, args=(*args, queue), daemon=True)
+    process.start()
+    return process, queue.get(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=8.0)
+    parser.add_argument("--concurrency", type=int, default=8)
+    parser.add_argument("--nodes", type=int, default=128, help="fleet size (must exceed concurrency)")
+    parser.add_argument("--database-url", default=os.environ.get("GPUCLOUD_DATABASE_URL"))
+    args = parser.parse_args()
+
+    empty_process, empty_port = _start(_serve_empty)
+    try:
+        empty_rate = asyncio.run(bench_empty(empty_port, args.seconds, args.concurrency))
+    finally:
+        empty_process.kill()
+
+    with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as data_dir:
+        plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url)
+        try:
+            token = (Path(data_dir) / "operator.token").read_text().strip()
+            create_rate = asyncio.run(
+                bench_control_plane(plane_port, token, args.seconds, args.concurrency, args.nodes)
+            )
+        finally:
+            plane_process.kill()
+
+    backend = "postgresql" if args.database_url else "sqlite"
+    ratio = create_rate / empty_rate
+    print(f"machine: {os.cpu_count()} cpus, concurrency {args.concurrency}, {args.seconds:.0f} s per measurement")
+    print(f"{'measurement':<44}{'per second':>12}")
+    print(f"{'empty unary grpc.aio call':<44}{empty_rate:>12.0f}")
+    print(f"{'CreateAllocation + CancelAllocation (' + backend + ')':<44}{create_rate:>12.0f}")
+    print(f"{'  = RPCs on the control plane':<44}{2 * create_rate:>12.0f}")
+    print(f"ratio creates / empty calls: {ratio:.1%} (goal >= 25%)")
+
+
+if __name__ == "__main__":
+    main()

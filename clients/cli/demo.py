@@ -1,0 +1,113 @@
+"""``gpucloud demo``: the main job end to end on embedded defaults.
+
+Starts a real control plane (SQLite in a throwaway data directory, a free loopback port),
+registers a small simulated fleet, creates a tenant, allocates, shows idempotency and an
+all-or-nothing capacity refusal, lists, cancels and waits for the release, printing each step.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import uuid
+from pathlib import Path
+
+from rich.progress import Progress
+from rich.rule import Rule
+
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.errors import ResourceExhaustedError
+from services.logging import configure
+from services.server import ControlPlane, ServerConfig
+
+# (node id, model, zone, rack, leaf switch)
+FLEET = [
+    ("h100-a-01", "H100", "zone-a", "rack-a1", "leaf-a1"),
+    ("h100-a-02", "H100", "zone-a", "rack-a1", "leaf-a1"),
+    ("h100-a-03", "H100", "zone-a", "rack-a2", "leaf-a2"),
+    ("h100-a-04", "H100", "zone-a", "rack-a2", "leaf-a2"),
+    ("h200-b-01", "H200", "zone-b", "rack-b1", "leaf-b1"),
+    ("h200-b-02", "H200", "zone-b", "rack-b1", "leaf-b1"),
+]
+
+
+def step(title: str) -> None:
+    render.console.print(Rule(f"[bold]{title}[/bold]", align="left"))
+
+
+async def run_demo(data_dir: Path | None = None, *, scrub_seconds: float = 0.5) -> None:
+    configure("warning", "console")
+    with tempfile.TemporaryDirectory(prefix="gpucloud-demo-") as scratch:
+        config = ServerConfig(
+            data_dir=data_dir or Path(scratch), listen="127.0.0.1:0", scrub_seconds=scrub_seconds, grace_seconds=0.5
+        )
+        plane = ControlPlane(config)
+        await plane.start()
+        try:
+            await _walkthrough(plane)
+        finally:
+            await plane.stop()
+
+
+async def _walkthrough(plane: ControlPlane) -> None:
+    console = render.console
+    step("1. Control plane")
+    console.print(f"serving on [bold]{plane.address}[/bold], data in {plane.config.data_dir}")
+    console.print(f"operator token written to {plane.operator_token_path}")
+    operator_token = plane.operator_token_path.read_text().strip()
+
+    async with AsyncClient(plane.address, operator_token) as operator:
+        step("2. Register the fleet and pass burn-in")
+        with Progress(console=console, transient=True) as progress:
+            task = progress.add_task("registering nodes", total=len(FLEET))
+            for node_id, model, zone, rack, leaf in FLEET:
+                uuids = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node_id}.{i}')}" for i in range(8)]
+                await operator.register_node(
+                    node_id, gpu_model=model, gpu_uuids=uuids, zone=zone, rack=rack, leaf_switch=leaf
+                )
+                await operator.complete_burn_in(node_id, detail="simulated burn-in passed")
+                progress.advance(task)
+        console.print(render.nodes_table((await operator.list_nodes()).items, "Fleet"))
+
+        step("3. Create a tenant")
+        created = await operator.create_tenant("acme", "Acme Research")
+        console.print(render.tenants_table([created.tenant], "Tenant"))
+        console.print("tenant token issued (stored hashed on the server)")
+
+    async with AsyncClient(plane.address, created.token) as tenant:
+        step("4. Allocate 2 H100 nodes (idempotent by request_id)")
+        request_id = str(uuid.uuid4())
+        allocation = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
+        retry = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
+        console.print(render.allocations_table([allocation], "Allocated"))
+        console.print(
+            f"retry with the same request_id returned {retry.allocation_id}: "
+            f"{'the same allocation' if retry.allocation_id == allocation.allocation_id else 'A DIFFERENT ONE (bug)'}"
+        )
+
+        step("5. Ask for more than is free: all or nothing")
+        try:
+            await tenant.create_allocation(gpu_model="H100", node_count=3)
+            console.print("[red]unexpectedly allocated[/red]")
+        except ResourceExhaustedError as err:
+            console.print(f"refused as expected: {err}")
+
+        step("6. List")
+        console.print(render.allocations_table((await tenant.list_allocations()).items))
+
+    async with AsyncClient(plane.address, operator_token) as operator:
+        console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
+
+        step("7. Cancel: accepted at once, done when the nodes are scrubbed and released")
+        async with AsyncClient(plane.address, created.token) as tenant:
+            operation = await tenant.cancel_allocation(allocation.allocation_id)
+            console.print(render.operations_table([operation], "Cancel accepted"))
+            with console.status("waiting for the release..."):
+                operation = await tenant.wait_operation(operation.name, timeout=60)
+            console.print(render.operations_table([operation], "Cancel done"))
+            if not operation.done:
+                raise RuntimeError("the cancel operation did not finish within 60 s")
+        console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
+        events = await operator.list_node_events(allocation.node_ids[0])
+        console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
+    step("Done")

@@ -1,0 +1,148 @@
+"""Output of the CLI: rich tables for people, ``--json`` for programs."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Sequence
+from datetime import datetime
+from typing import Any, TypeVar
+
+from rich.console import Console
+from rich.table import Table
+
+from clients import models
+from clients.errors import GpucloudError
+
+T = TypeVar("T")
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def _jsonable(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _jsonable(getattr(value, f.name)) for f in dataclasses.fields(value)}
+    if isinstance(value, datetime):
+        return value.isoformat().replace("+00:00", "Z")
+    if isinstance(value, list | tuple):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    return value
+
+
+def print_json(value: Any) -> None:
+    """One JSON document on stdout, no colour, so it pipes into jq."""
+    print(json.dumps(_jsonable(value), indent=2))
+
+
+def when(value: datetime | None) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
+    grid = Table(title=title, title_justify="left", header_style="bold")
+    for column in columns:
+        grid.add_column(column)
+    for row in rows:
+        grid.add_row(*cells(row))
+    return grid
+
+
+def tenants_table(items: Sequence[models.Tenant], title: str = "Tenants") -> Table:
+    return table(
+        title, ["TENANT", "NAME", "CREATED"], items, lambda t: [t.tenant_id, t.display_name, when(t.create_time)]
+    )
+
+
+_STATE_STYLE = {
+    "READY": "green",
+    "ALLOCATED": "cyan",
+    "ACTIVE": "cyan",
+    "SCRUBBING": "yellow",
+    "CANCELLING": "yellow",
+    "BURN_IN": "yellow",
+    "DRAINING": "magenta",
+    "QUARANTINED": "red",
+    "REPAIR": "red",
+    "RETIRED": "dim",
+    "CANCELLED": "dim",
+}
+
+
+def styled(state: str) -> str:
+    style = _STATE_STYLE.get(state)
+    return f"[{style}]{state}[/{style}]" if style else state
+
+
+def nodes_table(items: Sequence[models.Node], title: str = "Nodes") -> Table:
+    return table(
+        title,
+        ["NODE", "MODEL", "GPUS", "ZONE", "RACK", "LEAF", "STATE", "CORDONED", "ALLOCATION", "REASON"],
+        items,
+        lambda n: [
+            n.node_id,
+            n.gpu_model,
+            str(len(n.gpus)),
+            n.zone,
+            n.rack,
+            n.leaf_switch,
+            styled(n.state),
+            "yes" if n.cordoned else "",
+            n.allocation_id or "",
+            n.status_reason,
+        ],
+    )
+
+
+def node_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
+    return table(
+        title,
+        ["TIME", "EVENT", "FROM", "TO", "ACTOR", "REASON"],
+        items,
+        lambda e: [when(e.time), e.event, e.from_state, styled(e.to_state), e.actor, e.reason],
+    )
+
+
+def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
+    return table(
+        title,
+        ["ALLOCATION", "TENANT", "MODEL", "NODES", "STATE", "CREATED", "RELEASED", "NODE IDS"],
+        items,
+        lambda a: [
+            a.allocation_id,
+            a.tenant_id,
+            a.gpu_model,
+            str(a.node_count),
+            styled(a.state),
+            when(a.create_time),
+            when(a.release_time),
+            ", ".join(a.node_ids),
+        ],
+    )
+
+
+def operations_table(items: Sequence[models.Operation], title: str = "Operations") -> Table:
+    return table(
+        title,
+        ["OPERATION", "DONE", "ALLOCATION", "STATE", "RELEASED", "REQUESTED", "RELEASED AT"],
+        items,
+        lambda o: [
+            o.name,
+            "yes" if o.done else "no",
+            o.allocation_id,
+            styled(o.state),
+            f"{o.nodes_released}/{o.nodes_total}",
+            when(o.request_time),
+            when(o.release_time),
+        ],
+    )
+
+
+def error(err: GpucloudError) -> None:
+    """An API error as a person should read it: code, reason, message, each bad field."""
+    reason = f" [bold]{err.reason}[/bold]" if err.reason else ""
+    errors.print(f"[red]error[/red] {err.code.name}{reason}: {err.message}", highlight=False)
+    for field, description in err.field_violations.items():
+        errors.print(f"  [yellow]{field}[/yellow]: {description}", highlight=False)

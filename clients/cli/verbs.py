@@ -1,0 +1,294 @@
+"""Client verbs: ``gpucloud tenants|nodes|allocations|operations ...``."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from typing import Annotated, TypeVar
+
+import typer
+from rich.table import Table
+
+from clients import models
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.cli.context import call
+
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+PageSize = Annotated[int, typer.Option(help="Items per page (0: server default).")]
+PageToken = Annotated[str, typer.Option(help="Continue from a previous page's next_page_token.")]
+AllPages = Annotated[bool, typer.Option("--all", help="Follow next_page_token to the end.")]
+
+tenants = typer.Typer(help="Tenants and their tokens (operator).", no_args_is_help=True)
+nodes = typer.Typer(help="The fleet: register, inspect and change node lifecycle (operator).", no_args_is_help=True)
+allocations = typer.Typer(help="Allocate and release whole nodes.", no_args_is_help=True)
+operations = typer.Typer(help="Long-running operations.", no_args_is_help=True)
+
+
+T = TypeVar("T")
+
+
+def _show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
+    if json_out:
+        render.print_json({"items": page.items, "next_page_token": page.next_page_token})
+        return
+    render.console.print(as_table)
+    if page.next_page_token:
+        render.console.print(f"[dim]more: --page-token {page.next_page_token}[/dim]")
+
+
+# Tenants --------------------------------------------------------------------------------------
+
+
+@tenants.command("create")
+def tenants_create(
+    ctx: typer.Context,
+    tenant_id: str,
+    display_name: Annotated[str, typer.Option("--name")] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Create a tenant and print its first token (shown once)."""
+    created = call(ctx, lambda c: c.create_tenant(tenant_id, display_name))
+    if json_out:
+        render.print_json({"tenant": created.tenant, "token": created.token})
+        return
+    render.console.print(render.tenants_table([created.tenant], "Created tenant"))
+    render.console.print(f"token (shown once): [bold]{created.token}[/bold]")
+
+
+@tenants.command("list")
+def tenants_list(
+    ctx: typer.Context, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
+) -> None:
+    """List tenants."""
+    page = call(ctx, lambda c: c.list_tenants(page_size=page_size, page_token=page_token))
+    _show_page(page, json_out, render.tenants_table(page.items))
+
+
+@tenants.command("get")
+def tenants_get(ctx: typer.Context, tenant_id: str, json_out: JsonFlag = False) -> None:
+    """Show one tenant."""
+    tenant = call(ctx, lambda c: c.get_tenant(tenant_id))
+    render.print_json(tenant) if json_out else render.console.print(render.tenants_table([tenant], "Tenant"))
+
+
+@tenants.command("token")
+def tenants_token(ctx: typer.Context, tenant_id: str) -> None:
+    """Issue another token for a tenant (rotation); prints it once."""
+    print(call(ctx, lambda c: c.create_tenant_token(tenant_id)))
+
+
+# Nodes ----------------------------------------------------------------------------------------
+
+
+@nodes.command("register")
+def nodes_register(
+    ctx: typer.Context,
+    node_id: str,
+    gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
+    zone: Annotated[str, typer.Option()],
+    rack: Annotated[str, typer.Option()],
+    leaf_switch: Annotated[str, typer.Option()],
+    gpu_uuid: Annotated[list[str], typer.Option(help="Repeat 8 times, in index order.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Register a node with its 8 GPUs; it enters burn-in."""
+    node = call(
+        ctx,
+        lambda c: c.register_node(
+            node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuid, zone=zone, rack=rack, leaf_switch=leaf_switch
+        ),
+    )
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Registered"))
+
+
+@nodes.command("list")
+def nodes_list(
+    ctx: typer.Context,
+    state: Annotated[str | None, typer.Option(help="Only nodes in this state, e.g. READY.")] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="Only this GPU model.")] = None,
+    zone: Annotated[str, typer.Option(help="Only this zone.")] = "",
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """List nodes, ordered by id."""
+    page = call(
+        ctx,
+        lambda c: c.list_nodes(state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token),
+    )
+    _show_page(page, json_out, render.nodes_table(page.items))
+
+
+@nodes.command("get")
+def nodes_get(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+    """Show one node."""
+    node = call(ctx, lambda c: c.get_node(node_id))
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Node"))
+
+
+@nodes.command("events")
+def nodes_events(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+    """Why a node is in its state: every recorded change, oldest first."""
+    events = call(ctx, lambda c: c.list_node_events(node_id))
+    if json_out:
+        render.print_json(events)
+    else:
+        render.console.print(render.node_events_table(events, f"Events of {node_id}"))
+
+
+def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -> None:
+    def verb(
+        ctx: typer.Context,
+        node_id: str,
+        reason: Annotated[str, typer.Option(help="Recorded with the change.")] = "",
+        json_out: JsonFlag = False,
+    ) -> None:
+        def action(client: AsyncClient) -> Awaitable[models.Node]:
+            bound = getattr(client, method)
+            result: Awaitable[models.Node] = bound(node_id, reason) if takes_reason else bound(node_id)
+            return result
+
+        node = call(ctx, action)
+        render.print_json(node) if json_out else render.console.print(render.nodes_table([node], name))
+
+    verb.__doc__ = doc
+    nodes.command(name)(verb)
+
+
+_node_verb("cordon", "Stop new placements on a node (state unchanged).", "cordon_node")
+_node_verb("uncordon", "Allow placements on a node again.", "uncordon_node", takes_reason=False)
+_node_verb("drain", "Take a node out of service (allocated nodes drain first).", "drain_node")
+_node_verb("repair", "QUARANTINED -> REPAIR.", "start_repair")
+_node_verb("return", "QUARANTINED or REPAIR -> BURN_IN.", "return_to_service")
+_node_verb("retire", "Retire a node for good.", "retire_node")
+
+
+@nodes.command("burn-in")
+def nodes_burn_in(
+    ctx: typer.Context,
+    node_id: str,
+    failed: Annotated[bool, typer.Option("--failed", help="Record a failure (node is quarantined).")] = False,
+    detail: Annotated[str, typer.Option()] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Record a burn-in result: passed -> READY, --failed -> QUARANTINED."""
+    node = call(ctx, lambda c: c.complete_burn_in(node_id, passed=not failed, detail=detail))
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Burn-in recorded"))
+
+
+# Allocations ----------------------------------------------------------------------------------
+
+
+@allocations.command("create")
+def allocations_create(
+    ctx: typer.Context,
+    gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
+    nodes_: Annotated[int, typer.Option("--nodes", help="Whole nodes, all or nothing.")] = 1,
+    tenant: Annotated[str, typer.Option(help="Operators: the tenant to allocate for.")] = "",
+    request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUID4.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Allocate whole nodes of one GPU model."""
+    allocation = call(
+        ctx,
+        lambda c: c.create_allocation(gpu_model=gpu_model, node_count=nodes_, tenant_id=tenant, request_id=request_id),
+    )
+    if json_out:
+        render.print_json(allocation)
+    else:
+        render.console.print(render.allocations_table([allocation], "Allocated"))
+
+
+@allocations.command("list")
+def allocations_list(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(help="Operators: only this tenant.")] = "",
+    state: Annotated[str | None, typer.Option(help="ACTIVE, CANCELLING or CANCELLED.")] = None,
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    all_pages: AllPages = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """List allocations, newest first."""
+
+    async def fetch(client: AsyncClient) -> models.Page[models.Allocation]:
+        if not all_pages:
+            return await client.list_allocations(
+                tenant_id=tenant, state=state, page_size=page_size, page_token=page_token
+            )
+        items = [a async for a in client.iter_allocations(tenant_id=tenant, state=state, page_size=page_size)]
+        return models.Page(items, "")
+
+    page = call(ctx, fetch)
+    _show_page(page, json_out, render.allocations_table(page.items))
+
+
+@allocations.command("get")
+def allocations_get(ctx: typer.Context, allocation_id: str, json_out: JsonFlag = False) -> None:
+    """Show one allocation."""
+    allocation = call(ctx, lambda c: c.get_allocation(allocation_id))
+    if json_out:
+        render.print_json(allocation)
+    else:
+        render.console.print(render.allocations_table([allocation], "Allocation"))
+
+
+@allocations.command("cancel")
+def allocations_cancel(
+    ctx: typer.Context,
+    allocation_id: str,
+    wait: Annotated[bool, typer.Option(help="Wait until every node is released.")] = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """Cancel an allocation; prints the operation that tracks the release."""
+
+    async def run(client: AsyncClient) -> models.Operation:
+        operation = await client.cancel_allocation(allocation_id)
+        if wait and not operation.done:
+            with render.console.status(f"releasing {operation.nodes_total} node(s)..."):
+                operation = await client.wait_operation(operation.name, timeout=600)
+        return operation
+
+    operation = call(ctx, run)
+    if json_out:
+        render.print_json(operation)
+    else:
+        render.console.print(render.operations_table([operation], "Cancel"))
+
+
+# Operations -----------------------------------------------------------------------------------
+
+
+@operations.command("get")
+def operations_get(ctx: typer.Context, name: str, json_out: JsonFlag = False) -> None:
+    """Show one operation (operations/<id>)."""
+    operation = call(ctx, lambda c: c.get_operation(name))
+    render.print_json(operation) if json_out else render.console.print(
+        render.operations_table([operation], "Operation")
+    )
+
+
+@operations.command("wait")
+def operations_wait(
+    ctx: typer.Context,
+    name: str,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 60.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Wait for an operation to finish; exit code 3 if it did not within the timeout."""
+    with render.console.status(f"waiting for {name}..."):
+        operation = call(ctx, lambda c: c.wait_operation(name, timeout=timeout))
+    render.print_json(operation) if json_out else render.console.print(
+        render.operations_table([operation], "Operation")
+    )
+    if not operation.done:
+        raise typer.Exit(3)
+
+
+@operations.command("list")
+def operations_list(
+    ctx: typer.Context, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
+) -> None:
+    """List operations, newest first."""
+    page = call(ctx, lambda c: c.list_operations(page_size=page_size, page_token=page_token))
+    _show_page(page, json_out, render.operations_table(page.items))

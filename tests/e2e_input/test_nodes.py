@@ -1,0 +1,557 @@
+"""Node lifecycle end to end: a real control plane on loopback, driven through the typed client."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
+
+from clients import AsyncClient
+from clients.errors import (
+    AlreadyExistsError,
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+)
+from clients.models import Node, NodeEvent
+from tests.conftest import RunningControlPlane, gpu_uuids, register_ready_nodes
+
+TENANT = "acme"
+
+
+async def _register(client: AsyncClient, node_id: str, **overrides: object) -> Node:
+    fields: dict[str, object] = {
+        "gpu_model": "H100",
+        "gpu_uuids": gpu_uuids(node_id),
+        "zone": "zone-a",
+        "rack": "rack-0",
+        "leaf_switch": "leaf-0",
+    }
+    fields.update(overrides)
+    return await client.register_node(node_id, **fields)  # type: ignore[arg-type]
+
+
+async def _allocate_one(client: AsyncClient) -> str:
+    allocation = await client.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT)
+    assert allocation.state == "ACTIVE"
+    assert len(allocation.node_ids) == 1
+    return allocation.allocation_id
+
+
+async def _cancel_and_wait(client: AsyncClient, allocation_id: str) -> None:
+    operation = await client.cancel_allocation(allocation_id)
+    finished = await client.wait_operation(operation.name, timeout=20)
+    assert finished.done, finished
+    assert finished.state == "CANCELLED"
+
+
+def _moves(events: list[NodeEvent]) -> list[tuple[str, str, str]]:
+    return [(e.event, e.from_state, e.to_state) for e in events]
+
+
+# Registration --------------------------------------------------------------------------------
+
+
+async def test_register_starts_burn_in(operator: AsyncClient) -> None:
+    """A new node is registered with its inventory and put into BURN_IN at once."""
+    node = await _register(operator, "node-a", rack="rack-7", leaf_switch="leaf-3", gpu_model="B200")
+    assert node.state == "BURN_IN"
+    assert node.gpu_model == "B200"
+    assert (node.zone, node.rack, node.leaf_switch) == ("zone-a", "rack-7", "leaf-3")
+    assert [(g.uuid, g.index) for g in node.gpus] == [(u, i) for i, u in enumerate(gpu_uuids("node-a"))]
+    assert not node.cordoned and node.allocation_id is None
+    assert await operator.get_node("node-a") == node
+
+
+async def test_register_again_with_same_inventory_is_a_no_op(operator: AsyncClient) -> None:
+    """Re-registering with identical inventory returns the node unchanged and records no new event."""
+    first = await _register(operator, "node-a")
+    events = await operator.list_node_events("node-a")
+    again = await _register(operator, "node-a")
+    assert again == first
+    assert await operator.list_node_events("node-a") == events
+    # Even after it moved on, the same inventory is still just a no-op, not a reset.
+    await operator.complete_burn_in("node-a")
+    assert (await _register(operator, "node-a")).state == "READY"
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"zone": "zone-b"},
+        {"rack": "rack-9"},
+        {"leaf_switch": "leaf-9"},
+        {"gpu_model": "A100"},
+        {"gpu_uuids": [*gpu_uuids("node-a")[:7], "GPU-replacement-07"]},
+        {"gpu_uuids": list(reversed(gpu_uuids("node-a")))},
+    ],
+    ids=["zone", "rack", "leaf", "model", "uuid", "order"],
+)
+async def test_register_with_other_inventory_already_exists(operator: AsyncClient, change: dict[str, object]) -> None:
+    """Registering a known node id with a different inventory is ALREADY_EXISTS and changes nothing."""
+    before = await _register(operator, "node-a")
+    events = await operator.list_node_events("node-a")
+    with pytest.raises(AlreadyExistsError) as caught:
+        await _register(operator, "node-a", **change)
+    assert caught.value.reason == "NODE_INVENTORY_MISMATCH"
+    assert await operator.get_node("node-a") == before
+    assert await operator.list_node_events("node-a") == events
+
+
+async def test_gpu_owned_by_another_node_already_exists(operator: AsyncClient) -> None:
+    """A GPU UUID that belongs to another node makes the registration ALREADY_EXISTS, creating nothing."""
+    await _register(operator, "node-a")
+    stolen = gpu_uuids("node-b")
+    stolen[5] = gpu_uuids("node-a")[2]
+    with pytest.raises(AlreadyExistsError) as caught:
+        await _register(operator, "node-b", gpu_uuids=stolen)
+    assert caught.value.reason == "GPU_ALREADY_REGISTERED"
+    assert caught.value.metadata["node_id"] == "node-a"
+    assert caught.value.metadata["field"] == "gpus[5].uuid"
+    with pytest.raises(NotFoundError):
+        await operator.get_node("node-b")
+    assert [n.node_id for n in await operator.list_nodes()] == ["node-a"]
+
+
+# Burn-in -------------------------------------------------------------------------------------
+
+
+async def test_burn_in_pass_makes_ready(operator: AsyncClient) -> None:
+    """A passed burn-in moves the node from BURN_IN to READY."""
+    await _register(operator, "node-a")
+    node = await operator.complete_burn_in("node-a", passed=True, detail="dcgmi diag -r 3 passed")
+    assert node.state == "READY"
+    last = (await operator.list_node_events("node-a"))[-1]
+    assert (last.event, last.from_state, last.to_state) == ("PASS_BURN_IN", "BURN_IN", "READY")
+    assert last.reason == "dcgmi diag -r 3 passed"
+
+
+async def test_burn_in_fail_quarantines(operator: AsyncClient) -> None:
+    """A failed burn-in moves the node to QUARANTINED, where it cannot be allocated."""
+    await _register(operator, "node-a")
+    node = await operator.complete_burn_in("node-a", passed=False, detail="nvbandwidth 30% below median")
+    assert node.state == "QUARANTINED"
+    await operator.create_tenant(TENANT)
+    with pytest.raises(ResourceExhaustedError):
+        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT)
+    last = (await operator.list_node_events("node-a"))[-1]
+    assert (last.event, last.to_state, last.reason) == ("FAIL_BURN_IN", "QUARANTINED", "nvbandwidth 30% below median")
+
+
+async def test_burn_in_result_on_ready_node_is_illegal(operator: AsyncClient) -> None:
+    """Reporting a burn-in result for a node that is not in BURN_IN is an illegal transition."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    with pytest.raises(FailedPreconditionError) as caught:
+        await operator.complete_burn_in(node_id, passed=False)
+    assert caught.value.reason == "ILLEGAL_NODE_TRANSITION"
+    assert (await operator.get_node(node_id)).state == "READY"
+
+
+# Cordon and drain ----------------------------------------------------------------------------
+
+
+async def test_cordon_makes_ready_node_unplaceable_and_uncordon_restores_it(operator: AsyncClient) -> None:
+    """A cordoned READY node stays READY but is never placed; uncordoning makes it placeable again."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.create_tenant(TENANT)
+    cordoned = await operator.cordon_node(node_id, reason="suspect NVLink")
+    assert (cordoned.state, cordoned.cordoned, cordoned.status_reason) == ("READY", True, "suspect NVLink")
+    with pytest.raises(ResourceExhaustedError) as caught:
+        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT)
+    assert caught.value.reason == "INSUFFICIENT_CAPACITY"
+    assert len(await operator.list_allocations()) == 0
+    assert (await operator.get_node(node_id)).state == "READY"
+
+    uncordoned = await operator.uncordon_node(node_id)
+    assert (uncordoned.state, uncordoned.cordoned, uncordoned.status_reason) == ("READY", False, "")
+    allocation_id = await _allocate_one(operator)
+    node = await operator.get_node(node_id)
+    assert (node.state, node.allocation_id) == ("ALLOCATED", allocation_id)
+
+
+async def test_drain_of_free_node_quarantines_it(operator: AsyncClient) -> None:
+    """Draining a READY node takes it out of service at once: QUARANTINED and cordoned."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    node = await operator.drain_node(node_id, reason="XID 79: fell off the bus")
+    assert (node.state, node.cordoned, node.status_reason) == ("QUARANTINED", True, "XID 79: fell off the bus")
+    last = (await operator.list_node_events(node_id))[-1]
+    assert (last.event, last.from_state, last.to_state) == ("DRAIN", "READY", "QUARANTINED")
+    assert last.reason == "XID 79: fell off the bus"
+
+
+async def test_drain_of_allocated_node_quarantines_after_release(operator: AsyncClient) -> None:
+    """A drained ALLOCATED node stays with its tenant as DRAINING, and after the cancel completes is QUARANTINED."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.create_tenant(TENANT)
+    allocation_id = await _allocate_one(operator)
+    draining = await operator.drain_node(node_id, reason="ECC row remap pending")
+    assert (draining.state, draining.allocation_id, draining.cordoned) == ("DRAINING", allocation_id, True)
+    assert (await operator.get_allocation(allocation_id)).state == "ACTIVE"
+
+    await _cancel_and_wait(operator, allocation_id)
+    node = await operator.get_node(node_id)
+    assert node.state == "QUARANTINED"
+    assert node.allocation_id is None
+    assert _moves(await operator.list_node_events(node_id))[-4:] == [
+        ("ALLOCATE", "READY", "ALLOCATED"),
+        ("DRAIN", "ALLOCATED", "DRAINING"),
+        ("RELEASE", "DRAINING", "SCRUBBING"),
+        ("FINISH_SCRUB_DRAINED", "SCRUBBING", "QUARANTINED"),
+    ]
+
+
+async def test_release_without_drain_returns_node_to_ready(operator: AsyncClient) -> None:
+    """Without a drain, a cancelled allocation's node is scrubbed and READY again (the contrast case)."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.create_tenant(TENANT)
+    allocation_id = await _allocate_one(operator)
+    await _cancel_and_wait(operator, allocation_id)
+    node = await operator.get_node(node_id)
+    assert (node.state, node.allocation_id, node.cordoned) == ("READY", None, False)
+    assert _moves(await operator.list_node_events(node_id))[-2:] == [
+        ("RELEASE", "ALLOCATED", "SCRUBBING"),
+        ("FINISH_SCRUB", "SCRUBBING", "READY"),
+    ]
+
+
+# Repair and retirement -----------------------------------------------------------------------
+
+
+async def test_repair_and_return_to_service_goes_through_burn_in(operator: AsyncClient) -> None:
+    """QUARANTINED -> REPAIR -> BURN_IN (uncordoned) -> READY, and the node is placeable again."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.drain_node(node_id, reason="thermal throttling")
+    repairing = await operator.start_repair(node_id, reason="RMA ticket 1234")
+    assert repairing.state == "REPAIR"
+    back = await operator.return_to_service(node_id, reason="board replaced")
+    assert (back.state, back.cordoned, back.status_reason) == ("BURN_IN", False, "")
+    assert (await operator.complete_burn_in(node_id)).state == "READY"
+    await operator.create_tenant(TENANT)
+    await _allocate_one(operator)
+
+
+async def test_return_to_service_from_quarantine(operator: AsyncClient) -> None:
+    """A quarantined node can go straight back to burn-in without a repair."""
+    await _register(operator, "node-a")
+    await operator.complete_burn_in("node-a", passed=False)
+    assert (await operator.return_to_service("node-a", reason="false alarm")).state == "BURN_IN"
+
+
+@pytest.mark.parametrize("via_repair", [False, True], ids=["from-quarantine", "from-repair"])
+async def test_retire_is_final(operator: AsyncClient, via_repair: bool) -> None:
+    """A retired node is RETIRED and every further lifecycle call on it is an illegal transition."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.drain_node(node_id)
+    if via_repair:
+        await operator.start_repair(node_id)
+    assert (await operator.retire_node(node_id, reason="end of life")).state == "RETIRED"
+    events = await operator.list_node_events(node_id)
+    for call in (
+        operator.drain_node,
+        operator.start_repair,
+        operator.return_to_service,
+        operator.retire_node,
+    ):
+        with pytest.raises(FailedPreconditionError) as caught:
+            await call(node_id)
+        assert caught.value.reason == "ILLEGAL_NODE_TRANSITION"
+    with pytest.raises(FailedPreconditionError):
+        await operator.complete_burn_in(node_id)
+    assert (await operator.get_node(node_id)).state == "RETIRED"
+    assert await operator.list_node_events(node_id) == events
+
+
+async def test_retire_registered_node(operator: AsyncClient) -> None:
+    """A node can be retired straight from REGISTERED? No: registration starts burn-in, so retire is illegal."""
+    await _register(operator, "node-a")
+    with pytest.raises(FailedPreconditionError) as caught:
+        await operator.retire_node("node-a")
+    assert caught.value.reason == "ILLEGAL_NODE_TRANSITION"
+    assert caught.value.metadata["state"] == "BURN_IN"
+
+
+# Illegal transitions ------------------------------------------------------------------------
+
+Setup = Callable[[AsyncClient], Awaitable[str]]
+
+
+async def _ready(client: AsyncClient) -> str:
+    return (await register_ready_nodes(client, 1))[0]
+
+
+async def _allocated(client: AsyncClient) -> str:
+    node_id = await _ready(client)
+    await client.create_tenant(TENANT)
+    await _allocate_one(client)
+    return node_id
+
+
+async def _failed_burn_in(client: AsyncClient) -> str:
+    await _register(client, "node-q")
+    await client.complete_burn_in("node-q", passed=False)
+    return "node-q"
+
+
+async def _burning_in(client: AsyncClient) -> str:
+    await _register(client, "node-b")
+    return "node-b"
+
+
+ILLEGAL: list[tuple[str, Setup, str, str]] = [
+    ("start_repair", _ready, "READY", "START_REPAIR"),
+    ("retire_node", _ready, "READY", "RETIRE"),
+    ("return_to_service", _ready, "READY", "RETURN_TO_SERVICE"),
+    ("retire_node", _allocated, "ALLOCATED", "RETIRE"),
+    ("start_repair", _allocated, "ALLOCATED", "START_REPAIR"),
+    ("return_to_service", _allocated, "ALLOCATED", "RETURN_TO_SERVICE"),
+    ("drain_node", _failed_burn_in, "QUARANTINED", "DRAIN"),
+    ("start_repair", _burning_in, "BURN_IN", "START_REPAIR"),
+]
+
+
+@pytest.mark.parametrize(
+    ("method", "setup", "state", "event"), ILLEGAL, ids=[f"{m}-on-{s}" for m, _, s, _ in ILLEGAL]
+)
+async def test_illegal_transition_changes_nothing(
+    operator: AsyncClient, method: str, setup: Setup, state: str, event: str
+) -> None:
+    """An illegal transition is FAILED_PRECONDITION ILLEGAL_NODE_TRANSITION; node and its events are unchanged."""
+    node_id = await setup(operator)
+    before = await operator.get_node(node_id)
+    events = await operator.list_node_events(node_id)
+    assert before.state == state
+    with pytest.raises(FailedPreconditionError) as caught:
+        await getattr(operator, method)(node_id, "should not be recorded")
+    error = caught.value
+    assert error.reason == "ILLEGAL_NODE_TRANSITION"
+    assert error.metadata == {"node_id": node_id, "state": state, "event": event}
+    after = await operator.get_node(node_id)
+    assert after == before
+    assert await operator.list_node_events(node_id) == events
+
+
+# Events --------------------------------------------------------------------------------------
+
+
+async def test_node_events_record_each_change_with_actor_and_reason(operator: AsyncClient) -> None:
+    """Every state change appears once, in order, with from/to states, a time, an actor and a reason."""
+    await _register(operator, "node-a")
+    await operator.complete_burn_in("node-a", detail="burn-in ok")
+    await operator.create_tenant(TENANT)
+    allocation_id = await _allocate_one(operator)
+    await _cancel_and_wait(operator, allocation_id)
+    await operator.drain_node("node-a", reason="fan failure")
+    await operator.start_repair("node-a", reason="replace fan")
+    await operator.return_to_service("node-a", reason="fan replaced")
+    await operator.complete_burn_in("node-a", passed=False, detail="still hot")
+    await operator.retire_node("node-a", reason="scrap")
+
+    events = await operator.list_node_events("node-a")
+    assert _moves(events) == [
+        ("REGISTER", "REGISTERED", "REGISTERED"),
+        ("START_BURN_IN", "REGISTERED", "BURN_IN"),
+        ("PASS_BURN_IN", "BURN_IN", "READY"),
+        ("ALLOCATE", "READY", "ALLOCATED"),
+        ("RELEASE", "ALLOCATED", "SCRUBBING"),
+        ("FINISH_SCRUB", "SCRUBBING", "READY"),
+        ("DRAIN", "READY", "QUARANTINED"),
+        ("START_REPAIR", "QUARANTINED", "REPAIR"),
+        ("RETURN_TO_SERVICE", "REPAIR", "BURN_IN"),
+        ("FAIL_BURN_IN", "BURN_IN", "QUARANTINED"),
+        ("RETIRE", "QUARANTINED", "RETIRED"),
+    ]
+    # Each event continues from where the previous one left the node.
+    for previous, current in zip(events, events[1:], strict=False):
+        assert current.from_state == previous.to_state
+    assert all(e.node_id == "node-a" for e in events)
+    times = [e.time for e in events]
+    assert all(t is not None for t in times)
+    assert times == sorted(times)  # type: ignore[type-var]
+    by_event = {e.event: e for e in events}
+    assert by_event["PASS_BURN_IN"].reason == "burn-in ok"
+    assert by_event["ALLOCATE"].reason == allocation_id
+    assert by_event["RELEASE"].reason == f"{allocation_id} cancelled"
+    assert by_event["DRAIN"].reason == "fan failure"
+    assert by_event["START_REPAIR"].reason == "replace fan"
+    assert by_event["RETURN_TO_SERVICE"].reason == "fan replaced"
+    assert by_event["FAIL_BURN_IN"].reason == "still hot"
+    assert by_event["RETIRE"].reason == "scrap"
+    operator_actor = by_event["DRAIN"].actor
+    assert operator_actor.startswith("operator:")
+    for name in ("START_BURN_IN", "PASS_BURN_IN", "RELEASE", "START_REPAIR", "RETURN_TO_SERVICE", "RETIRE"):
+        assert by_event[name].actor == operator_actor, name
+    assert by_event["ALLOCATE"].actor == f"tenant:{TENANT}"
+    assert by_event["FINISH_SCRUB"].actor == "operator:control-plane"
+    # Who registered the node is part of its history too.
+    assert by_event["REGISTER"].actor == operator_actor
+    assert all(e.actor and e.reason for e in events), [(e.event, e.actor, e.reason) for e in events]
+
+
+async def test_state_change_time_moves_only_on_a_state_change(operator: AsyncClient) -> None:
+    """state_change_time advances when the state changes and not on a cordon."""
+    await _register(operator, "node-a")
+    ready = await operator.complete_burn_in("node-a")
+    cordoned = await operator.cordon_node("node-a")
+    assert cordoned.state_change_time == ready.state_change_time
+    drained = await operator.drain_node("node-a")
+    assert ready.state_change_time is not None and drained.state_change_time is not None
+    assert drained.state_change_time >= ready.state_change_time
+    assert drained.create_time == ready.create_time
+
+
+# Listing -------------------------------------------------------------------------------------
+
+
+async def _fleet(client: AsyncClient) -> None:
+    """a-000..a-002 H100 zone-a READY; b-000..b-001 A100 zone-b READY; c-000 H100 zone-b BURN_IN;
+    d-000 H100 zone-a QUARANTINED."""
+    await register_ready_nodes(client, 3, prefix="a")
+    await register_ready_nodes(client, 2, prefix="b", gpu_model="A100", zone="zone-b")
+    await _register(client, "c-000", zone="zone-b")
+    await _register(client, "d-000")
+    await client.complete_burn_in("d-000", passed=False)
+
+
+def _ids(nodes: object) -> list[str]:
+    return [n.node_id for n in nodes]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("filters", "expected"),
+    [
+        ({}, ["a-000", "a-001", "a-002", "b-000", "b-001", "c-000", "d-000"]),
+        ({"state": "READY"}, ["a-000", "a-001", "a-002", "b-000", "b-001"]),
+        ({"state": "BURN_IN"}, ["c-000"]),
+        ({"state": "QUARANTINED"}, ["d-000"]),
+        ({"state": "RETIRED"}, []),
+        ({"gpu_model": "A100"}, ["b-000", "b-001"]),
+        ({"gpu_model": "L40S"}, []),
+        ({"zone": "zone-b"}, ["b-000", "b-001", "c-000"]),
+        ({"zone": "zone-c"}, []),
+        ({"state": "READY", "gpu_model": "H100"}, ["a-000", "a-001", "a-002"]),
+        ({"gpu_model": "H100", "zone": "zone-b"}, ["c-000"]),
+        ({"state": "READY", "gpu_model": "H100", "zone": "zone-a"}, ["a-000", "a-001", "a-002"]),
+    ],
+    ids=lambda x: "-".join(f"{k}={v}" for k, v in x.items()) if isinstance(x, dict) else None,
+)
+async def test_list_nodes_filters(operator: AsyncClient, filters: dict[str, str], expected: list[str]) -> None:
+    """list_nodes returns exactly the nodes matching every given filter, ordered by id."""
+    await _fleet(operator)
+    page = await operator.list_nodes(**filters)  # type: ignore[arg-type]
+    assert _ids(page) == expected
+    assert page.next_page_token == ""
+
+
+async def test_list_nodes_pages_through_everything_once(operator: AsyncClient) -> None:
+    """Paging with page_size 2 returns every node exactly once, in id order, and ends with no token."""
+    await _fleet(operator)
+    seen: list[str] = []
+    token = ""
+    pages = 0
+    while True:
+        page = await operator.list_nodes(page_size=2, page_token=token)
+        assert len(page) <= 2
+        seen += _ids(page)
+        pages += 1
+        if not page.next_page_token:
+            break
+        token = page.next_page_token
+    assert seen == ["a-000", "a-001", "a-002", "b-000", "b-001", "c-000", "d-000"]
+    assert pages == 4
+
+
+async def test_list_nodes_paging_with_filter_and_inserts(operator: AsyncClient) -> None:
+    """A filtered listing pages correctly, and a node added after the cursor still appears once."""
+    await _fleet(operator)
+    first = await operator.list_nodes(state="READY", page_size=3)
+    assert _ids(first) == ["a-000", "a-001", "a-002"]
+    await register_ready_nodes(operator, 1, prefix="e")
+    await register_ready_nodes(operator, 1, prefix="0")  # sorts before the cursor: not repeated
+    rest = await operator.list_nodes(state="READY", page_size=3, page_token=first.next_page_token)
+    assert _ids(rest) == ["b-000", "b-001", "e-000"]
+    assert rest.next_page_token == ""
+
+
+async def test_page_token_of_other_filter_is_refused(operator: AsyncClient) -> None:
+    """A page token used with other filters is INVALID_ARGUMENT naming page_token."""
+    await _fleet(operator)
+    page = await operator.list_nodes(state="READY", page_size=1)
+    assert page.next_page_token
+    for other in ({"state": "BURN_IN"}, {"state": "READY", "zone": "zone-a"}, {}):
+        with pytest.raises(InvalidArgumentError) as caught:
+            await operator.list_nodes(page_size=1, page_token=page.next_page_token, **other)  # type: ignore[arg-type]
+        assert set(caught.value.field_violations) == {"page_token"}
+        assert caught.value.reason == "INVALID_PAGE_TOKEN"
+
+
+async def test_page_size_is_capped_and_exact_page_has_no_token(operator: AsyncClient) -> None:
+    """A page_size equal to the number of nodes returns them all with no next token; a huge one is capped."""
+    await _fleet(operator)
+    exact = await operator.list_nodes(page_size=7)
+    assert len(exact) == 7 and exact.next_page_token == ""
+    huge = await operator.list_nodes(page_size=2**31 - 1)
+    assert len(huge) == 7 and huge.next_page_token == ""
+
+
+# Health, reflection, unknown methods --------------------------------------------------------
+
+
+async def test_health_check_needs_no_token(control_plane: RunningControlPlane) -> None:
+    """The standard health service answers SERVING, overall and per service, without a token."""
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        stub = health_pb2_grpc.HealthStub(channel)
+        for service in ("", "gpucloud.v1.NodeService", "gpucloud.v1.AllocationService"):
+            response = await stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=10)
+            assert response.status == health_pb2.HealthCheckResponse.SERVING, service
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.Check(health_pb2.HealthCheckRequest(service="no.such.Service"), timeout=10)
+        assert caught.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_reflection_lists_services_without_token(control_plane: RunningControlPlane) -> None:
+    """Server reflection lists every API service, health and reflection, without a token."""
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        call = stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]), timeout=10)
+        names: set[str] = set()
+        async for response in call:
+            assert not response.HasField("error_response"), response.error_response
+            names |= {s.name for s in response.list_services_response.service}
+    assert {
+        "gpucloud.v1.TenantService",
+        "gpucloud.v1.NodeService",
+        "gpucloud.v1.AllocationService",
+        "google.longrunning.Operations",
+        "grpc.health.v1.Health",
+    } <= names
+
+
+async def test_reflection_describes_a_service(control_plane: RunningControlPlane) -> None:
+    """Reflection returns the file descriptor that defines gpucloud.v1.AllocationService."""
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        stub = reflection_pb2_grpc.ServerReflectionStub(channel)
+        request = reflection_pb2.ServerReflectionRequest(file_containing_symbol="gpucloud.v1.AllocationService")
+        responses = [r async for r in stub.ServerReflectionInfo(iter([request]), timeout=10)]
+    assert len(responses) == 1
+    assert responses[0].file_descriptor_response.file_descriptor_proto
+
+
+@pytest.mark.parametrize(
+    "method",
+    ["/gpucloud.v1.NodeService/Nope", "/gpucloud.v1.NoSuchService/Get", "/grpc.health.v1.Health/Nope"],
+)
+@pytest.mark.parametrize("with_token", [False, True], ids=["no-token", "operator-token"])
+async def test_unknown_method_is_unimplemented(
+    control_plane: RunningControlPlane, method: str, with_token: bool
+) -> None:
+    """A method the server does not have is UNIMPLEMENTED, with or without a token (not UNAUTHENTICATED)."""
+    metadata = (("authorization", f"Bearer {control_plane.operator_token}"),) if with_token else ()
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        call = channel.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await call(b"", metadata=metadata, timeout=10)
+    assert caught.value.code() == grpc.StatusCode.UNIMPLEMENTED

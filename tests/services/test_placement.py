@@ -1,0 +1,85 @@
+"""First-fit placement: all or nothing, in fabric order, independent of input order."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from services.allocations.placement import Candidate, first_fit
+
+
+def _key(c: Candidate) -> tuple[str, str, str, str]:
+    return (c.zone, c.rack, c.leaf_switch, c.node_id)
+
+
+def test_too_few_candidates_place_nothing() -> None:
+    """Asking for more nodes than there are candidates returns None, not a partial list."""
+    candidates = [Candidate(f"n{i}", "z", "r", "l") for i in range(3)]
+    assert first_fit(candidates, 4) is None
+    assert first_fit([], 1) is None
+
+
+def test_exact_fit_takes_everything() -> None:
+    """Asking for exactly as many nodes as candidates returns all of them."""
+    candidates = [Candidate(f"n{i}", "z", "r", "l") for i in range(3)]
+    assert sorted(first_fit(candidates, 3) or []) == ["n0", "n1", "n2"]
+
+
+@pytest.mark.parametrize("count", [0, -1, -100])
+def test_non_positive_count_is_refused(count: int) -> None:
+    """A count below one is a ValueError, even with candidates available."""
+    with pytest.raises(ValueError, match="positive"):
+        first_fit([Candidate("n0", "z", "r", "l")], count)
+
+
+def test_fabric_order_zone_then_rack_then_leaf_then_id() -> None:
+    """Nodes are chosen by (zone, rack, leaf switch, node id), not by input order or id alone."""
+    candidates = [
+        Candidate("a-late-zone", "zone-b", "rack-0", "leaf-0"),
+        Candidate("z-rack-1", "zone-a", "rack-1", "leaf-0"),
+        Candidate("y-leaf-1", "zone-a", "rack-0", "leaf-1"),
+        Candidate("x-first", "zone-a", "rack-0", "leaf-0"),
+        Candidate("w-first", "zone-a", "rack-0", "leaf-0"),
+    ]
+    assert first_fit(candidates, 1) == ["w-first"]
+    assert first_fit(candidates, 3) == ["w-first", "x-first", "y-leaf-1"]
+    assert first_fit(candidates, 5) == ["w-first", "x-first", "y-leaf-1", "z-rack-1", "a-late-zone"]
+
+
+def test_input_is_not_modified() -> None:
+    """first_fit does not reorder the caller's list."""
+    candidates = [Candidate("b", "z", "r", "l"), Candidate("a", "z", "r", "l")]
+    before = list(candidates)
+    first_fit(candidates, 1)
+    assert candidates == before
+
+
+_names = st.sampled_from(["a", "b", "c"])
+_candidates = st.lists(
+    st.builds(Candidate, st.text("abcdef0123", min_size=1, max_size=4), _names, _names, _names),
+    max_size=20,
+    unique_by=lambda c: c.node_id,
+)
+
+
+@settings(max_examples=200, deadline=None)
+@given(_candidates, st.integers(min_value=1, max_value=25), st.randoms(use_true_random=False))
+def test_first_fit_properties(candidates: list[Candidate], count: int, rnd: object) -> None:
+    """None iff too few; otherwise `count` distinct candidates, each before every unchosen one, in order."""
+    result = first_fit(candidates, count)
+    if len(candidates) < count:
+        assert result is None
+        return
+    assert result is not None
+    assert len(result) == count == len(set(result))
+    by_id = {c.node_id: c for c in candidates}
+    assert set(result) <= set(by_id)
+    chosen_keys = [_key(by_id[i]) for i in result]
+    assert chosen_keys == sorted(chosen_keys)
+    unchosen = [_key(c) for c in candidates if c.node_id not in set(result)]
+    if unchosen:
+        assert max(chosen_keys) < min(unchosen)
+    shuffled = list(candidates)
+    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    assert first_fit(shuffled, count) == result
