@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 from google.longrunning import operations_pb2
 from google.protobuf.timestamp_pb2 import Timestamp
@@ -31,33 +32,30 @@ def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
         return f"UNKNOWN_{number}"
 
 
-def _full_name(prefix: str, name: str) -> str:
-    return name if name.startswith(prefix) else prefix + name.upper()
+def _value(wrapper: Any, prefix: str, name: str, what: str) -> Any:
+    """``H100`` or ``GPU_MODEL_H100`` -> its number; ValueError naming the known values."""
+    try:
+        return wrapper.Value(name if name.startswith(prefix) else prefix + name.upper())
+    except ValueError:
+        known = ", ".join(n.removeprefix(prefix) for n in wrapper.keys()[1:])
+        raise ValueError(f"unknown {what} {name!r}; one of {known}") from None
 
 
 def gpu_model_value(name: str) -> node_pb2.GpuModel.ValueType:
-    """``H100`` (or ``GPU_MODEL_H100``) -> its enum value; ValueError names the known models."""
-    try:
-        return node_pb2.GpuModel.Value(_full_name("GPU_MODEL_", name))
-    except ValueError:
-        known = ", ".join(n.removeprefix("GPU_MODEL_") for n in node_pb2.GpuModel.keys()[1:])
-        raise ValueError(f"unknown GPU model {name!r}; one of {known}") from None
+    value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model")
+    return value
 
 
 def node_state_value(name: str) -> node_pb2.NodeState.ValueType:
-    try:
-        return node_pb2.NodeState.Value(_full_name("NODE_STATE_", name))
-    except ValueError:
-        known = ", ".join(n.removeprefix("NODE_STATE_") for n in node_pb2.NodeState.keys()[1:])
-        raise ValueError(f"unknown node state {name!r}; one of {known}") from None
+    value: node_pb2.NodeState.ValueType = _value(node_pb2.NodeState, "NODE_STATE_", name, "node state")
+    return value
 
 
 def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueType:
-    try:
-        return allocation_pb2.AllocationState.Value(_full_name("ALLOCATION_STATE_", name))
-    except ValueError:
-        known = ", ".join(n.removeprefix("ALLOCATION_STATE_") for n in allocation_pb2.AllocationState.keys()[1:])
-        raise ValueError(f"unknown allocation state {name!r}; one of {known}") from None
+    value: allocation_pb2.AllocationState.ValueType = _value(
+        allocation_pb2.AllocationState, "ALLOCATION_STATE_", name, "allocation state"
+    )
+    return value
 
 
 def tenant(message: tenant_pb2.Tenant) -> models.Tenant:

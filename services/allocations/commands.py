@@ -26,6 +26,7 @@ from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
 from services.paging import Cursor
+from services.store import core
 from services.store.engine import Store
 from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow, table_of
 from services.tenants import repository as tenants_repo
@@ -91,7 +92,8 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
         now = now_us()
         if request.request_id:
             # Claim the key before placing anything: concurrent duplicates queue here.
-            await session.execute(
+            await core.execute(
+                session,
                 table_of(IdempotencyKeyRow)
                 .insert()
                 .values(
@@ -101,7 +103,7 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
                     fingerprint=fingerprint,
                     result_id=allocation_id,
                     created_us=now,
-                )
+                ),
             )
         free = await nodes_repo.free_nodes(
             session, request.gpu_model, limit=request.node_count, skip_locked=store.dialect == "postgresql"
@@ -130,7 +132,7 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
             state=AllocationState.ACTIVE,
             created_us=now,
         )
-        await session.execute(table_of(AllocationRow).insert().values(**row.model_dump()))
+        await core.execute(session, table_of(AllocationRow).insert().values(**row.model_dump()))
         await nodes_repo.apply_many(
             session,
             [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
@@ -138,7 +140,8 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
             actor=f"tenant:{request.tenant_id}",
             now_us=now,
         )
-        await session.execute(
+        await core.execute(
+            session,
             table_of(AssignmentRow).insert(),
             [
                 {

@@ -12,6 +12,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.allocations.states import AllocationState
 from services.errors import NotFound
 from services.paging import Cursor
+from services.store import core
 from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, NodeRow, table_of
 
 
@@ -121,16 +122,18 @@ async def finish_cancel(session: AsyncSession, allocation_ids: Sequence[str], *,
     """End the allocations' live assignments and mark them CANCELLED at ``now_us``."""
     ids = list(allocation_ids)
     assignments = table_of(AssignmentRow)
-    await session.execute(
+    await core.execute(
+        session,
         assignments.update()
         .where(assignments.c.allocation_id.in_(ids), assignments.c.released_us.is_(None))
-        .values(released_us=now_us)
+        .values(released_us=now_us),
     )
     allocations = table_of(AllocationRow)
-    await session.execute(
+    await core.execute(
+        session,
         allocations.update()
         .where(allocations.c.allocation_id.in_(ids))
-        .values(state=AllocationState.CANCELLED.value, released_us=now_us)
+        .values(state=AllocationState.CANCELLED.value, released_us=now_us),
     )
 
 

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import CursorResult, func
+from sqlalchemy import func
 from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -14,6 +14,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.errors import Aborted, NotFound
 from services.nodes.inventory import GpuModel, Inventory
 from services.nodes.transitions import NodeEvent, NodeState, next_state
+from services.store import core
 from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow, table_of
 
 
@@ -150,10 +151,11 @@ async def apply_many(session: AsyncSession, moves: Sequence[Move], *, reason: st
         groups.setdefault((move.state, target), []).append(move.node_id)
     nodes = table_of(NodeRow)
     for (before, after), ids in groups.items():
-        result: CursorResult[Any] = await session.execute(  # type: ignore[assignment]
+        result = await core.execute(
+            session,
             nodes.update()
             .where(nodes.c.node_id.in_(ids), nodes.c.state == before)
-            .values(state=after, state_changed_us=now_us)
+            .values(state=after, state_changed_us=now_us),
         )
         if result.rowcount != len(ids):
             raise Aborted(
@@ -161,7 +163,8 @@ async def apply_many(session: AsyncSession, moves: Sequence[Move], *, reason: st
                 message="a node changed state while this request ran; retry it",
                 metadata={"node_ids": ",".join(ids)},
             )
-    await session.execute(
+    await core.execute(
+        session,
         table_of(NodeEventRow).insert(),
         [
             {
@@ -221,7 +224,8 @@ async def free_nodes(
     )
     if skip_locked:
         query = query.with_for_update(skip_locked=True)
-    return [(r[0], r[1], r[2], r[3]) for r in (await session.execute(query)).all()]
+    rows: list[Sequence[Any]] = list((await core.execute(session, query)).all())
+    return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 
 
 async def drain_pending(session: AsyncSession, node_ids: Sequence[str]) -> set[str]:
@@ -232,7 +236,7 @@ async def drain_pending(session: AsyncSession, node_ids: Sequence[str]) -> set[s
     drained = set((await session.exec(query)).all())
     if drained:
         nodes = table_of(NodeRow)
-        await session.execute(nodes.update().where(nodes.c.node_id.in_(drained)).values(drain_pending=False))
+        await core.execute(session, nodes.update().where(nodes.c.node_id.in_(drained)).values(drain_pending=False))
     return drained
 
 
@@ -241,4 +245,4 @@ async def count_free(session: AsyncSession, gpu_model: GpuModel) -> int:
     query = sa_select(func.count()).where(
         col(NodeRow.gpu_model) == gpu_model, col(NodeRow.state) == NodeState.READY, col(NodeRow.cordoned).is_(False)
     )
-    return int((await session.execute(query)).scalar_one())
+    return int((await core.execute(session, query)).scalar_one())

@@ -10,6 +10,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.errors import NotFound
 from services.paging import Cursor
+from services.store import core
 from services.store.models import OperationRow, table_of
 
 NAME_PREFIX = "operations/"
@@ -42,10 +43,11 @@ async def for_target(session: AsyncSession, kind: str, target_id: str) -> Operat
 async def complete(session: AsyncSession, kind: str, target_ids: Sequence[str], *, now_us: int) -> None:
     """Mark the ``kind`` operations of ``target_ids`` done at ``now_us``."""
     operations = table_of(OperationRow)
-    await session.execute(
+    await core.execute(
+        session,
         operations.update()
         .where(operations.c.kind == kind, operations.c.target_id.in_(list(target_ids)))
-        .values(done=True, done_us=now_us)
+        .values(done=True, done_us=now_us),
     )
 
 
