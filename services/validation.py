@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 
 from services.errors import FieldViolation, InvalidArgument
+from services.paging import Cursor, PageTokens
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
 MAX_TEXT = 256
@@ -22,13 +23,25 @@ class Violations:
 
     def __init__(self) -> None:
         self.items: list[FieldViolation] = []
+        self._token_error: InvalidArgument | None = None
 
     def add(self, field_path: str, description: str) -> None:
         self.items.append(FieldViolation(field_path, description))
 
     def raise_if_any(self) -> None:
+        if len(self.items) == 1 and self._token_error is not None:
+            raise self._token_error  # keeps its reason, INVALID_PAGE_TOKEN
         if self.items:
             raise InvalidArgument.for_fields(self.items)
+
+    def page_token(self, tokens: PageTokens, token: str, scope: dict[str, str | int]) -> Cursor | None:
+        """The cursor of a page token, or None; a bad token joins the other violations."""
+        try:
+            return tokens.decode(token, scope)
+        except InvalidArgument as error:
+            self._token_error = error
+            self.items.extend(error.violations)
+            return None
 
     def identifier(self, field_path: str, value: str, *, required: bool = True) -> None:
         """A resource id: 1-63 of lowercase letters, digits and '-', not starting with '-'."""

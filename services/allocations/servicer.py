@@ -72,21 +72,21 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         size = v.page_size("page_size", request.page_size)
         v.identifier("tenant_id", request.tenant_id, required=False)
         v.enum("state", request.state, _KNOWN_STATES, required=False)
-        v.raise_if_any()
         scope_tenant = tenant_scope(principal)
+        tenant_filter = scope_tenant or request.tenant_id or None
+        scope: dict[str, str | int] = {
+            "list": "allocations",
+            "caller": principal.tenant_id or f"role:{principal.role}",
+            "tenant_id": request.tenant_id,
+            "state": request.state,
+        }
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
         if scope_tenant is not None and request.tenant_id and request.tenant_id != scope_tenant:
             # A tenant asking for another tenant's list sees an empty one, never an error that
             # would confirm the other tenant exists.
             return allocation_pb2.ListAllocationsResponse()
-        tenant_filter = scope_tenant or request.tenant_id or None
         flt = AllocationFilter(tenant_id=tenant_filter, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
-        scope: dict[str, str | int] = {
-            "list": "allocations",
-            "caller": principal.tenant_id or f"role:{principal.role}",
-            "tenant_id": tenant_filter or "",
-            "state": request.state,
-        }
-        cursor = self._tokens.decode(request.page_token, scope)
         page, after = await commands.list_page(self._store, flt, cursor=cursor, page_size=size)
         return allocation_pb2.ListAllocationsResponse(
             allocations=[allocation_to_proto(a) for a in page],

@@ -95,19 +95,19 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         v.enum("state", request.state, _KNOWN_STATES, required=False)
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS, required=False)
         v.identifier("zone", request.zone, required=False)
-        v.raise_if_any()
-        flt = NodeFilter(
-            state=NODE_STATE_FROM_PROTO.get(request.state),
-            gpu_model=GPU_MODEL_FROM_PROTO.get(request.gpu_model),
-            zone=request.zone,
-        )
         scope: dict[str, str | int] = {
             "list": "nodes",
             "state": request.state,
             "gpu_model": request.gpu_model,
             "zone": request.zone,
         }
-        cursor = self._tokens.decode(request.page_token, scope)
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
+        flt = NodeFilter(
+            state=NODE_STATE_FROM_PROTO.get(request.state),
+            gpu_model=GPU_MODEL_FROM_PROTO.get(request.gpu_model),
+            zone=request.zone,
+        )
         async with self._store.read() as session:
             rows = await repo.list_page(session, flt, after_id=cursor.last_id if cursor else None, limit=size + 1)
             token = ""

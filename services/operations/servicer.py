@@ -21,16 +21,18 @@ from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
 from services.paging import Cursor, PageTokens
 from services.store.engine import Store
-from services.validation import Violations
+from services.validation import ID_PATTERN, Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_WAIT_SECONDS = 300.0
+# google.protobuf.Duration's documented range: +-10,000 years.
+MAX_DURATION_SECONDS = 315_576_000_000
 
 
 def _operation_id(name: str) -> str:
     operation_id = repo.id_from_name(name)
-    if operation_id is None or len(name) > 128:
+    if operation_id is None or not ID_PATTERN.fullmatch(operation_id):
         raise InvalidArgument.for_field("name", f"{name[:80]!r} is not an operation name ('operations/<id>')")
     return operation_id
 
@@ -57,9 +59,11 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         operation_id = _operation_id(request.name)
         wait = DEFAULT_WAIT_SECONDS
         if request.HasField("timeout"):
-            wait = request.timeout.ToTimedelta().total_seconds()
-            if wait < 0:
-                raise InvalidArgument.for_field("timeout", "must not be negative")
+            seconds, nanos = request.timeout.seconds, request.timeout.nanos
+            if not (0 <= seconds <= MAX_DURATION_SECONDS and 0 <= nanos < 1_000_000_000):
+                raise InvalidArgument.for_field("timeout", "must be a non-negative google.protobuf.Duration")
+            # Anything beyond the cap waits the cap; no need to convert an enormous value.
+            wait = min(seconds + nanos / 1e9, MAX_WAIT_SECONDS)
         remaining = context.time_remaining()
         if remaining is not None:
             # Answer before the client's deadline so it gets the state, not DEADLINE_EXCEEDED.
@@ -84,9 +88,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         size = v.page_size("page_size", request.page_size)
         if request.filter:
             v.add("filter", "filters are not supported; leave it empty")
-        v.raise_if_any()
         scope: dict[str, str | int] = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
-        cursor = self._tokens.decode(request.page_token, scope)
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
         async with self._store.read() as session:
             rows = await repo.list_page(session, tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
         token = ""

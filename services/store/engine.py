@@ -22,6 +22,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async
 from sqlalchemy.pool import NullPool
 from sqlmodel.ext.asyncio.session import AsyncSession
 
+from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
@@ -73,8 +74,9 @@ class Store:
                 raise ValueError("in-memory SQLite shares one connection between tasks; use a file")
             # One writer connection: SQLite has one write lock anyway, and queueing on the pool
             # is cheaper and fairer than spinning on busy_timeout.
-            write_engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=60)
-            read_engine = create_async_engine(url, pool_size=4, max_overflow=4)
+            creator = sqlite_driver.connector(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+            write_engine = create_async_engine(url, async_creator=creator, pool_size=1, max_overflow=0, pool_timeout=60)
+            read_engine = create_async_engine(url, async_creator=creator, pool_size=4, max_overflow=4)
             _configure_sqlite(write_engine, immediate=True)
             _configure_sqlite(read_engine, immediate=False)
         else:

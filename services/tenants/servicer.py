@@ -52,9 +52,9 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     ) -> tenant_pb2.ListTenantsResponse:
         v = Violations()
         size = v.page_size("page_size", request.page_size)
-        v.raise_if_any()
         scope: dict[str, str | int] = {"list": "tenants"}
-        cursor = self._tokens.decode(request.page_token, scope)
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
         async with self._store.read() as session:
             rows = await repo.list_page(session, after_id=cursor.last_id if cursor else None, limit=size + 1)
         token = ""

@@ -137,7 +137,11 @@ async def test_idempotency_key_is_unique_per_tenant_method_and_request(store: St
 
     def key(tenant_id: str, method: str = "CreateAllocation", result_id: str = "alloc-1") -> IdempotencyKeyRow:
         return IdempotencyKeyRow(
-            tenant_id=tenant_id, method=method, request_id="req-1", fingerprint="f" * 64, result_id=result_id,
+            tenant_id=tenant_id,
+            method=method,
+            request_id="req-1",
+            fingerprint="f" * 64,
+            result_id=result_id,
             created_us=NOW,
         )
 
@@ -167,8 +171,14 @@ async def test_gpu_uuid_belongs_to_one_node(store: Store) -> None:
         async with store.write() as session:
             session.add(
                 NodeRow(
-                    node_id="node-001", gpu_model="H100", zone="z", rack="r", leaf_switch="l", state="REGISTERED",
-                    created_us=NOW, state_changed_us=NOW,
+                    node_id="node-001",
+                    gpu_model="H100",
+                    zone="z",
+                    rack="r",
+                    leaf_switch="l",
+                    state="REGISTERED",
+                    created_us=NOW,
+                    state_changed_us=NOW,
                 )
             )
             await session.flush()

@@ -1,0 +1,128 @@
+"""An aiosqlite connection whose cursors do one thread round trip per statement.
+
+aiosqlite runs every cursor call on the connection's thread: creating the cursor, executing,
+fetching and closing are four round trips between the event loop and that thread for each
+statement, and those round trips (not SQLite, which commits a small transaction in ~26 us
+here) were most of the cost of a request (bench/store_path.py). This cursor runs
+execute + fetchall + close as one function on the thread and serves the rows it brought back
+from memory. Rows are always fetched eagerly, so it must not be used for server-side
+(streaming) cursors, which the control plane never asks for.
+
+It plugs into SQLAlchemy's aiosqlite dialect through ``create_async_engine(async_creator=...)``.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Iterable
+from typing import Any
+
+import aiosqlite
+
+_Description = tuple[tuple[str, None, None, None, None, None, None], ...] | None
+
+
+class _Outcome:
+    __slots__ = ("description", "lastrowid", "rowcount", "rows")
+
+    def __init__(self, cursor: sqlite3.Cursor) -> None:
+        self.description: _Description = cursor.description
+        self.rows: list[Any] = cursor.fetchall() if cursor.description else []
+        self.rowcount = cursor.rowcount
+        self.lastrowid = cursor.lastrowid
+        cursor.close()
+
+
+def _run(connection: sqlite3.Connection, sql: str, parameters: Any) -> _Outcome:
+    return _Outcome(connection.execute(sql, parameters))
+
+
+def _run_many(connection: sqlite3.Connection, sql: str, parameters: Iterable[Any]) -> _Outcome:
+    return _Outcome(connection.executemany(sql, parameters))
+
+
+class OneHopCursor:
+    """The subset of aiosqlite's Cursor that SQLAlchemy's adapter uses."""
+
+    def __init__(self, connection: OneHopConnection) -> None:
+        self._connection = connection
+        self._outcome: _Outcome | None = None
+        self.arraysize = 1
+
+    async def __aenter__(self) -> OneHopCursor:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        return None
+
+    async def execute(self, sql: str, parameters: Any = ()) -> OneHopCursor:
+        self._outcome = await self._connection.on_thread(_run, sql, parameters)
+        return self
+
+    async def executemany(self, sql: str, parameters: Iterable[Any]) -> OneHopCursor:
+        self._outcome = await self._connection.on_thread(_run_many, sql, parameters)
+        return self
+
+    def _take(self, count: int | None) -> list[Any]:
+        if self._outcome is None:
+            return []
+        rows = self._outcome.rows
+        if count is None:
+            self._outcome.rows = []
+            return rows
+        self._outcome.rows = rows[count:]
+        return rows[:count]
+
+    async def fetchall(self) -> list[Any]:
+        return self._take(None)
+
+    async def fetchmany(self, size: int | None = None) -> list[Any]:
+        return self._take(size or self.arraysize)
+
+    async def fetchone(self) -> Any:
+        rows = self._take(1)
+        return rows[0] if rows else None
+
+    async def close(self) -> None:
+        self._outcome = None
+
+    @property
+    def description(self) -> _Description:
+        return self._outcome.description if self._outcome else None
+
+    @property
+    def rowcount(self) -> int:
+        return self._outcome.rowcount if self._outcome else -1
+
+    @property
+    def lastrowid(self) -> int | None:
+        return self._outcome.lastrowid if self._outcome else None
+
+
+class OneHopConnection(aiosqlite.Connection):
+    """aiosqlite.Connection with one-round-trip cursors."""
+
+    def cursor(self) -> OneHopCursor:  # type: ignore[override]
+        return OneHopCursor(self)
+
+    async def on_thread(self, function: Callable[..., _Outcome], *args: Any) -> _Outcome:
+        """Run ``function(sqlite3_connection, *args)`` on the connection's thread."""
+        outcome: _Outcome = await self._execute(lambda: function(self._conn, *args))  # type: ignore[no-untyped-call]
+        return outcome
+
+
+def connector(path: str, *, timeout: float) -> Callable[[], OneHopConnection]:
+    """An ``async_creator`` for SQLAlchemy that opens ``path`` with one-hop cursors."""
+
+    def connect() -> sqlite3.Connection:
+        # isolation_level=None: SQLAlchemy's "begin" event issues BEGIN / BEGIN IMMEDIATE itself.
+        return sqlite3.connect(path, timeout=timeout, isolation_level=None)
+
+    def create() -> OneHopConnection:
+        connection = OneHopConnection(connect, 64)
+        # Like aiosqlite.connect under SQLAlchemy: a forgotten connection must not hold the
+        # interpreter open at exit.
+        connection._thread.daemon = True
+        return connection
+
+    return create
