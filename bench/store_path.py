@@ -57,7 +57,7 @@ async def store_path(path: Path) -> dict[str, float]:
     def count(*_: object) -> None:
         statements[0] += 1
 
-    event.listen(store._write_engine.sync_engine, "before_cursor_execute", count)  # noqa: SLF001
+    event.listen(store._write_engine.sync_engine, "before_cursor_execute", count)
     await tenant_commands.create(store, "bench", "bench")
     for i in range(ROUNDS + 4):
         gpus = tuple(GpuSpec(f"GPU-{i}-{g}", g) for g in range(8))
