@@ -52,7 +52,7 @@ def _serve_empty(port_queue: mp.Queue[int]) -> None:
 
 
 def _serve_control_plane(data_dir: str, database_url: str | None, port_queue: mp.Queue[int]) -> None:
-    from services.logging import configure
+    from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
 
     async def main() -> None:

@@ -17,7 +17,7 @@ from rich.rule import Rule
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.errors import ResourceExhaustedError
-from services.logging import configure
+from services.log_config import configure
 from services.server import ControlPlane, ServerConfig
 
 # (node id, model, zone, rack, leaf switch)

@@ -7,7 +7,7 @@ import contextlib
 import signal
 from pathlib import Path
 
-from services.logging import configure
+from services.log_config import configure
 from services.server import ControlPlane, ServerConfig
 
 

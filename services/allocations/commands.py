@@ -43,6 +43,8 @@ class AllocationRequest:
     gpu_model: GpuModel
     node_count: int
     request_id: str
+    # Who asked, for the node events (a tenant, or an operator acting for one).
+    actor: str = ""
 
 
 def tenant_scope(principal: Principal) -> str | None:
@@ -137,7 +139,7 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
             session,
             [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
             reason=allocation_id,
-            actor=f"tenant:{request.tenant_id}",
+            actor=request.actor or f"tenant:{request.tenant_id}",
             now_us=now,
         )
         await core.execute(

@@ -51,6 +51,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             gpu_model=GPU_MODEL_FROM_PROTO[request.gpu_model],
             node_count=request.node_count,
             request_id=request.request_id,
+            actor=principal.actor,
         )
         view = await commands.create(self._store, allocation_request)
         return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))

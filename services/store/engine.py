@@ -42,7 +42,8 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
         cursor.execute("PRAGMA journal_mode=WAL")
         cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
         cursor.execute("PRAGMA foreign_keys=ON")
-        cursor.execute("PRAGMA synchronous=NORMAL")
+        # FULL: an acknowledged commit survives power loss, not only a process crash.
+        cursor.execute("PRAGMA synchronous=FULL")
         cursor.close()
 
     @event.listens_for(engine.sync_engine, "begin")
