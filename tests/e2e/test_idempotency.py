@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from clients import AsyncClient, InvalidArgumentError, ResourceExhaustedError
+from clients import Allocation, AsyncClient, InvalidArgumentError, ResourceExhaustedError
 from tests.conftest import RunningControlPlane, register_ready_nodes, start_control_plane
 
 
@@ -17,8 +17,21 @@ async def new_tenant(operator: AsyncClient, plane: RunningControlPlane, tenant_i
     return plane.client(created.token)
 
 
+async def list_all(client: AsyncClient, *, tenant_id: str = "", page_size: int = 0) -> list[Allocation]:
+    """Every allocation the caller sees, page by page; fails instead of looping if paging never ends."""
+    items: list[Allocation] = []
+    token = ""
+    for _ in range(100):
+        page = await client.list_allocations(tenant_id=tenant_id, page_size=page_size, page_token=token)
+        items.extend(page)
+        token = page.next_page_token
+        if not token:
+            return items
+    raise AssertionError("paging did not end after 100 pages")
+
+
 async def count_allocations(operator: AsyncClient) -> int:
-    return len([a async for a in operator.iter_allocations(page_size=100)])
+    return len(await list_all(operator, page_size=100))
 
 
 async def ready_node_ids(operator: AsyncClient) -> set[str]:
@@ -113,7 +126,7 @@ async def test_concurrent_duplicates_create_one_allocation(
     assert len(results) == 50
     assert len(ids) == 1
     assert {r.node_ids for r in results} == {results[0].node_ids}
-    listed = [a async for a in operator.iter_allocations()]
+    listed = await list_all(operator)
     assert [a.allocation_id for a in listed] == [results[0].allocation_id]
     assert len(await ready_node_ids(operator)) == 2
 
@@ -135,7 +148,7 @@ async def test_idempotency_survives_restart(tmp_path: Path, database_url: str) -
     try:
         async with restarted.client() as operator, restarted.client(token) as tenant:
             again = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id="req-durable")
-            allocations = [a async for a in operator.iter_allocations()]
+            allocations = await list_all(operator)
             ready = await ready_node_ids(operator)
     finally:
         await restarted.plane.stop()

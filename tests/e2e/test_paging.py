@@ -16,6 +16,19 @@ async def new_tenant(operator: AsyncClient, plane: RunningControlPlane, tenant_i
     return plane.client(created.token)
 
 
+async def list_all(client: AsyncClient, *, tenant_id: str = "", page_size: int = 0) -> list[Allocation]:
+    """Every allocation the caller sees, page by page; fails instead of looping if paging never ends."""
+    items: list[Allocation] = []
+    token = ""
+    for _ in range(100):
+        page = await client.list_allocations(tenant_id=tenant_id, page_size=page_size, page_token=token)
+        items.extend(page)
+        token = page.next_page_token
+        if not token:
+            return items
+    raise AssertionError("paging did not end after 100 pages")
+
+
 async def allocate(client: AsyncClient, count: int) -> list[Allocation]:
     """Create ``count`` one-node allocations one after the other."""
     return [await client.create_allocation(gpu_model="H100", node_count=1) for _ in range(count)]
@@ -167,9 +180,9 @@ async def test_operator_lists_one_tenant_with_tenant_id_filter(
         of_a = {x.allocation_id for x in await allocate(a, 3)}
         of_b = {x.allocation_id for x in await allocate(b, 2)}
 
-    listed_a = [x async for x in operator.iter_allocations(tenant_id="tenant-a", page_size=2)]
-    listed_b = [x async for x in operator.iter_allocations(tenant_id="tenant-b", page_size=1)]
-    listed_all = [x async for x in operator.iter_allocations(page_size=2)]
+    listed_a = await list_all(operator, tenant_id="tenant-a", page_size=2)
+    listed_b = await list_all(operator, tenant_id="tenant-b", page_size=1)
+    listed_all = await list_all(operator, page_size=2)
     assert [x.allocation_id for x in listed_a] and {x.allocation_id for x in listed_a} == of_a
     assert len(listed_a) == 3
     assert {x.tenant_id for x in listed_a} == {"tenant-a"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from dataclasses import dataclass
 
 import pytest
@@ -27,7 +28,7 @@ def round_trip(address: str, token: str) -> RoundTrip:
     with Client(address, token, timeout=15) as client:
         created = client.create_allocation(gpu_model="H100", node_count=2, request_id="sync-req-1")
         replayed = client.create_allocation(gpu_model="H100", node_count=2, request_id="sync-req-1")
-        listed = list(client.iter_allocations(page_size=1))
+        listed = list(itertools.islice(client.iter_allocations(page_size=1), 10))
         accepted = client.cancel_allocation(created.allocation_id)
         finished = client.wait_operation(accepted.name, timeout=15)
         after = client.get_allocation(created.allocation_id)
