@@ -20,7 +20,7 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 
 from clients import convert, models
-from clients.errors import from_rpc_error
+from clients.errors import InternalError, from_rpc_error
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2, node_pb2_grpc, tenant_pb2, tenant_pb2_grpc
 
 R = TypeVar("R")
@@ -278,6 +278,9 @@ class AsyncClient:
                 yield item
             if not page.next_page_token:
                 return
+            if page.next_page_token == token:
+                # A server that hands back the token it was given would make this loop forever.
+                raise InternalError("the server returned the same page token twice; stopping the listing")
             token = page.next_page_token
 
     async def cancel_allocation(self, allocation_id: str) -> models.Operation:

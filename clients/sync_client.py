@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 from clients import models
 from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy
+from clients.errors import InternalError
 
 T = TypeVar("T")
 
@@ -137,6 +138,8 @@ class Client:
             yield from page
             if not page.next_page_token:
                 return
+            if page.next_page_token == token:
+                raise InternalError("the server returned the same page token twice; stopping the listing")
             token = page.next_page_token
 
     def cancel_allocation(self, allocation_id: str) -> models.Operation:
