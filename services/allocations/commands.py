@@ -87,10 +87,11 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
         if request.request_id:
             key = await repo.idempotency_key(session, request.tenant_id, CREATE_METHOD, request.request_id)
             if key is not None:
-                if key.fingerprint != fingerprint:
+                recorded_fingerprint, allocation_id = key
+                if recorded_fingerprint != fingerprint:
                     raise idempotency.reused(request.request_id)
-                return await repo.get_view(session, key.result_id, tenant_id=request.tenant_id)
-        await tenants_repo.get(session, request.tenant_id)
+                return await repo.get_view(session, allocation_id, tenant_id=request.tenant_id)
+        await tenants_repo.require(session, request.tenant_id)
         now = now_us()
         if request.request_id:
             # Claim the key before placing anything: concurrent duplicates queue here.

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
+from sqlalchemy import select as sa_select
 from sqlalchemy import tuple_
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -144,5 +146,11 @@ async def ids_in_state(session: AsyncSession, state: AllocationState) -> list[Al
 
 async def idempotency_key(
     session: AsyncSession, tenant_id: str, method: str, request_id: str
-) -> IdempotencyKeyRow | None:
-    return await session.get(IdempotencyKeyRow, (tenant_id, method, request_id))
+) -> tuple[str, str] | None:
+    """The (fingerprint, result id) recorded for a key, or None."""
+    keys = table_of(IdempotencyKeyRow)
+    query = sa_select(keys.c.fingerprint, keys.c.result_id).where(
+        keys.c.tenant_id == tenant_id, keys.c.method == method, keys.c.request_id == request_id
+    )
+    row: Sequence[Any] | None = (await core.execute(session, query)).first()
+    return None if row is None else (str(row[0]), str(row[1]))
