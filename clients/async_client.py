@@ -98,15 +98,19 @@ class AsyncClient:
         retry_on: frozenset[grpc.StatusCode] = _SAFE,
         timeout: float | None = None,
     ) -> R:
+        # One deadline for the whole call, retries included.
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + (timeout or self.timeout)
         attempt = 0
         while True:
             try:
-                return await method(request, metadata=self._metadata, timeout=timeout or self.timeout)
+                return await method(request, metadata=self._metadata, timeout=max(0.001, deadline - loop.time()))
             except grpc.aio.AioRpcError as error:
                 attempt += 1
-                if error.code() not in retry_on or attempt >= self._retry.attempts:
+                pause = self._retry.delay(attempt)
+                if error.code() not in retry_on or attempt >= self._retry.attempts or loop.time() + pause >= deadline:
                     raise from_rpc_error(error) from None
-                await asyncio.sleep(self._retry.delay(attempt))
+                await asyncio.sleep(pause)
 
     # Tenants --------------------------------------------------------------------------------
 
@@ -231,15 +235,17 @@ class AsyncClient:
     ) -> models.Allocation:
         """Allocate ``node_count`` whole nodes, all or nothing.
 
-        ``request_id`` defaults to a fresh UUID4, reused across this call's retries; pass your
-        own to make a create idempotent across processes or restarts.
+        ``request_id`` defaults to a fresh UUID4 (also when empty), reused across this call's
+        retries; pass your own to make a create idempotent across processes or restarts.
+        ``timeout`` bounds the whole call, retries included.
         """
         stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
         request = allocation_pb2.CreateAllocationRequest(
             tenant_id=tenant_id,
             gpu_model=convert.gpu_model_value(gpu_model),
             node_count=node_count,
-            request_id=request_id if request_id is not None else str(uuid.uuid4()),
+            # An empty key would make retries unsafe: treat it like no key and make one.
+            request_id=request_id or str(uuid.uuid4()),
         )
         response = await self._call(stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout)
         return convert.allocation(response.allocation)

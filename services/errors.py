@@ -12,7 +12,8 @@ Rules and repositories raise these; the server's error interceptor turns them in
     ├── Aborted               lost a race; retry the whole call
     ├── ResourceExhausted     not enough capacity
     ├── Unauthenticated
-    └── PermissionDenied
+    ├── PermissionDenied
+    └── Unavailable           the database is unreachable or busy; retry the call
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Code(StrEnum):
     RESOURCE_EXHAUSTED = "RESOURCE_EXHAUSTED"
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
+    UNAVAILABLE = "UNAVAILABLE"
 
 
 @dataclass(frozen=True)
@@ -139,3 +141,10 @@ class PermissionDenied(ApiError):
     """The caller is known but its role may not call this method."""
 
     code: Code = field(init=False, default=Code.PERMISSION_DENIED)
+
+
+@dataclass(eq=False)
+class Unavailable(ApiError):
+    """A dependency (the database) failed in a way a retry of the same call may fix."""
+
+    code: Code = field(init=False, default=Code.UNAVAILABLE)

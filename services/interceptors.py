@@ -8,6 +8,7 @@ and writes one log line: method, code, duration, request id, tenant.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from typing import Any, cast
@@ -22,6 +23,7 @@ from services.auth import policy
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, set_current_principal
 from services.errors import ApiError, InvalidArgument, PermissionDenied
+from services.store import failures
 
 log = structlog.get_logger("gpucloud.rpc")
 
@@ -64,9 +66,12 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
-        if handler is None or policy.is_public(method) or handler.unary_unary is None:
+        if handler is None or policy.is_public(method):
             # Unknown methods stay UNIMPLEMENTED; health and reflection need no token.
             return handler
+        if handler.unary_unary is None:
+            # Only unary calls are authenticated here: a streaming method must not slip past.
+            return _refuse_streaming(handler, method)
         metadata = handler_call_details.invocation_metadata
         # Every servicer here is async, so the unary behaviour is a coroutine function.
         behaviour = self._wrap(method, metadata, cast(Handler, handler.unary_unary))
@@ -97,10 +102,20 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             except grpc.aio.AbortError:
                 code = context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"
                 raise
-            except Exception:
-                code = "INTERNAL"
-                log.exception("rpc_failed", method=method)
-                await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+            except asyncio.CancelledError:
+                # The client went away or its deadline passed; nothing is sent back.
+                code = "CANCELLED"
+                raise
+            except Exception as error:
+                retryable = failures.translate(error)
+                if retryable is None:
+                    code = "INTERNAL"
+                    log.exception("rpc_failed", method=method)
+                    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+                else:
+                    code = retryable.code
+                    log.warning("rpc_database_failure", method=method, error=repr(error))
+                    await context.abort_with_status(to_status(retryable))
             finally:
                 log.info(
                     "rpc",
@@ -123,3 +138,18 @@ def _authorize(method: str, principal: Principal) -> None:
             message=f"role {principal.role} may not call {method}",
             metadata={"method": method, "role": principal.role},
         )
+
+
+def _refuse_streaming(handler: grpc.RpcMethodHandler[Any, Any], method: str) -> grpc.RpcMethodHandler[Any, Any]:
+    """A handler of the same kind that refuses the call, for streaming methods, which this
+    interceptor does not authenticate yet."""
+
+    async def refuse(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
+        await context.abort(grpc.StatusCode.UNIMPLEMENTED, f"{method}: streaming calls are not served yet")
+
+    options = {"request_deserializer": handler.request_deserializer, "response_serializer": handler.response_serializer}
+    if handler.unary_stream is not None:
+        return grpc.unary_stream_rpc_method_handler(refuse, **options)
+    if handler.stream_unary is not None:
+        return grpc.stream_unary_rpc_method_handler(refuse, **options)
+    return grpc.stream_stream_rpc_method_handler(refuse, **options)

@@ -86,7 +86,7 @@ class ControlPlane:
         page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
 
         wake_releaser, operations_changed = Notifier(), Notifier()
-        builder = OperationBuilder(store)
+        builder = OperationBuilder()
         server = grpc.aio.server(
             interceptors=[ControlPlaneInterceptor(Authenticator(store))],
             # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).

@@ -20,7 +20,7 @@ from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.states import AllocationState
 from services.auth.principal import Principal, Role
 from services.clock import now_us
-from services.errors import PermissionDenied, ResourceExhausted
+from services.errors import Aborted, PermissionDenied, ResourceExhausted
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
@@ -74,11 +74,16 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
     for _ in range(_MAX_ATTEMPTS):
         try:
             return await _create_once(store, request, fingerprint)
-        except IntegrityError:
+        except (IntegrityError, Aborted):
+            # Lost a race (a key, a node) to a concurrent transaction: look again.
             continue
     if request.request_id:
         raise idempotency.in_use(request.request_id)
-    raise idempotency.in_use("(none)")
+    raise Aborted(
+        reason="PLACEMENT_CONTENDED",
+        message=f"placement lost {_MAX_ATTEMPTS} races to concurrent requests; retry",
+        metadata={"gpu_model": request.gpu_model},
+    )
 
 
 async def _create_once(store: Store, request: AllocationRequest, fingerprint: str) -> AllocationView:
@@ -113,8 +118,8 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
         )
         chosen = first_fit([Candidate(*n) for n in free], request.node_count)
         if chosen is None and store.dialect == "postgresql":
-            # SKIP LOCKED also skips nodes that a concurrent transaction locked and may yet
-            # roll back: before refusing, wait for those locks and look again.
+            # SKIP LOCKED also passes over nodes a concurrent transaction holds and may yet
+            # release: before refusing, wait for those locks and look again.
             free = await nodes_repo.free_nodes(session, request.gpu_model, limit=request.node_count, skip_locked=False)
             chosen = first_fit([Candidate(*n) for n in free], request.node_count)
         if chosen is None:
@@ -142,6 +147,7 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
             reason=allocation_id,
             actor=request.actor or f"tenant:{request.tenant_id}",
             now_us=now,
+            uncordoned_only=True,
         )
         await core.execute(
             session,

@@ -58,14 +58,16 @@ class Releaser:
 
     async def release_due(self) -> int | None:
         """Release every allocation whose scrub is done; return when the next one is due."""
+        while True:
+            async with self._store.read() as session:
+                due = await repo.cancels_due(session, scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH)
+            if due:
+                await self._release(due)
+            if len(due) < BATCH:
+                break
         async with self._store.read() as session:
-            pending = await repo.ids_in_state(session, AllocationState.CANCELLING)
-        now = now_us()
-        due = [a.allocation_id for a in pending if (a.cancel_us or 0) + self._scrub_us <= now]
-        waiting = [(a.cancel_us or 0) + self._scrub_us for a in pending if (a.cancel_us or 0) + self._scrub_us > now]
-        for start in range(0, len(due), BATCH):
-            await self._release(due[start : start + BATCH])
-        return min(waiting, default=None)
+            oldest = await repo.oldest_cancel_us(session)
+        return None if oldest is None else oldest + self._scrub_us
 
     async def _release(self, allocation_ids: list[str]) -> None:
         """Release a batch with a fixed number of set-based statements in one transaction:

@@ -6,8 +6,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from sqlalchemy import func, tuple_
 from sqlalchemy import select as sa_select
-from sqlalchemy import tuple_
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -49,6 +49,12 @@ async def get_row(
     if row is None:
         raise NotFound.of("allocation", allocation_id, field_path="allocation_id")
     return row
+
+
+async def get_rows(session: AsyncSession, allocation_ids: Sequence[str]) -> list[AllocationRow]:
+    """The allocations with these ids (any tenant), in no particular order."""
+    query = select(AllocationRow).where(col(AllocationRow.allocation_id).in_(list(allocation_ids)))
+    return list((await session.exec(query)).all())
 
 
 async def views(session: AsyncSession, rows: Sequence[AllocationRow]) -> list[AllocationView]:
@@ -139,9 +145,22 @@ async def finish_cancel(session: AsyncSession, allocation_ids: Sequence[str], *,
     )
 
 
-async def ids_in_state(session: AsyncSession, state: AllocationState) -> list[AllocationRow]:
-    query = select(AllocationRow).where(AllocationRow.state == state).order_by(col(AllocationRow.cancel_us))
+async def cancels_due(session: AsyncSession, *, scrubbed_before_us: int, limit: int) -> list[str]:
+    """CANCELLING allocations cancelled at or before ``scrubbed_before_us``, oldest first."""
+    query = (
+        select(AllocationRow.allocation_id)
+        .where(AllocationRow.state == AllocationState.CANCELLING, col(AllocationRow.cancel_us) <= scrubbed_before_us)
+        .order_by(col(AllocationRow.cancel_us))
+        .limit(limit)
+    )
     return list((await session.exec(query)).all())
+
+
+async def oldest_cancel_us(session: AsyncSession) -> int | None:
+    """When the oldest still-CANCELLING allocation was cancelled, or None if there is none."""
+    query = select(func.min(AllocationRow.cancel_us)).where(AllocationRow.state == AllocationState.CANCELLING)
+    oldest: int | None = (await session.exec(query)).one()
+    return oldest
 
 
 async def idempotency_key(

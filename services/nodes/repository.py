@@ -136,12 +136,21 @@ class Move:
     reason: str | None = None
 
 
-async def apply_many(session: AsyncSession, moves: Sequence[Move], *, reason: str, actor: str, now_us: int) -> None:
+async def apply_many(
+    session: AsyncSession,
+    moves: Sequence[Move],
+    *,
+    reason: str,
+    actor: str,
+    now_us: int,
+    uncordoned_only: bool = False,
+) -> None:
     """Move several nodes through the transition table in a few statements (the hot path of
     placement and release), recording an event for each.
 
     Each UPDATE is guarded by the state the node was read in, so a node changed by a concurrent
-    transaction is not overwritten: the whole call fails with Aborted and rolls back.
+    transaction is not overwritten: the whole call fails with Aborted and rolls back. Placement
+    passes ``uncordoned_only`` so that a cordon committed meanwhile also stops it.
     """
     if not moves:
         return
@@ -151,12 +160,10 @@ async def apply_many(session: AsyncSession, moves: Sequence[Move], *, reason: st
         groups.setdefault((move.state, target), []).append(move.node_id)
     nodes = table_of(NodeRow)
     for (before, after), ids in groups.items():
-        result = await core.execute(
-            session,
-            nodes.update()
-            .where(nodes.c.node_id.in_(ids), nodes.c.state == before)
-            .values(state=after, state_changed_us=now_us),
-        )
+        guard = nodes.c.node_id.in_(ids) & (nodes.c.state == before)
+        if uncordoned_only:
+            guard = guard & nodes.c.cordoned.is_(False)
+        result = await core.execute(session, nodes.update().where(guard).values(state=after, state_changed_us=now_us))
         if result.rowcount != len(ids):
             raise Aborted(
                 reason="NODE_CHANGED_CONCURRENTLY",
@@ -206,10 +213,12 @@ async def free_nodes(
     session: AsyncSession, gpu_model: GpuModel, *, limit: int, skip_locked: bool
 ) -> list[tuple[str, str, str, str]]:
     """Up to ``limit`` READY, uncordoned nodes of a model as (id, zone, rack, leaf), in
-    placement order, plus one more so the caller can tell "exactly enough" from "too few".
+    placement order, locked for the transaction.
 
-    On PostgreSQL the rows are locked with SKIP LOCKED, so concurrent placements never pick
-    the same node; on SQLite the writer already holds the database's single write lock.
+    ``skip_locked`` (PostgreSQL) passes over rows other transactions hold, so concurrent
+    placements never wait on each other; without it the query waits for those locks and
+    re-checks the rows. On SQLite locking is a no-op: the writer already holds the database's
+    single write lock.
     """
     nodes = table_of(NodeRow)
     query = (
@@ -222,8 +231,7 @@ async def free_nodes(
         .order_by(nodes.c.zone, nodes.c.rack, nodes.c.leaf_switch, nodes.c.node_id)
         .limit(limit)
     )
-    if skip_locked:
-        query = query.with_for_update(skip_locked=True)
+    query = query.with_for_update(skip_locked=skip_locked)
     rows: list[Sequence[Any]] = list((await core.execute(session, query)).all())
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
 

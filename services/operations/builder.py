@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from google.longrunning import operations_pb2
 from google.protobuf.any_pb2 import Any as AnyProto
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from gpucloud.v1 import allocation_pb2
 from services.allocations import repository as allocations_repo
@@ -12,7 +13,6 @@ from services.allocations.repository import AllocationView
 from services.allocations.states import AllocationState
 from services.convert import ALLOCATION_STATE_TO_PROTO, timestamp
 from services.operations.repository import name_of
-from services.store.engine import Store
 from services.store.models import OperationRow
 
 
@@ -25,13 +25,11 @@ def _pack(message: allocation_pb2.Allocation | allocation_pb2.CancelAllocationMe
 class OperationBuilder:
     """Reads what an operation is about and renders it with metadata and, once done, response."""
 
-    def __init__(self, store: Store) -> None:
-        self._store = store
-
-    async def build(self, row: OperationRow) -> operations_pb2.Operation:
-        async with self._store.read() as session:
-            view = await allocations_repo.get_view(session, row.target_id, tenant_id=None)
-        return self.render(row, view)
+    async def build_in(self, session: AsyncSession, rows: list[OperationRow]) -> list[operations_pb2.Operation]:
+        """Render operations, reading their allocations in ``session`` (the rows' snapshot)."""
+        targets = await allocations_repo.get_rows(session, [r.target_id for r in rows])
+        views = {v.row.allocation_id: v for v in await allocations_repo.views(session, targets)}
+        return [self.render(row, views[row.target_id]) for row in rows]
 
     def render(self, row: OperationRow, view: AllocationView) -> operations_pb2.Operation:
         """The Operation for ``row``, whose target allocation is ``view``."""

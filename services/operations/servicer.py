@@ -50,7 +50,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         operation_id = _operation_id(request.name)
         async with self._store.read() as session:
             row = await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
-        return await self._builder.build(row)
+            return (await self._builder.build_in(session, [row]))[0]
 
     async def WaitOperation(
         self, request: operations_pb2.WaitOperationRequest, context: Context
@@ -74,9 +74,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
             seen = self._changed.generation
             async with self._store.read() as session:
                 row = await repo.get_row(session, operation_id, tenant_id=scope)
-            left = deadline - time.monotonic()
-            if row.done or left <= 0:
-                return await self._builder.build(row)
+                left = deadline - time.monotonic()
+                if row.done or left <= 0:
+                    return (await self._builder.build_in(session, [row]))[0]
             # Woken when any operation completes here; the periodic re-read covers other replicas.
             await self._changed.wait(seen, min(left, 0.5))
 
@@ -93,13 +93,12 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         v.raise_if_any()
         async with self._store.read() as session:
             rows = await repo.list_page(session, tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].operation_id), scope)
-        return operations_pb2.ListOperationsResponse(
-            operations=[await self._builder.build(r) for r in rows], next_page_token=token
-        )
+            token = ""
+            if len(rows) > size:
+                rows = rows[:size]
+                token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].operation_id), scope)
+            operations = await self._builder.build_in(session, rows)
+        return operations_pb2.ListOperationsResponse(operations=operations, next_page_token=token)
 
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
         """Forget a finished operation; an unfinished one cannot be deleted."""

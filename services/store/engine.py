@@ -26,6 +26,8 @@ from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
+# Arbitrary, fixed: the PostgreSQL advisory lock that serializes schema migrations.
+MIGRATION_LOCK_ID = 0x67707563  # 'gpuc'
 
 
 def sqlite_url(data_dir: Path) -> str:
@@ -85,6 +87,10 @@ class Store:
             read_engine = write_engine
         store = cls(url, write_engine, read_engine)
         async with write_engine.begin() as connection:
+            if write_engine.dialect.name == "postgresql":
+                # Replicas starting together must not run the same migration twice; the lock
+                # is held until this transaction commits.
+                await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
             await connection.run_sync(upgrade_to_head)
         return store
 

@@ -1,0 +1,89 @@
+"""Races between writers that the store must settle correctly, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from services.allocations import commands
+from services.allocations.commands import AllocationRequest
+from services.auth.principal import CONTROL_PLANE
+from services.errors import ResourceExhausted
+from services.nodes import commands as node_commands
+from services.nodes.inventory import GpuModel, GpuSpec, Inventory
+from services.store.engine import Store
+from services.tenants import commands as tenant_commands
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(database_url)
+    try:
+        await tenant_commands.create(opened, "acme", "")
+        gpus = tuple(GpuSpec(f"GPU-n1-{i}", i) for i in range(8))
+        await node_commands.register(opened, CONTROL_PLANE, Inventory("n1", GpuModel.H100, gpus, "z", "r", "l"))
+        await node_commands.complete_burn_in(opened, CONTROL_PLANE, "n1", passed=True, detail="")
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def _cordon_in_open_transaction(url: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[bool]]]:
+    """Lock and cordon n1 in a transaction left open; return (commit, is_someone_waiting)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        raw = sqlite3.connect(str(parsed.database), isolation_level=None, check_same_thread=False)
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("UPDATE nodes SET cordoned = 1 WHERE node_id = 'n1'")
+
+        async def commit_sqlite() -> None:
+            raw.execute("COMMIT")
+            raw.close()
+
+        async def waiting_sqlite() -> bool:
+            # The create blocks on SQLite's write lock inside the driver's thread; nothing to poll.
+            return True
+
+        return commit_sqlite, waiting_sqlite
+    connection = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    transaction = connection.transaction()
+    await transaction.start()
+    await connection.execute("SELECT node_id FROM nodes WHERE node_id = 'n1' FOR UPDATE")
+    await connection.execute("UPDATE nodes SET cordoned = true WHERE node_id = 'n1'")
+
+    async def commit_pg() -> None:
+        await transaction.commit()
+        await connection.close()
+
+    async def waiting_pg() -> bool:
+        count = await connection.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return bool(count)
+
+    return commit_pg, waiting_pg
+
+
+async def test_cordon_committed_during_placement_keeps_the_node_free(store: Store, database_url: str) -> None:
+    """A create racing an operator's cordon of the only free node refuses instead of taking it."""
+    commit, someone_waiting = await _cordon_in_open_transaction(database_url)
+    create = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1")))
+    for _ in range(500):  # bounded: until the create is blocked on the cordon's lock
+        if await someone_waiting():
+            break
+        await asyncio.sleep(0.01)
+    await commit()
+    with pytest.raises(ResourceExhausted):
+        await create
+    async with store.read() as session:
+        from services.nodes import repository as nodes_repo
+
+        node = await nodes_repo.get_view(session, "n1")
+    assert node.row.state == "READY"
+    assert node.row.cordoned is True
+    assert node.allocation_id is None
