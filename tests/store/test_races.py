@@ -15,6 +15,7 @@ from services.allocations.commands import AllocationRequest
 from services.auth.principal import CONTROL_PLANE
 from services.errors import ResourceExhausted
 from services.nodes import commands as node_commands
+from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.store.engine import Store
 from services.tenants import commands as tenant_commands
@@ -81,9 +82,20 @@ async def test_cordon_committed_during_placement_keeps_the_node_free(store: Stor
     with pytest.raises(ResourceExhausted):
         await create
     async with store.read() as session:
-        from services.nodes import repository as nodes_repo
-
         node = await nodes_repo.get_view(session, "n1")
     assert node.row.state == "READY"
     assert node.row.cordoned is True
     assert node.allocation_id is None
+
+
+async def test_replicas_opening_a_fresh_database_together_both_start(database_url: str) -> None:
+    """Two control planes migrating one empty database at once both come up (migrations serialize)."""
+    first, second = await asyncio.gather(Store.open(database_url), Store.open(database_url))
+    try:
+        async with first.read() as session:
+            version = await session.connection()
+            rows = (await version.exec_driver_sql("SELECT version_num FROM alembic_version")).all()
+        assert len(rows) == 1
+    finally:
+        await first.close()
+        await second.close()
