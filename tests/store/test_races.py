@@ -90,7 +90,8 @@ async def test_cordon_committed_during_placement_keeps_the_node_free(store: Stor
 
 async def test_replicas_opening_a_fresh_database_together_both_start(database_url: str) -> None:
     """Two control planes migrating one empty database at once both come up (migrations serialize)."""
-    first, second = await asyncio.gather(Store.open(database_url), Store.open(database_url))
+    # Without the migration lock this deadlocks on PostgreSQL: bound it so the test fails instead.
+    first, second = await asyncio.wait_for(asyncio.gather(Store.open(database_url), Store.open(database_url)), 60)
     try:
         async with first.read() as session:
             version = await session.connection()
