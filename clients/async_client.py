@@ -217,10 +217,14 @@ class AsyncClient:
         method = getattr(node_pb2_grpc.NodeServiceStub(self._ch()), rpc)
         return convert.node((await self._call(method, request, retry_on=frozenset())).node)
 
-    async def list_node_events(self, node_id: str) -> list[models.NodeEvent]:
+    async def list_node_events(
+        self, node_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> models.Page[models.NodeEvent]:
+        """One page of a node's recorded state changes, oldest first."""
         stub = node_pb2_grpc.NodeServiceStub(self._ch())
-        response = await self._call(stub.ListNodeEvents, node_pb2.ListNodeEventsRequest(node_id=node_id))
-        return [convert.node_event(e) for e in response.events]
+        request = node_pb2.ListNodeEventsRequest(node_id=node_id, page_size=page_size, page_token=page_token)
+        response = await self._call(stub.ListNodeEvents, request)
+        return models.Page([convert.node_event(e) for e in response.events], response.next_page_token)
 
     # Allocations ----------------------------------------------------------------------------
 

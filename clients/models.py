@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Generic, TypeVar
+from typing import Generic, TypeVar, overload
 
 T = TypeVar("T")
 
@@ -96,3 +96,10 @@ class Page(Generic[T]):
 
     def __len__(self) -> int:
         return len(self.items)
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        return self.items[index]

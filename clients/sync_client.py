@@ -107,8 +107,10 @@ class Client:
     def retire_node(self, node_id: str, reason: str = "") -> models.Node:
         return self._run(self._async.retire_node(node_id, reason))
 
-    def list_node_events(self, node_id: str) -> list[models.NodeEvent]:
-        return self._run(self._async.list_node_events(node_id))
+    def list_node_events(
+        self, node_id: str, *, page_size: int = 0, page_token: str = ""
+    ) -> models.Page[models.NodeEvent]:
+        return self._run(self._async.list_node_events(node_id, page_size=page_size, page_token=page_token))
 
     def create_allocation(
         self, *, gpu_model: str, node_count: int, tenant_id: str = "", request_id: str | None = None

@@ -108,6 +108,6 @@ async def _walkthrough(plane: ControlPlane) -> None:
             if not operation.done:
                 raise RuntimeError("the cancel operation did not finish within 60 s")
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
-        events = await operator.list_node_events(allocation.node_ids[0])
+        events = (await operator.list_node_events(allocation.node_ids[0])).items
         console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
     step("Done")

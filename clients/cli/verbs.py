@@ -127,13 +127,12 @@ def nodes_get(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> N
 
 
 @nodes.command("events")
-def nodes_events(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
-    """Why a node is in its state: every recorded change, oldest first."""
-    events = call(ctx, lambda c: c.list_node_events(node_id))
-    if json_out:
-        render.print_json(events)
-    else:
-        render.console.print(render.node_events_table(events, f"Events of {node_id}"))
+def nodes_events(
+    ctx: typer.Context, node_id: str, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
+) -> None:
+    """Why a node is in its state: its recorded changes, oldest first."""
+    page = call(ctx, lambda c: c.list_node_events(node_id, page_size=page_size, page_token=page_token))
+    _show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
 
 
 def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -> None:

@@ -203,9 +203,13 @@ async def list_page(session: AsyncSession, flt: NodeFilter, *, after_id: str | N
     return list((await session.exec(query)).all())
 
 
-async def events(session: AsyncSession, node_id: str) -> list[NodeEventRow]:
+async def events(session: AsyncSession, node_id: str, *, after_seq: int | None, limit: int) -> list[NodeEventRow]:
+    """A node's events oldest first, after ``after_seq`` (the keyset: a unique, immutable id)."""
     await get_row(session, node_id)
-    query = select(NodeEventRow).where(NodeEventRow.node_id == node_id).order_by(col(NodeEventRow.event_seq))
+    query = select(NodeEventRow).where(NodeEventRow.node_id == node_id)
+    if after_seq is not None:
+        query = query.where(col(NodeEventRow.event_seq) > after_seq)
+    query = query.order_by(col(NodeEventRow.event_seq)).limit(limit)
     return list((await session.exec(query)).all())
 
 

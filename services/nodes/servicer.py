@@ -163,10 +163,22 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def ListNodeEvents(
         self, request: node_pb2.ListNodeEventsRequest, context: Context
     ) -> node_pb2.ListNodeEventsResponse:
-        node_id, _ = _node_id_and_reason(request)
+        v = Violations()
+        v.identifier("node_id", request.node_id)
+        size = v.page_size("page_size", request.page_size)
+        scope: dict[str, str | int] = {"list": "node_events", "node_id": request.node_id}
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
         async with self._store.read() as session:
-            rows = await repo.events(session, node_id)
+            after = cursor.created_us if cursor else None
+            rows = await repo.events(session, request.node_id, after_seq=after, limit=size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            # The keyset is the event's sequence number, carried in the cursor's integer slot.
+            token = self._tokens.encode(Cursor(rows[-1].event_seq or 0, ""), scope)
         return node_pb2.ListNodeEventsResponse(
+            next_page_token=token,
             events=[
                 node_pb2.NodeEvent(
                     node_id=r.node_id,
@@ -178,5 +190,5 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
                     time=timestamp(r.at_us),
                 )
                 for r in rows
-            ]
+            ],
         )

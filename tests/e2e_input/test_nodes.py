@@ -554,3 +554,30 @@ async def test_unknown_method_is_unimplemented(control_plane: RunningControlPlan
                     await call(b"", metadata=metadata, timeout=10)
                 codes[(method, bool(metadata))] = caught.value.code()
     assert set(codes.values()) == {grpc.StatusCode.UNIMPLEMENTED}, codes
+
+
+async def test_node_events_page_oldest_first_without_repeats(operator: AsyncClient) -> None:
+    """ListNodeEvents pages a long history oldest first, each event once, and refuses a foreign token."""
+    await register_ready_nodes(operator, 2)
+    for _ in range(3):
+        await operator.cordon_node("node-000", "maintenance window")
+        await operator.drain_node("node-000", "fan")
+        await operator.return_to_service("node-000", "fixed")
+        await operator.complete_burn_in("node-000")
+    everything = await operator.list_node_events("node-000", page_size=1000)
+    assert not everything.next_page_token
+    paged: list[NodeEvent] = []
+    token = ""
+    for _ in range(20):
+        page = await operator.list_node_events("node-000", page_size=4, page_token=token)
+        assert len(page) <= 4
+        paged.extend(page)
+        token = page.next_page_token
+        if not token:
+            break
+    assert paged == everything.items
+    assert len(paged) == 3 + 3 * 3  # register, start and pass burn-in; then drain, return, pass per round
+    first_page = await operator.list_node_events("node-000", page_size=4)
+    with pytest.raises(InvalidArgumentError) as caught:
+        await operator.list_node_events("node-001", page_size=4, page_token=first_page.next_page_token)
+    assert "page_token" in caught.value.field_violations

@@ -669,15 +669,22 @@ class ListNodeEventsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     NODE_ID_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
+    page_size: _builtins.int
+    """0 means the default (100); values above 1000 are coerced to 1000; negative is an error."""
+    page_token: _builtins.str
     def __init__(
         self,
         *,
         node_id: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id", "page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -688,16 +695,22 @@ class ListNodeEventsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there are no more pages."""
     @_builtins.property
-    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeEvent]: ...
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeEvent]:
+        """Oldest first."""
+
     def __init__(
         self,
         *,
         events: _abc.Iterable[Global___NodeEvent] | None = ...,
+        next_page_token: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
