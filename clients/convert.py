@@ -6,14 +6,15 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.longrunning import operations_pb2
+from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from clients import models
 from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
 
 
-def _time(message: object, field: str) -> datetime | None:
-    if not message.HasField(field):  # type: ignore[attr-defined]
+def _time(message: Message, field: str) -> datetime | None:
+    if not message.HasField(field):
         return None
     ts: Timestamp = getattr(message, field)
     return ts.ToDatetime(tzinfo=UTC)
