@@ -1,0 +1,4 @@
+"""Usage accounting: interval algebra, and (to come) the DuckDB invoice engine.
+
+A library: it imports nothing from ``services`` or ``clients``.
+"""
