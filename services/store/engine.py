@@ -36,18 +36,8 @@ def sqlite_url(data_dir: Path) -> str:
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
-    @event.listens_for(engine.sync_engine, "connect")
-    def _on_connect(dbapi_connection: Any, _record: Any) -> None:
-        # Let SQLAlchemy, not pysqlite, decide when transactions begin.
-        dbapi_connection.isolation_level = None
-        cursor = dbapi_connection.cursor()
-        cursor.execute("PRAGMA journal_mode=WAL")
-        cursor.execute(f"PRAGMA busy_timeout={SQLITE_BUSY_TIMEOUT_MS}")
-        cursor.execute("PRAGMA foreign_keys=ON")
-        # FULL: an acknowledged commit survives power loss, not only a process crash.
-        cursor.execute("PRAGMA synchronous=FULL")
-        cursor.close()
-
+    # WAL, foreign keys, synchronous=FULL and the busy timeout are set by the driver when it
+    # opens each connection (store/sqlite_driver.py); here only when transactions begin.
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")

@@ -14,6 +14,7 @@ It plugs into SQLAlchemy's aiosqlite dialect through ``create_async_engine(async
 from __future__ import annotations
 
 import sqlite3
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -111,12 +112,37 @@ class OneHopConnection(aiosqlite.Connection):
         return outcome
 
 
+def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
+    """Switch the database to WAL (a persistent setting), waiting out concurrent openers.
+
+    The switch needs an exclusive lock and SQLite reports "locked" at once instead of calling
+    the busy handler, so two processes opening a fresh file together need this retry. It runs
+    on the connection's own thread, where sleeping blocks nothing else.
+    """
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                connection.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as error:
+            if "locked" not in str(error) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def connector(path: str, *, timeout: float) -> Callable[[], OneHopConnection]:
-    """An ``async_creator`` for SQLAlchemy that opens ``path`` with one-hop cursors."""
+    """An ``async_creator`` for SQLAlchemy that opens ``path`` with one-hop cursors, in WAL
+    mode, with foreign keys on and ``synchronous=FULL`` (an acknowledged commit survives power
+    loss, not only a process crash)."""
 
     def connect() -> sqlite3.Connection:
         # isolation_level=None: SQLAlchemy's "begin" event issues BEGIN / BEGIN IMMEDIATE itself.
-        return sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+        _use_wal(connection, timeout)
+        connection.execute("PRAGMA foreign_keys=ON")
+        connection.execute("PRAGMA synchronous=FULL")
+        return connection
 
     def create() -> OneHopConnection:
         connection = OneHopConnection(connect, 64)
