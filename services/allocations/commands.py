@@ -30,6 +30,8 @@ from services.store import core
 from services.store.engine import Store
 from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow, table_of
 from services.tenants import repository as tenants_repo
+from services.usage import repository as usage
+from services.usage.repository import Hold, UsageKind
 
 CREATE_METHOD = "CreateAllocation"
 CANCEL_KIND = "cancel-allocation"
@@ -163,6 +165,8 @@ async def _create_once(store: Store, request: AllocationRequest, fingerprint: st
                 for position, node_id in enumerate(chosen)
             ],
         )
+        holds = [Hold(request.tenant_id, allocation_id, request.gpu_model, node_id) for node_id in chosen]
+        await usage.record(session, UsageKind.START, holds, at_us=now)
         return AllocationView(row, tuple(chosen))
 
 

@@ -23,6 +23,8 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
+from services.usage import repository as usage
+from services.usage.repository import Hold, UsageKind
 
 log = structlog.get_logger(__name__)
 
@@ -76,9 +78,11 @@ class Releaser:
         async with self._store.write() as session:
             now = now_us()
             # Another replica may have finished some of them since they were read.
-            ids = await repo.lock_in_state(session, allocation_ids, AllocationState.CANCELLING)
-            if not ids:
+            rows = await repo.lock_in_state(session, allocation_ids, AllocationState.CANCELLING)
+            if not rows:
                 return
+            ids = [r.allocation_id for r in rows]
+            by_id = {r.allocation_id: r for r in rows}
             held = await repo.held_nodes(session, ids)
             drained = await nodes_repo.drain_pending(session, [h.node_id for h in held])
             moves = [
@@ -92,6 +96,12 @@ class Releaser:
             ]
             await nodes_repo.apply_many(session, moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
             await repo.finish_cancel(session, ids, now_us=now)
+            # Billing stops here, when the nodes are back: not at the cancel request.
+            holds = [
+                Hold(by_id[h.allocation_id].tenant_id, h.allocation_id, by_id[h.allocation_id].gpu_model, h.node_id)
+                for h in held
+            ]
+            await usage.record(session, UsageKind.STOP, holds, at_us=now)
             await ops_repo.complete(session, CANCEL_KIND, ids, now_us=now)
         log.info("allocations_released", count=len(ids), allocation_ids=ids)
         self._done.notify()

@@ -103,10 +103,12 @@ class HeldNode:
     node_state: str
 
 
-async def lock_in_state(session: AsyncSession, allocation_ids: Sequence[str], state: AllocationState) -> list[str]:
+async def lock_in_state(
+    session: AsyncSession, allocation_ids: Sequence[str], state: AllocationState
+) -> list[AllocationRow]:
     """Those of ``allocation_ids`` still in ``state``, locked for the transaction."""
     query = (
-        select(AllocationRow.allocation_id)
+        select(AllocationRow)
         .where(col(AllocationRow.allocation_id).in_(list(allocation_ids)), AllocationRow.state == state)
         .order_by(col(AllocationRow.allocation_id))
         .with_for_update()

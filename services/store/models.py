@@ -160,6 +160,30 @@ class OperationRow(SQLModel, table=True):
     done_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
+class UsageEventRow(SQLModel, table=True):
+    """A GPU handed to or taken back from a tenant: the durable record billing is computed from.
+
+    Written in the same transaction as the state change that causes it (an outbox), never from
+    timers. The id is deterministic (allocation, GPU, kind), so a replayed or retried
+    transaction cannot bill twice. ``source`` says who observed it: the control plane now;
+    node agents that spool events through an outage will add theirs with their own ids.
+    """
+
+    __tablename__ = "usage_events"
+    __table_args__ = (Index("ix_usage_events_tenant_time", "tenant_id", "at_us"),)
+
+    event_id: str = Field(primary_key=True, max_length=200)
+    tenant_id: str = Field(max_length=63)
+    allocation_id: str = Field(max_length=40)
+    node_id: str = Field(max_length=63)
+    gpu_uuid: str = Field(max_length=96)
+    gpu_model: str = Field(max_length=16)
+    kind: str = Field(max_length=8)
+    at_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    source: str = Field(max_length=32)
+    recorded_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 class SecretRow(SQLModel, table=True):
     """Server-wide secrets shared by every replica (the page-token signing key)."""
 

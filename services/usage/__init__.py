@@ -1,0 +1,1 @@
+"""Usage events: the durable record of which tenant held which GPU when, for billing."""
