@@ -12,14 +12,12 @@ from services.store.engine import Store
 from services.store.models import UsageEventRow
 from tests.conftest import RunningControlPlane, gpu_uuids, register_ready_nodes, start_control_plane
 
-
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def _micros(moment: datetime | None) -> int:
     assert moment is not None
     return (moment - EPOCH) // timedelta(microseconds=1)
-
 
 
 async def _events(database_url: str) -> list[UsageEventRow]:
