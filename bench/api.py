@@ -51,9 +51,40 @@ def _serve_empty(port_queue: mp.Queue[int]) -> None:
     asyncio.run(main())
 
 
-def _serve_control_plane(data_dir: str, database_url: str | None, port_queue: mp.Queue[int]) -> None:
+def _without_database() -> None:
+    """Replace the allocation commands with in-memory stand-ins: what is left is the cost of
+    gRPC, the interceptor (auth, logging), validation, protobuf conversion and the client."""
+    import secrets
+
+    from services.allocations import commands
+    from services.allocations.repository import AllocationView
+    from services.store.models import AllocationRow, OperationRow
+
+    def view(allocation_id: str, state: str) -> AllocationView:
+        row = AllocationRow(
+            allocation_id=allocation_id, tenant_id="bench", gpu_model="H100", node_count=1, state=state, created_us=1
+        )
+        return AllocationView(row, ("bench-0000",))
+
+    async def create(store: object, request: object) -> AllocationView:
+        return view("alloc-" + secrets.token_hex(10), "ACTIVE")
+
+    async def cancel(store: object, principal: object, allocation_id: str) -> tuple[OperationRow, AllocationView]:
+        operation = OperationRow(
+            operation_id="op-bench", tenant_id="bench", kind="x", target_id=allocation_id, created_us=2
+        )
+        return operation, view(allocation_id, "CANCELLING")
+
+    commands.create = create  # type: ignore[assignment]  # a stand-in with the same call shape
+    commands.cancel = cancel  # type: ignore[assignment]
+
+
+def _serve_control_plane(data_dir: str, database_url: str | None, no_database: bool, port_queue: mp.Queue[int]) -> None:
     from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
+
+    if no_database:
+        _without_database()
 
     async def main() -> None:
         configure("warning", "json")
@@ -143,6 +174,11 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8)
     parser.add_argument("--nodes", type=int, default=128, help="fleet size (must exceed concurrency)")
     parser.add_argument("--database-url", default=os.environ.get("GPUCLOUD_DATABASE_URL"))
+    parser.add_argument(
+        "--no-database",
+        action="store_true",
+        help="stub the allocation commands: the ceiling of the gRPC, auth and client stack alone",
+    )
     args = parser.parse_args()
 
     empty_process, empty_port = _start(_serve_empty)
@@ -152,7 +188,7 @@ def main() -> None:
         empty_process.kill()
 
     with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as data_dir:
-        plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url)
+        plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url, args.no_database)
         try:
             token = (Path(data_dir) / "operator.token").read_text().strip()
             create_rate = asyncio.run(
@@ -161,7 +197,7 @@ def main() -> None:
         finally:
             plane_process.kill()
 
-    backend = "postgresql" if args.database_url else "sqlite"
+    backend = "no database" if args.no_database else "postgresql" if args.database_url else "sqlite"
     ratio = create_rate / empty_rate
     print(f"machine: {os.cpu_count()} cpus, concurrency {args.concurrency}, {args.seconds:.0f} s per measurement")
     print(f"{'measurement':<44}{'per second':>12}")
