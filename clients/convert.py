@@ -22,15 +22,13 @@ def _time(message: Message, field: str) -> datetime | None:
 
 def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
     """``GpuModel`` 2 -> ``H100``. Unknown numbers from a newer server read ``UNKNOWN_<n>``."""
-    enum_types = {
-        "GpuModel": node_pb2.GpuModel,
-        "NodeState": node_pb2.NodeState,
-        "AllocationState": allocation_pb2.AllocationState,
+    descriptors = {
+        "GpuModel": node_pb2.GpuModel.DESCRIPTOR,
+        "NodeState": node_pb2.NodeState.DESCRIPTOR,
+        "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
     }
-    try:
-        return enum_types[descriptor_name].Name(number).removeprefix(prefix)  # type: ignore[arg-type]
-    except ValueError:
-        return f"UNKNOWN_{number}"
+    value = descriptors[descriptor_name].values_by_number.get(number)
+    return value.name.removeprefix(prefix) if value is not None else f"UNKNOWN_{number}"
 
 
 def _value(wrapper: Any, prefix: str, name: str, what: str) -> Any:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import secrets
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -73,13 +74,22 @@ async def start_control_plane(data_dir: Path, database_url: str, **overrides: ob
     return RunningControlPlane(plane, config, token)
 
 
-@pytest.fixture
-async def control_plane(tmp_path: Path, database_url: str) -> AsyncIterator[RunningControlPlane]:
-    running = await start_control_plane(tmp_path / "data", database_url)
+@asynccontextmanager
+async def running_control_plane(
+    data_dir: Path, database_url: str, **overrides: object
+) -> AsyncIterator[RunningControlPlane]:
+    """A started control plane, stopped on exit whatever happens."""
+    running = await start_control_plane(data_dir, database_url, **overrides)
     try:
         yield running
     finally:
         await running.plane.stop()
+
+
+@pytest.fixture
+async def control_plane(tmp_path: Path, database_url: str) -> AsyncIterator[RunningControlPlane]:
+    async with running_control_plane(tmp_path / "data", database_url) as running:
+        yield running
 
 
 @pytest.fixture

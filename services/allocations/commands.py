@@ -18,7 +18,7 @@ from services.allocations import repository as repo
 from services.allocations.placement import Candidate, first_fit
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.states import AllocationState
-from services.auth.principal import Principal, Role
+from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
 from services.errors import Aborted, PermissionDenied, ResourceExhausted
 from services.nodes import repository as nodes_repo
@@ -47,11 +47,6 @@ class AllocationRequest:
     request_id: str
     # Who asked, for the node events (a tenant, or an operator acting for one).
     actor: str = ""
-
-
-def tenant_scope(principal: Principal) -> str | None:
-    """The tenant a caller is confined to, or None for operators (who see every tenant)."""
-    return principal.tenant_id if principal.role is Role.TENANT else None
 
 
 def resolve_tenant(principal: Principal, requested: str) -> str:

@@ -36,6 +36,11 @@ class Principal:
         return f"operator:{self.token_id}"
 
 
+def tenant_scope(principal: Principal) -> str | None:
+    """The tenant a caller is confined to, or None for operators and agents (not tenant-bound)."""
+    return principal.tenant_id if principal.role is Role.TENANT else None
+
+
 CONTROL_PLANE_ID = "control-plane"
 # The control plane itself, acting on its own (the releaser, later the reconciler).
 CONTROL_PLANE = Principal(token_id=CONTROL_PLANE_ID, role=Role.OPERATOR)

@@ -13,8 +13,7 @@ import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.empty_pb2 import Empty
 
-from services.allocations.commands import tenant_scope
-from services.auth.principal import current_principal
+from services.auth.principal import current_principal, tenant_scope
 from services.errors import FailedPrecondition, InvalidArgument
 from services.notify import Notifier
 from services.operations import repository as repo

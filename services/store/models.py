@@ -15,6 +15,7 @@ tests/store/test_migrations.py fails while the two disagree.
 from __future__ import annotations
 
 from sqlalchemy import BigInteger, Column, Index, LargeBinary, Table, UniqueConstraint, text
+from sqlalchemy import inspect as sa_inspect
 from sqlmodel import Field, SQLModel
 
 _LIVE = text("released_us IS NULL")
@@ -195,6 +196,6 @@ class SecretRow(SQLModel, table=True):
 
 def table_of(model: type[SQLModel]) -> Table:
     """The Core table behind a model, for bulk statements on hot paths (no ORM unit of work)."""
-    table = model.__table__  # type: ignore[attr-defined]
+    table = sa_inspect(model).local_table
     assert isinstance(table, Table)
     return table

@@ -9,17 +9,14 @@ from pathlib import Path
 import pytest
 
 from clients import Allocation, AsyncClient, NotFoundError, ResourceExhaustedError
-from tests.conftest import RunningControlPlane, register_ready_nodes, start_control_plane
+from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane, start_control_plane
 
 
 @pytest.fixture
 async def slow_scrub_plane(tmp_path: Path, database_url: str) -> AsyncIterator[RunningControlPlane]:
     """A control plane whose nodes take half a second to scrub, so a cancel is observably pending."""
-    running = await start_control_plane(tmp_path / "d", database_url, scrub_seconds=0.5)
-    try:
+    async with running_control_plane(tmp_path / "d", database_url, scrub_seconds=0.5) as running:
         yield running
-    finally:
-        await running.plane.stop()
 
 
 @pytest.fixture

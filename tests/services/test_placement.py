@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -65,7 +67,7 @@ _candidates = st.lists(
 
 @settings(max_examples=200, deadline=None)
 @given(_candidates, st.integers(min_value=1, max_value=25), st.randoms(use_true_random=False))
-def test_first_fit_properties(candidates: list[Candidate], count: int, rnd: object) -> None:
+def test_first_fit_properties(candidates: list[Candidate], count: int, rnd: random.Random) -> None:
     """None iff too few; otherwise `count` distinct candidates, each before every unchosen one, in order."""
     result = first_fit(candidates, count)
     if len(candidates) < count:
@@ -81,5 +83,5 @@ def test_first_fit_properties(candidates: list[Candidate], count: int, rnd: obje
     if unchosen:
         assert max(chosen_keys) < min(unchosen)
     shuffled = list(candidates)
-    rnd.shuffle(shuffled)  # type: ignore[attr-defined]
+    rnd.shuffle(shuffled)
     assert first_fit(shuffled, count) == result

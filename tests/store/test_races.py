@@ -74,10 +74,11 @@ async def test_cordon_committed_during_placement_keeps_the_node_free(store: Stor
     """A create racing an operator's cordon of the only free node refuses instead of taking it."""
     commit, someone_waiting = await _cordon_in_open_transaction(database_url)
     create = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1")))
-    for _ in range(500):  # bounded: until the create is blocked on the cordon's lock
-        if await someone_waiting():
+    # Wait (bounded) until the create is blocked on the cordon's lock; each check is a query.
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await someone_waiting():
+        if asyncio.get_running_loop().time() > deadline:
             break
-        await asyncio.sleep(0.01)
     await commit()
     with pytest.raises(ResourceExhausted):
         await create
