@@ -20,6 +20,8 @@ SECONDS_PER_HOUR = 3600
 
 
 class EventKind(StrEnum):
+    """Whether the event hands a GPU to a tenant or takes it back."""
+
     START = "start"
     STOP = "stop"
 
@@ -88,8 +90,26 @@ class Rates:
     gpu_hour: dict[str, dict[PriceClass, Decimal]]
     commitments: tuple[Commitment, ...] = ()
 
+    def __post_init__(self) -> None:
+        seen: set[tuple[str, str]] = set()
+        for commitment in self.commitments:
+            key = (commitment.tenant_id, commitment.gpu_model)
+            if key in seen:
+                raise ValueError(f"two commitments for tenant {key[0]!r} on {key[1]!r}; merge them into one")
+            if commitment.gpus <= 0:
+                raise ValueError(f"commitment of tenant {key[0]!r} on {key[1]!r} must cover at least one GPU")
+            seen.add(key)
+
     def rate(self, gpu_model: str, price_class: PriceClass) -> Decimal | None:
+        """The per-GPU-hour price, or None when the price book has none (the line is unpriced)."""
         return self.gpu_hour.get(gpu_model, {}).get(price_class)
+
+    def commitment(self, tenant_id: str, gpu_model: str) -> Commitment | None:
+        """The tenant's commitment on this model, if it has one (at most one per pair)."""
+        for commitment in self.commitments:
+            if commitment.tenant_id == tenant_id and commitment.gpu_model == gpu_model:
+                return commitment
+        return None
 
 
 @dataclass(frozen=True)
@@ -121,6 +141,8 @@ class InvoiceLine:
 
 @dataclass(frozen=True)
 class Invoice:
+    """One tenant's bill for the period: its lines, what outages credited, and the priced total."""
+
     tenant_id: str
     lines: tuple[InvoiceLine, ...]
     credited_gpu_seconds: Decimal
@@ -138,21 +160,64 @@ class Anomaly:
     event_ids: tuple[str, ...]
     seconds: Decimal
     detail: str
+    # CROSS_TENANT_OVERLAP only: who else held the GPU. Kept out of ``detail`` so a service
+    # that shows a tenant its own anomalies can drop other tenants' names in one place.
+    other_tenant_ids: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
 class Reconciliation:
-    """Where every input event went: each one is billed or named in an anomaly."""
+    """Where every input event, and every second of usage, went.
+
+    Each input event has exactly one fate: ``billed`` (it bounds an interval that falls in the
+    period, whose time is billed, de-duplicated or credited), named in an anomaly that keeps it
+    out of billing (``extra`` counts them by anomaly kind), or outside the period. Each
+    second of the clipped intervals is billed once, de-duplicated as a same-tenant overlap, or
+    credited for an outage. :meth:`imbalances` checks both identities.
+    """
 
     events_in: int
     events_billed: int
     events_in_anomalies: int
     events_outside_period: int
+    # events_in_anomalies by AnomalyKind value (DUPLICATE_EVENT, STOP_WITHOUT_START, ...).
     extra: dict[str, int] = field(default_factory=dict)
+    # Sum of the lengths of every interval clipped to the period, overlaps counted each time.
+    interval_seconds: Decimal = Decimal(0)
+    # What counting overlapping intervals of one tenant on one GPU once removes.
+    same_tenant_overlap_seconds: Decimal = Decimal(0)
+    # Usage that fell inside an outage of its GPU.
+    credited_seconds: Decimal = Decimal(0)
+    # What is left to bill: interval - same-tenant overlap - credited.
+    usage_seconds: Decimal = Decimal(0)
+    # Usage that commitments cover (paid by the committed lines), the rest is on lines below.
+    committed_covered_seconds: Decimal = Decimal(0)
+    # gpu_seconds of the on_demand, spot and overage lines, priced or not.
+    usage_line_seconds: Decimal = Decimal(0)
+    # Of those, the seconds on lines with no rate (their amount is null).
+    unpriced_seconds: Decimal = Decimal(0)
+    # Time tenants shared a GPU with another tenant (each is still billed its own time).
+    cross_tenant_overlap_seconds: Decimal = Decimal(0)
+
+    def imbalances(self) -> list[str]:
+        """The identities that do not hold; empty when every event and second is accounted for."""
+        problems = []
+        if self.events_in != self.events_billed + self.events_in_anomalies + self.events_outside_period:
+            problems.append("events_in != events_billed + events_in_anomalies + events_outside_period")
+        if self.events_in_anomalies != sum(self.extra.values()):
+            problems.append("events_in_anomalies != sum of events by anomaly kind")
+        accounted = self.usage_seconds + self.same_tenant_overlap_seconds + self.credited_seconds
+        if self.interval_seconds != accounted:
+            problems.append("interval_seconds != usage + same_tenant_overlap + credited seconds")
+        if self.usage_seconds != self.usage_line_seconds + self.committed_covered_seconds:
+            problems.append("usage_seconds != usage_line_seconds + committed_covered_seconds")
+        return problems
 
 
 @dataclass(frozen=True)
 class InvoiceRun:
+    """Every tenant's invoice for one period, the anomalies found on the way, and where each event went."""
+
     period: Period
     currency: str
     invoices: tuple[Invoice, ...]
@@ -161,8 +226,9 @@ class InvoiceRun:
 
 
 def us_to_seconds(us: int) -> Decimal:
-    """Exact seconds for a microsecond count."""
-    return Decimal(us).scaleb(-6)
+    """Exact seconds for a microsecond count (``3600`` rather than ``3600.000000``)."""
+    # Division by a power of ten is exact here and keeps the shortest form, which prints well.
+    return Decimal(us) / Decimal(US_PER_SECOND)
 
 
 def datetime_to_us(moment: datetime) -> int:
@@ -174,4 +240,14 @@ def datetime_to_us(moment: datetime) -> int:
 
 
 def us_to_datetime(us: int) -> datetime:
+    """The aware UTC datetime of a microsecond timestamp."""
     return datetime.fromtimestamp(us // US_PER_SECOND, tz=UTC).replace(microsecond=us % US_PER_SECOND)
+
+
+def rfc3339(us: int) -> str:
+    """``2025-06-01T00:00:00Z``, with microseconds only when there are some."""
+    moment = us_to_datetime(us)
+    text = moment.strftime("%Y-%m-%dT%H:%M:%S")
+    if moment.microsecond:
+        text += f".{moment.microsecond:06d}"
+    return text + "Z"

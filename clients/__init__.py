@@ -6,6 +6,7 @@ with Client("127.0.0.1:50051", token) as client:
 """
 
 from clients.async_client import AsyncClient, CreatedTenant, RetryPolicy
+from clients.billing import FinalizedInvoice, Invoice, InvoiceAdjustment, InvoiceAnomaly, InvoiceLine, UsageEvent
 from clients.errors import (
     AbortedError,
     AlreadyExistsError,
@@ -32,10 +33,15 @@ __all__ = [
     "CreatedTenant",
     "DeadlineExceededError",
     "FailedPreconditionError",
+    "FinalizedInvoice",
     "Gpu",
     "GpucloudError",
     "InternalError",
     "InvalidArgumentError",
+    "Invoice",
+    "InvoiceAdjustment",
+    "InvoiceAnomaly",
+    "InvoiceLine",
     "Node",
     "NodeEvent",
     "NotFoundError",
@@ -47,4 +53,5 @@ __all__ = [
     "Tenant",
     "UnauthenticatedError",
     "UnavailableError",
+    "UsageEvent",
 ]

@@ -13,15 +13,28 @@ import random
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
+from google.protobuf.timestamp_pb2 import Timestamp
 
-from clients import convert, models
+from clients import billing, convert, metrics, models
 from clients.errors import InternalError, from_rpc_error
-from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2, node_pb2_grpc, tenant_pb2, tenant_pb2_grpc
+from gpucloud.v1 import (
+    allocation_pb2,
+    allocation_pb2_grpc,
+    billing_pb2,
+    billing_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    tenant_pb2,
+    tenant_pb2_grpc,
+)
 
 R = TypeVar("R")
 T = TypeVar("T")
@@ -328,3 +341,130 @@ class AsyncClient:
     async def delete_operation(self, name: str) -> None:
         stub = _operations_stub(self._ch())
         await self._call(stub.DeleteOperation, operations_pb2.DeleteOperationRequest(name=name))
+
+    # Metrics --------------------------------------------------------------------------------
+
+    async def write_samples(
+        self, nodes: Sequence[metrics.NodeSamples] = (), series: Sequence[metrics.SeriesSamples] = ()
+    ) -> metrics.WriteResult:
+        """Write node pushes and columnar series in one all-or-nothing batch.
+
+        Retried on UNAVAILABLE: the store takes a sample repeating a stored time with the same
+        value as a retry and does not add it twice.
+        """
+        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        request = metrics.write_request(nodes, series)
+        response = await self._call(stub.WriteSamples, request)
+        return metrics.WriteResult(response.samples_written, response.series_written)
+
+    async def query_metrics(
+        self,
+        *,
+        start: datetime | int,
+        end: datetime | int,
+        node_ids: Sequence[str] = (),
+        gpu_indexes: Sequence[int] = (),
+        fields: Sequence[str] = (),
+    ) -> metrics.MetricsResult:
+        """Raw samples in [start, end) (datetimes, or ms since the epoch); empty lists match all."""
+        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        request = metrics_pb2.QueryRequest(
+            selector=metrics.selector(node_ids, gpu_indexes, fields),
+            start_ms=metrics.to_ms(start),
+            end_ms=metrics.to_ms(end),
+        )
+        response = await self._call(stub.Query, request)
+        return metrics.result(response.series, response.stats)
+
+    async def query_metrics_range(
+        self,
+        *,
+        start: datetime | int,
+        end: datetime | int,
+        step: timedelta | int,
+        aggregation: str = "avg",
+        node_ids: Sequence[str] = (),
+        gpu_indexes: Sequence[int] = (),
+        fields: Sequence[str] = (),
+    ) -> metrics.MetricsResult:
+        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int)."""
+        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        request = metrics_pb2.QueryRangeRequest(
+            selector=metrics.selector(node_ids, gpu_indexes, fields),
+            start_ms=metrics.to_ms(start),
+            end_ms=metrics.to_ms(end),
+            step_ms=metrics.step_ms(step),
+            aggregation=metrics.aggregation_value(aggregation),
+        )
+        response = await self._call(stub.QueryRange, request)
+        return metrics.result(response.series, response.stats)
+
+    # Billing --------------------------------------------------------------------------------
+
+    async def get_invoice(self, period: str, *, tenant_id: str = "") -> billing.Invoice:
+        """The invoice for ``period`` (``YYYY-MM``, UTC): frozen if finalized, else computed now.
+
+        ``tenant_id`` defaults to the caller's own tenant; operators must name one.
+        """
+        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        request = billing_pb2.GetInvoiceRequest(tenant_id=tenant_id, period=period)
+        return billing.invoice((await self._call(stub.GetInvoice, request)).invoice)
+
+    async def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
+        """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
+        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        request = billing_pb2.FinalizeInvoiceRequest(tenant_id=tenant_id, period=period)
+        response = await self._call(stub.FinalizeInvoice, request)
+        return billing.FinalizedInvoice(billing.invoice(response.invoice), response.newly_finalized)
+
+    async def list_usage_events(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> models.Page[billing.UsageEvent]:
+        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given."""
+        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        request = billing_pb2.ListUsageEventsRequest(
+            tenant_id=tenant_id,
+            start_time=_timestamp(start_time),
+            end_time=_timestamp(end_time),
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response = await self._call(stub.ListUsageEvents, request)
+        return models.Page([billing.usage_event(e) for e in response.usage_events], response.next_page_token)
+
+    async def iter_usage_event_pages(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        page_size: int = 0,
+    ) -> AsyncIterator[models.Page[billing.UsageEvent]]:
+        """Every page of the usage-event log the caller sees, oldest first."""
+        token = ""
+        while True:
+            page = await self.list_usage_events(
+                tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
+            )
+            yield page
+            if not page.next_page_token:
+                return
+            if page.next_page_token == token:
+                raise InternalError("the server returned the same page token twice; stopping the listing")
+            token = page.next_page_token
+
+
+def _timestamp(moment: datetime | None) -> Timestamp | None:
+    if moment is None:
+        return None
+    if moment.tzinfo is None:
+        raise ValueError(f"{moment.isoformat()} has no time zone; pass an aware datetime (UTC)")
+    ts = Timestamp()
+    ts.FromDatetime(moment)
+    return ts

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine, Iterator, Sequence
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
-from clients import models
+from clients import billing, metrics, models
 from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy
 from clients.errors import InternalError
 
@@ -158,3 +159,90 @@ class Client:
 
     def delete_operation(self, name: str) -> None:
         self._run(self._async.delete_operation(name))
+
+    def write_samples(
+        self, nodes: Sequence[metrics.NodeSamples] = (), series: Sequence[metrics.SeriesSamples] = ()
+    ) -> metrics.WriteResult:
+        return self._run(self._async.write_samples(nodes, series))
+
+    def query_metrics(
+        self,
+        *,
+        start: datetime | int,
+        end: datetime | int,
+        node_ids: Sequence[str] = (),
+        gpu_indexes: Sequence[int] = (),
+        fields: Sequence[str] = (),
+    ) -> metrics.MetricsResult:
+        return self._run(
+            self._async.query_metrics(start=start, end=end, node_ids=node_ids, gpu_indexes=gpu_indexes, fields=fields)
+        )
+
+    def query_metrics_range(
+        self,
+        *,
+        start: datetime | int,
+        end: datetime | int,
+        step: timedelta | int,
+        aggregation: str = "avg",
+        node_ids: Sequence[str] = (),
+        gpu_indexes: Sequence[int] = (),
+        fields: Sequence[str] = (),
+    ) -> metrics.MetricsResult:
+        return self._run(
+            self._async.query_metrics_range(
+                start=start,
+                end=end,
+                step=step,
+                aggregation=aggregation,
+                node_ids=node_ids,
+                gpu_indexes=gpu_indexes,
+                fields=fields,
+            )
+        )
+
+    def get_invoice(self, period: str, *, tenant_id: str = "") -> billing.Invoice:
+        return self._run(self._async.get_invoice(period, tenant_id=tenant_id))
+
+    def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
+        return self._run(self._async.finalize_invoice(period, tenant_id=tenant_id))
+
+    def list_usage_events(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+    ) -> models.Page[billing.UsageEvent]:
+        return self._run(
+            self._async.list_usage_events(
+                tenant_id=tenant_id,
+                start_time=start_time,
+                end_time=end_time,
+                page_size=page_size,
+                page_token=page_token,
+            )
+        )
+
+    def iter_usage_events(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        page_size: int = 0,
+    ) -> Iterator[billing.UsageEvent]:
+        """Every usage event the caller sees in the window, oldest first, page by page."""
+        token = ""
+        while True:
+            page = self.list_usage_events(
+                tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
+            )
+            yield from page
+            if not page.next_page_token:
+                return
+            if page.next_page_token == token:
+                raise InternalError("the server returned the same page token twice; stopping the listing")
+            token = page.next_page_token

@@ -16,12 +16,30 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2, node_pb2_grpc, tenant_pb2, tenant_pb2_grpc
+from gpucloud.v1 import (
+    allocation_pb2,
+    allocation_pb2_grpc,
+    billing_pb2,
+    billing_pb2_grpc,
+    metrics_pb2,
+    metrics_pb2_grpc,
+    node_pb2,
+    node_pb2_grpc,
+    tenant_pb2,
+    tenant_pb2_grpc,
+)
 from services.allocations.releaser import Releaser
 from services.allocations.servicer import AllocationServicer
 from services.auth.authenticator import Authenticator
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
+from services.billing import rates as billing_rates
+from services.billing.commands import Billing
+from services.billing.servicer import BillingServicer
 from services.interceptors import ControlPlaneInterceptor
+from services.metrics.commands import Metrics
+from services.metrics.maintenance import Maintenance
+from services.metrics.samples import SampleStore
+from services.metrics.servicer import MetricsServicer
 from services.nodes.servicer import NodeServicer
 from services.notify import Notifier
 from services.operations.builder import OperationBuilder
@@ -39,6 +57,8 @@ SERVICE_NAMES = (
     node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
     allocation_pb2.DESCRIPTOR.services_by_name["AllocationService"].full_name,
     operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name,
+    metrics_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name,
+    billing_pb2.DESCRIPTOR.services_by_name["BillingService"].full_name,
 )
 
 
@@ -52,7 +72,15 @@ class ServerConfig:
     database_url: str | None = None
     # Stand-in for agents' scrub reports: how long a released node takes to wipe.
     scrub_seconds: float = 1.0
+    # The rate card invoices are priced with (JSON); None: the built-in default (docs/billing.md).
+    rates_path: Path | None = None
     grace_seconds: float = 2.0
+    # The metrics store (tsdb); None: data_dir/"tsdb". It shards by node past one machine.
+    metrics_dir: Path | None = None
+    # Samples older than this are deleted, whole segment files at a time; None keeps everything.
+    metrics_retention_seconds: float | None = 30 * 86_400.0
+    # How often the maintenance worker seals the head into segments and applies retention.
+    metrics_maintenance_seconds: float = 60.0
 
 
 class ControlPlane:
@@ -63,6 +91,7 @@ class ControlPlane:
         self.port: int | None = None
         self.operator_token_created: Path | None = None
         self._store: Store | None = None
+        self._samples: SampleStore | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._workers = Workers()
@@ -80,9 +109,17 @@ class ControlPlane:
         """Open the store (migrating it), bootstrap credentials, bind and serve."""
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
+        # A bad rate card fails the start before anything is opened.
+        rates = billing_rates.load(config.rates_path)
         store = await Store.open(config.database_url or sqlite_url(config.data_dir))
         self._store = store
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
+        retention = config.metrics_retention_seconds
+        samples = await SampleStore.open(
+            config.metrics_dir or config.data_dir / "tsdb",
+            retention_ms=None if retention is None else int(retention * 1000),
+        )
+        self._samples = samples
         page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
 
         wake_releaser, operations_changed = Notifier(), Notifier()
@@ -100,6 +137,9 @@ class ControlPlane:
         operations_pb2_grpc.add_OperationsServicer_to_server(  # type: ignore[no-untyped-call]
             OperationsServicer(store, page_tokens, builder, operations_changed), server
         )
+        billing = BillingServicer(Billing(store, rates), page_tokens)
+        billing_pb2_grpc.add_BillingServiceServicer_to_server(billing, server)
+        metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(Metrics(store, samples)), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -108,6 +148,8 @@ class ControlPlane:
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
         self._workers.start(releaser.run(), name="releaser")
+        maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
+        self._workers.start(maintenance.run(), name="metrics-maintenance")
 
         await server.start()
         for name in ("", *SERVICE_NAMES):
@@ -125,6 +167,10 @@ class ControlPlane:
         if self._server is not None:
             await self._server.stop(self.config.grace_seconds)
         await self._workers.stop()
+        if self._samples is not None:
+            # After the drain and the workers: nothing is left to write or read.
+            await self._samples.close()
+            self._samples = None
         if self._store is not None:
             await self._store.close()
             self._store = None

@@ -9,6 +9,8 @@ from typing import Annotated
 
 import typer
 
+from clients.cli import billing as billing_verbs
+from clients.cli import metrics as metrics_verbs
 from clients.cli import verbs
 from clients.cli.context import DEFAULT_ADDR, Connection, token_from
 
@@ -21,6 +23,8 @@ app.add_typer(verbs.tenants, name="tenants")
 app.add_typer(verbs.nodes, name="nodes")
 app.add_typer(verbs.allocations, name="allocations")
 app.add_typer(verbs.operations, name="operations")
+app.add_typer(billing_verbs.usage, name="usage")
+app.add_typer(metrics_verbs.metrics, name="metrics")
 
 
 @app.callback()
@@ -43,15 +47,23 @@ def serve(
         typer.Option(envvar="GPUCLOUD_DATABASE_URL", help="postgresql+asyncpg://... (default: SQLite in data dir)"),
     ] = None,
     scrub_seconds: Annotated[float, typer.Option(help="Simulated scrub time of a released node.")] = 1.0,
+    rates: Annotated[Path | None, typer.Option(help="Rate card JSON to price invoices (default: built-in).")] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
     log_format: Annotated[str, typer.Option(help="auto, json or console.")] = "auto",
 ) -> None:
     """Run a control plane until interrupted."""
+    from accounting.errors import InputError
     from clients.cli.serve import serve as run_server
     from services.server import ServerConfig
 
-    config = ServerConfig(data_dir=data_dir, listen=listen, database_url=database_url, scrub_seconds=scrub_seconds)
-    asyncio.run(run_server(config, log_level=log_level, log_format=log_format))
+    config = ServerConfig(
+        data_dir=data_dir, listen=listen, database_url=database_url, scrub_seconds=scrub_seconds, rates_path=rates
+    )
+    try:
+        asyncio.run(run_server(config, log_level=log_level, log_format=log_format))
+    except InputError as error:  # a bad --rates file: say where, not a traceback
+        typer.echo(f"error: --rates: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()
@@ -62,6 +74,34 @@ def demo(
     from clients.cli.demo import run_demo
 
     asyncio.run(run_demo(data_dir))
+
+
+@app.command()
+def invoice(
+    ctx: typer.Context,
+    period: Annotated[str | None, typer.Option(help="Online: the billing period YYYY-MM (UTC) to ask for.")] = None,
+    tenant: Annotated[str, typer.Option(help="Online: whose invoice (default: the token's own tenant).")] = "",
+    finalize: Annotated[bool, typer.Option("--finalize", help="Online: freeze the invoice (operators).")] = False,
+    events: Annotated[Path | None, typer.Option(help="Offline: usage events JSONL (an exported log).")] = None,
+    rates: Annotated[Path | None, typer.Option(help="Offline: the price book JSON.")] = None,
+    start: Annotated[str | None, typer.Option(help="Offline: period start, RFC 3339, inclusive.")] = None,
+    end: Annotated[str | None, typer.Option(help="Offline: period end, RFC 3339, exclusive.")] = None,
+    outages: Annotated[Path | None, typer.Option(help="Offline: GPU outages JSONL, credited.")] = None,
+    engine: Annotated[
+        str, typer.Option(help="Offline: duckdb, or reference (pure Python, to cross-check).")
+    ] = "duckdb",
+    max_anomalies: Annotated[int, typer.Option(help="Anomaly rows shown in the table (--json has all).")] = 50,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """Invoices for a period, with anomalies and reconciliation; offline from files when --events is given."""
+    if period is not None or finalize:
+        from clients.cli.billing import online_invoice
+
+        online_invoice(ctx, tenant=tenant, period=period, events=events, finalize=finalize, json_out=json_out)
+        return
+    from clients.cli.invoice import run_invoice_command
+
+    run_invoice_command(events, rates, start, end, outages, engine, json_out, max_anomalies)
 
 
 def main() -> None:

@@ -2,21 +2,27 @@
 
 Starts a real control plane (SQLite in a throwaway data directory, a free loopback port),
 registers a small simulated fleet, creates a tenant, allocates, shows idempotency and an
-all-or-nothing capacity refusal, lists, cancels and waits for the release, printing each step.
+all-or-nothing capacity refusal, lists, writes and queries metrics (the tenant sees its node's
+samples only since its allocation), cancels and waits for the release, printing each step.
 """
 
 from __future__ import annotations
 
+import asyncio
 import tempfile
+import time
 import uuid
 from pathlib import Path
 
+import numpy as np
 from rich.progress import Progress
 from rich.rule import Rule
 
 from clients.async_client import AsyncClient
 from clients.cli import render
+from clients.cli.metrics import result_table
 from clients.errors import ResourceExhaustedError
+from clients.metrics import NodeSamples
 from services.log_config import configure
 from services.server import ControlPlane, ServerConfig
 
@@ -95,10 +101,14 @@ async def _walkthrough(plane: ControlPlane) -> None:
         step("6. List")
         console.print(render.allocations_table((await tenant.list_allocations()).items))
 
+        step("7. Metrics: the operator sees a node's history, its tenant only the time it holds it")
+        async with AsyncClient(plane.address, operator_token) as operator:
+            await _metrics(operator, tenant, allocation.node_ids[0])
+
     async with AsyncClient(plane.address, operator_token) as operator:
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
 
-        step("7. Cancel: accepted at once, done when the nodes are scrubbed and released")
+        step("8. Cancel: accepted at once, done when the nodes are scrubbed and released")
         async with AsyncClient(plane.address, created.token) as tenant:
             operation = await tenant.cancel_allocation(allocation.allocation_id)
             console.print(render.operations_table([operation], "Cancel accepted"))
@@ -111,3 +121,38 @@ async def _walkthrough(plane: ControlPlane) -> None:
         events = (await operator.list_node_events(allocation.node_ids[0])).items
         console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
     step("Done")
+
+
+def _fleet_pushes(at_ms: list[int], busy: set[str], seed: int) -> list[NodeSamples]:
+    """Plausible per-GPU power, temperature and utilization for every node at each instant."""
+    rng = np.random.default_rng(seed)
+    pushes = []
+    for at in at_ms:
+        for node_id, *_ in FLEET:
+            load = 0.9 if node_id in busy else 0.1
+            util = np.clip(rng.normal(load * 100, 5, 8), 0, 100)
+            gpus = {
+                i: {"power_w": round(90 + 6 * u, 1), "temp_c": round(35 + 0.45 * u, 1), "util_pct": round(u, 1)}
+                for i, u in enumerate(util.tolist())
+            }
+            pushes.append(NodeSamples(node_id, at, gpus))
+    return pushes
+
+
+async def _metrics(operator: AsyncClient, tenant: AsyncClient, node_id: str) -> None:
+    """Five minutes of fleet history, a few live pushes, and one node's power as each side sees it."""
+    console = render.console
+    now = time.time_ns() // 1_000_000
+    history = [now - 300_000 + i * 10_000 for i in range(30)]
+    written = (await operator.write_samples(_fleet_pushes(history, set(), seed=1))).samples_written
+    live: list[int] = []
+    for i in range(5):
+        await asyncio.sleep(0.05)
+        live.append(time.time_ns() // 1_000_000)
+        written += (await operator.write_samples(_fleet_pushes(live[-1:], {node_id}, seed=2 + i))).samples_written
+    console.print(f"wrote {written} samples: 5 minutes of history and 5 live pushes for {len(FLEET)} nodes x 8 GPUs")
+    start, end = history[0], live[-1] + 1
+    everything = await operator.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0])
+    console.print(result_table(everything, f"{node_id} GPU 0 as the operator sees it"))
+    held = await tenant.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0])
+    console.print(result_table(held, f"{node_id} GPU 0 as its tenant sees it: only since its allocation"))

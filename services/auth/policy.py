@@ -42,6 +42,12 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/google.longrunning.Operations/ListOperations": OPERATOR_OR_TENANT,
     "/google.longrunning.Operations/DeleteOperation": OPERATOR_OR_TENANT,
     "/google.longrunning.Operations/CancelOperation": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.MetricsService/WriteSamples": FLEET,
+    "/gpucloud.v1.MetricsService/Query": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.MetricsService/QueryRange": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.BillingService/GetInvoice": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.BillingService/FinalizeInvoice": OPERATOR,
+    "/gpucloud.v1.BillingService/ListUsageEvents": OPERATOR_OR_TENANT,
 }
 
 

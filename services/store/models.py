@@ -14,7 +14,7 @@ tests/store/test_migrations.py fails while the two disagree.
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Column, Index, LargeBinary, Table, UniqueConstraint, text
+from sqlalchemy import BigInteger, Column, Index, LargeBinary, Table, Text, UniqueConstraint, text
 from sqlalchemy import inspect as sa_inspect
 from sqlmodel import Field, SQLModel
 
@@ -171,7 +171,11 @@ class UsageEventRow(SQLModel, table=True):
     """
 
     __tablename__ = "usage_events"
-    __table_args__ = (Index("ix_usage_events_tenant_time", "tenant_id", "at_us"),)
+    __table_args__ = (
+        Index("ix_usage_events_tenant_time", "tenant_id", "at_us"),
+        # The keyset order of ListUsageEvents across tenants: immutable time, unique id tiebreaker.
+        Index("ix_usage_events_time", "at_us", "event_id"),
+    )
 
     event_id: str = Field(primary_key=True, max_length=200)
     tenant_id: str = Field(max_length=63)
@@ -183,6 +187,26 @@ class UsageEventRow(SQLModel, table=True):
     at_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     source: str = Field(max_length=32)
     recorded_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class FinalizedInvoiceRow(SQLModel, table=True):
+    """A tenant's invoice for one period, frozen by FinalizeInvoice. Inserted once, never updated.
+
+    ``body`` is the invoice as JSON (services/billing/codec.py); ``rates`` the rate card it was
+    priced with, so a later recomputation of the period (for adjustments) prices late usage at
+    the period's own rates even after the server's rate card changed.
+    """
+
+    __tablename__ = "finalized_invoices"
+
+    tenant_id: str = Field(primary_key=True, foreign_key="tenants.tenant_id", max_length=63)
+    # "YYYY-MM"; the primary key makes (tenant_id, period) unique: one frozen invoice per period.
+    period: str = Field(primary_key=True, max_length=7)
+    finalized_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # Events recorded at or after this instant were not known to the frozen computation.
+    snapshot_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    body: str = Field(sa_column=Column(Text, nullable=False))
+    rates: str = Field(sa_column=Column(Text, nullable=False))
 
 
 class SecretRow(SQLModel, table=True):

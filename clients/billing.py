@@ -1,0 +1,221 @@
+"""Billing objects returned by the client (invoices, usage events) and their conversion from
+protobuf. Plain dataclasses: money and GPU-seconds are ``Decimal``, exact as the server sent
+them; enumerations are strings without their proto prefix (``"H100"``, ``"ON_DEMAND"``,
+``"START"``); times are aware UTC datetimes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from decimal import Decimal
+
+from google.protobuf.descriptor import EnumDescriptor
+from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from gpucloud.v1 import billing_pb2, node_pb2
+
+
+@dataclass(frozen=True)
+class InvoiceLine:
+    gpu_model: str
+    price_class: str
+    gpu_seconds: Decimal
+    # None when the rate card has no price for the line: it is excluded from the totals.
+    gpu_hour_rate: Decimal | None
+    amount: Decimal | None
+
+
+@dataclass(frozen=True)
+class InvoiceAdjustment:
+    """A signed correction of an earlier, finalized period carried by this invoice."""
+
+    adjusted_period: str
+    gpu_model: str
+    price_class: str
+    gpu_seconds: Decimal
+    amount: Decimal | None
+
+
+@dataclass(frozen=True)
+class InvoiceAnomaly:
+    kind: str
+    gpu_uuid: str | None
+    allocation_id: str | None
+    event_ids: tuple[str, ...]
+    seconds: Decimal
+    detail: str
+
+
+@dataclass(frozen=True)
+class InvoiceReconciliation:
+    events_in: int
+    events_billed: int
+    events_in_anomalies: int
+    events_outside_period: int
+    extra: dict[str, int]
+    interval_seconds: Decimal
+    same_tenant_overlap_seconds: Decimal
+    credited_seconds: Decimal
+    usage_seconds: Decimal
+    committed_covered_seconds: Decimal
+    usage_line_seconds: Decimal
+    unpriced_seconds: Decimal
+    cross_tenant_overlap_seconds: Decimal
+
+
+@dataclass(frozen=True)
+class Invoice:
+    """A tenant's invoice for one period (``YYYY-MM``, UTC)."""
+
+    tenant_id: str
+    period: str
+    start_time: datetime | None
+    end_time: datetime | None
+    currency: str
+    lines: tuple[InvoiceLine, ...]
+    credited_gpu_seconds: Decimal
+    subtotal: Decimal
+    adjustments: tuple[InvoiceAdjustment, ...]
+    adjustments_total: Decimal
+    total: Decimal
+    anomalies: tuple[InvoiceAnomaly, ...]
+    reconciliation: InvoiceReconciliation
+    finalized: bool
+    finalize_time: datetime | None
+    events_watermark_time: datetime | None
+
+
+@dataclass(frozen=True)
+class FinalizedInvoice:
+    """The result of a finalize: the frozen invoice, and whether this call froze it."""
+
+    invoice: Invoice
+    newly_finalized: bool
+
+
+@dataclass(frozen=True)
+class UsageEvent:
+    """One record of the billing outbox: a GPU handed to (START) or taken from (STOP) a tenant."""
+
+    event_id: str
+    tenant_id: str
+    allocation_id: str
+    node_id: str
+    gpu_uuid: str
+    gpu_model: str
+    kind: str
+    price_class: str
+    event_time: datetime | None
+    record_time: datetime | None
+    source: str
+
+
+def _time(message: Message, field: str) -> datetime | None:
+    if not message.HasField(field):
+        return None
+    ts: Timestamp = getattr(message, field)
+    return ts.ToDatetime(tzinfo=UTC)
+
+
+def _enum(descriptor: EnumDescriptor, prefix: str, number: int) -> str:
+    """``PRICE_CLASS_ON_DEMAND`` -> ``ON_DEMAND``; a number from a newer server reads ``UNKNOWN_<n>``."""
+    value = descriptor.values_by_number.get(number)
+    return value.name.removeprefix(prefix) if value is not None else f"UNKNOWN_{number}"
+
+
+def _decimal(text: str) -> Decimal:
+    return Decimal(text) if text else Decimal(0)
+
+
+def _maybe_decimal(text: str) -> Decimal | None:
+    return Decimal(text) if text else None
+
+
+def _price_class(number: int) -> str:
+    return _enum(billing_pb2.PriceClass.DESCRIPTOR, "PRICE_CLASS_", number)
+
+
+def _gpu_model(number: int) -> str:
+    return _enum(node_pb2.GpuModel.DESCRIPTOR, "GPU_MODEL_", number)
+
+
+def invoice(message: billing_pb2.Invoice) -> Invoice:
+    rec = message.reconciliation
+    return Invoice(
+        tenant_id=message.tenant_id,
+        period=message.period,
+        start_time=_time(message, "start_time"),
+        end_time=_time(message, "end_time"),
+        currency=message.currency,
+        lines=tuple(
+            InvoiceLine(
+                gpu_model=_gpu_model(line.gpu_model),
+                price_class=_price_class(line.price_class),
+                gpu_seconds=_decimal(line.gpu_seconds),
+                gpu_hour_rate=_maybe_decimal(line.gpu_hour_rate),
+                amount=_maybe_decimal(line.amount),
+            )
+            for line in message.lines
+        ),
+        credited_gpu_seconds=_decimal(message.credited_gpu_seconds),
+        subtotal=_decimal(message.subtotal),
+        adjustments=tuple(
+            InvoiceAdjustment(
+                adjusted_period=a.adjusted_period,
+                gpu_model=_gpu_model(a.gpu_model),
+                price_class=_price_class(a.price_class),
+                gpu_seconds=_decimal(a.gpu_seconds),
+                amount=_maybe_decimal(a.amount),
+            )
+            for a in message.adjustments
+        ),
+        adjustments_total=_decimal(message.adjustments_total),
+        total=_decimal(message.total),
+        anomalies=tuple(
+            InvoiceAnomaly(
+                kind=a.kind,
+                gpu_uuid=a.gpu_uuid or None,
+                allocation_id=a.allocation_id or None,
+                event_ids=tuple(a.event_ids),
+                seconds=_decimal(a.seconds),
+                detail=a.detail,
+            )
+            for a in message.anomalies
+        ),
+        reconciliation=InvoiceReconciliation(
+            events_in=rec.events_in,
+            events_billed=rec.events_billed,
+            events_in_anomalies=rec.events_in_anomalies,
+            events_outside_period=rec.events_outside_period,
+            extra=dict(rec.extra),
+            interval_seconds=_decimal(rec.interval_seconds),
+            same_tenant_overlap_seconds=_decimal(rec.same_tenant_overlap_seconds),
+            credited_seconds=_decimal(rec.credited_seconds),
+            usage_seconds=_decimal(rec.usage_seconds),
+            committed_covered_seconds=_decimal(rec.committed_covered_seconds),
+            usage_line_seconds=_decimal(rec.usage_line_seconds),
+            unpriced_seconds=_decimal(rec.unpriced_seconds),
+            cross_tenant_overlap_seconds=_decimal(rec.cross_tenant_overlap_seconds),
+        ),
+        finalized=message.finalized,
+        finalize_time=_time(message, "finalize_time"),
+        events_watermark_time=_time(message, "events_watermark_time"),
+    )
+
+
+def usage_event(message: billing_pb2.UsageEvent) -> UsageEvent:
+    return UsageEvent(
+        event_id=message.event_id,
+        tenant_id=message.tenant_id,
+        allocation_id=message.allocation_id,
+        node_id=message.node_id,
+        gpu_uuid=message.gpu_uuid,
+        gpu_model=_gpu_model(message.gpu_model),
+        kind=_enum(billing_pb2.UsageEventKind.DESCRIPTOR, "USAGE_EVENT_KIND_", message.kind),
+        price_class=_price_class(message.price_class),
+        event_time=_time(message, "event_time"),
+        record_time=_time(message, "record_time"),
+        source=message.source,
+    )

@@ -1,0 +1,344 @@
+"""Online billing verbs: a tenant's invoice from the BillingService, finalization, and
+``gpucloud usage export``, which writes the usage-event log as the JSONL the offline
+``gpucloud invoice --events`` reads, so any invoice can be recomputed and audited offline.
+
+``--json`` prints an invoice in the offline command's shapes (lines, anomalies and
+reconciliation with the same keys), so the two can be compared with ``jq``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+from datetime import UTC, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import IO, Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from accounting.export import write_events
+from accounting.loaders import parse_time
+from accounting.model import EventKind, PriceClass, UsageEvent, datetime_to_us, rfc3339, us_to_datetime
+from clients import billing
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.cli.context import call
+
+EXIT_BAD_INPUT = 2
+EXPORT_PAGE_SIZE = 1000
+MAX_ANOMALY_ROWS = 20
+_PERIOD = re.compile(r"(\d{4})-(\d{2})")
+
+usage = typer.Typer(help="The usage-event log billing is computed from.", no_args_is_help=True)
+
+
+class BadOption(ValueError):
+    """A command-line value that cannot be used; the message names the option."""
+
+
+def period_bounds(period: str) -> tuple[datetime, datetime]:
+    """``2026-11`` -> (2026-11-01T00:00Z, 2026-12-01T00:00Z), the server's billing period."""
+    match = _PERIOD.fullmatch(period)
+    if match is None or not 1 <= int(match[2]) <= 12:
+        raise BadOption(f"--period {period!r}: use YYYY-MM, e.g. 2026-11")
+    year, month = int(match[1]), int(match[2])
+    start = datetime(year, month, 1, tzinfo=UTC)
+    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
+    return start, end
+
+
+# Online invoice ---------------------------------------------------------------------------------
+
+
+def online_invoice(
+    ctx: typer.Context, *, tenant: str, period: str | None, events: Path | None, finalize: bool, json_out: bool
+) -> None:
+    """``gpucloud invoice --period P [--tenant T] [--finalize] [--json]``: ask the BillingService."""
+    problem = (
+        "--period YYYY-MM is required online"
+        if period is None
+        else "--events (offline) and --period (online) exclude each other"
+        if events is not None
+        else "--finalize needs --tenant"
+        if finalize and not tenant
+        else None
+    )
+    if problem is not None or period is None:
+        render.errors.print(f"[red]error[/red]: {problem}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT)
+    if finalize:
+        result = call(ctx, lambda c: c.finalize_invoice(period, tenant_id=tenant))
+        invoice = result.invoice
+        note = "finalized now" if result.newly_finalized else "was already finalized; unchanged"
+    else:
+        invoice = call(ctx, lambda c: c.get_invoice(period, tenant_id=tenant))
+        note = ""
+    if json_out:
+        render.print_json(invoice_to_json(invoice))
+        return
+    console = render.console
+    console.print(invoice_table(invoice))
+    if invoice.adjustments:
+        console.print(adjustments_table(invoice))
+    if invoice.anomalies:
+        console.print(anomalies_table(invoice))
+    console.print(reconciliation_line(invoice))
+    if note:
+        render.errors.print(f"[dim]{invoice.tenant_id} {invoice.period}: {note}[/dim]")
+
+
+def _dec(value: Decimal | None) -> str | None:
+    return None if value is None else format(value, "f")
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else rfc3339(datetime_to_us(value))
+
+
+def _klass(name: str) -> str:
+    # The offline JSON spells price classes as the accounting library does: "on_demand".
+    return name.lower()
+
+
+def invoice_to_json(invoice: billing.Invoice) -> dict[str, Any]:
+    """JSON-ready data; lines, anomalies and reconciliation in the offline command's shapes."""
+    rec = invoice.reconciliation
+    return {
+        "tenant_id": invoice.tenant_id,
+        "period": invoice.period,
+        "start": _time(invoice.start_time),
+        "end": _time(invoice.end_time),
+        "currency": invoice.currency,
+        "lines": [
+            {
+                "gpu_model": line.gpu_model,
+                "price_class": _klass(line.price_class),
+                "gpu_seconds": _dec(line.gpu_seconds),
+                "gpu_hour_rate": _dec(line.gpu_hour_rate),
+                "amount": _dec(line.amount),
+            }
+            for line in invoice.lines
+        ],
+        "credited_gpu_seconds": _dec(invoice.credited_gpu_seconds),
+        "subtotal": _dec(invoice.subtotal),
+        "adjustments": [
+            {
+                "adjusted_period": a.adjusted_period,
+                "gpu_model": a.gpu_model,
+                "price_class": _klass(a.price_class),
+                "gpu_seconds": _dec(a.gpu_seconds),
+                "amount": _dec(a.amount),
+            }
+            for a in invoice.adjustments
+        ],
+        "adjustments_total": _dec(invoice.adjustments_total),
+        "total": _dec(invoice.total),
+        "anomalies": [
+            {
+                "kind": a.kind,
+                "tenant_id": invoice.tenant_id,
+                "gpu_uuid": a.gpu_uuid,
+                "allocation_id": a.allocation_id,
+                "event_ids": list(a.event_ids),
+                "seconds": _dec(a.seconds),
+                "detail": a.detail,
+            }
+            for a in invoice.anomalies
+        ],
+        "reconciliation": {
+            "events_in": rec.events_in,
+            "events_billed": rec.events_billed,
+            "events_in_anomalies": rec.events_in_anomalies,
+            "events_outside_period": rec.events_outside_period,
+            "events_in_anomalies_by_kind": dict(sorted(rec.extra.items())),
+            "interval_seconds": _dec(rec.interval_seconds),
+            "same_tenant_overlap_seconds": _dec(rec.same_tenant_overlap_seconds),
+            "credited_seconds": _dec(rec.credited_seconds),
+            "usage_seconds": _dec(rec.usage_seconds),
+            "committed_covered_seconds": _dec(rec.committed_covered_seconds),
+            "usage_line_seconds": _dec(rec.usage_line_seconds),
+            "unpriced_seconds": _dec(rec.unpriced_seconds),
+            "cross_tenant_overlap_seconds": _dec(rec.cross_tenant_overlap_seconds),
+        },
+        "finalized": invoice.finalized,
+        "finalize_time": _time(invoice.finalize_time),
+        "events_watermark_time": _time(invoice.events_watermark_time),
+    }
+
+
+def _money(value: Decimal | None, currency: str) -> str:
+    return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
+
+
+def invoice_table(invoice: billing.Invoice) -> Table:
+    """The period's own lines; subtotal, adjustments and total in the caption."""
+    state = f"finalized {render.when(invoice.finalize_time)}" if invoice.finalized else "open"
+    caption = f"subtotal {invoice.currency} {invoice.subtotal:f}"
+    if invoice.adjustments:
+        caption += f"   adjustments {invoice.currency} {invoice.adjustments_total:f}"
+    grid = Table(
+        title=f"Invoice {invoice.tenant_id} {invoice.period}  [dim]({state})[/dim]",
+        title_justify="left",
+        header_style="bold",
+        caption=f"{caption}   [bold]total {invoice.currency} {invoice.total:f}[/bold]",
+        caption_justify="right",
+    )
+    for column in ("MODEL", "CLASS", "GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"):
+        grid.add_column(column, justify="left" if column in ("MODEL", "CLASS") else "right")
+    for line in invoice.lines:
+        grid.add_row(
+            line.gpu_model,
+            _klass(line.price_class),
+            f"{line.gpu_seconds:f}",
+            f"{line.gpu_seconds / 3600:.4f}",
+            "-" if line.gpu_hour_rate is None else f"{line.gpu_hour_rate:f}",
+            _money(line.amount, invoice.currency),
+        )
+    return grid
+
+
+def adjustments_table(invoice: billing.Invoice) -> Table:
+    """Corrections of earlier, finalized periods carried by this invoice."""
+    grid = Table(title="Adjustments for finalized periods", title_justify="left", header_style="bold")
+    for column in ("PERIOD", "MODEL", "CLASS", "GPU-SECONDS", "AMOUNT"):
+        grid.add_column(column, justify="right" if column in ("GPU-SECONDS", "AMOUNT") else "left")
+    for a in invoice.adjustments:
+        grid.add_row(
+            a.adjusted_period,
+            a.gpu_model,
+            _klass(a.price_class),
+            f"{a.gpu_seconds:f}",
+            _money(a.amount, invoice.currency),
+        )
+    return grid
+
+
+def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> Table:
+    """The first ``limit`` anomalies (``--json`` has all of them)."""
+    grid = Table(title=f"Anomalies ({len(invoice.anomalies)})", title_justify="left", header_style="bold")
+    for column in ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL"):
+        grid.add_column(column, justify="right" if column == "SECONDS" else "left")
+    if len(invoice.anomalies) > limit:
+        grid.caption = f"{len(invoice.anomalies) - limit} more not shown: use --json"
+    for a in invoice.anomalies[:limit]:
+        more = f" (+{len(a.event_ids) - 3})" if len(a.event_ids) > 3 else ""
+        grid.add_row(
+            a.kind,
+            a.gpu_uuid or "",
+            a.allocation_id or "",
+            f"{a.seconds:f}",
+            ", ".join(a.event_ids[:3]) + more,
+            a.detail,
+        )
+    return grid
+
+
+def reconciliation_line(invoice: billing.Invoice) -> str:
+    rec = invoice.reconciliation
+    return (
+        f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, {rec.events_in_anomalies} in anomalies, "
+        f"{rec.events_outside_period} outside the period; usage {rec.usage_seconds:f} GPU-s[/dim]"
+    )
+
+
+# Usage export -----------------------------------------------------------------------------------
+
+
+def _accounting_event(event: billing.UsageEvent) -> UsageEvent:
+    """The offline library's form of an event (what ``write_events`` writes)."""
+    assert event.event_time is not None
+    return UsageEvent(
+        event_id=event.event_id,
+        tenant_id=event.tenant_id,
+        allocation_id=event.allocation_id,
+        gpu_uuid=event.gpu_uuid,
+        gpu_model=event.gpu_model,
+        kind=EventKind(event.kind.lower()),
+        at_us=datetime_to_us(event.event_time),
+        price_class=PriceClass(event.price_class.lower()),
+    )
+
+
+def export_window(start: str | None, end: str | None, invoice_period: str | None) -> tuple[datetime | None, ...]:
+    """The [start, end) to export; ``--invoice-period`` means everything its invoice reads."""
+    if invoice_period is not None:
+        if start is not None or end is not None:
+            raise BadOption("--invoice-period replaces --start/--end; give one or the other")
+        return None, period_bounds(invoice_period)[1]
+    try:
+        return tuple(None if text is None else us_to_datetime(parse_time(text)) for text in (start, end))
+    except ValueError as error:
+        raise BadOption(f"--start/--end: {error}") from None
+
+
+async def export_events(
+    client: AsyncClient,
+    stream: IO[str],
+    *,
+    tenant: str,
+    start: datetime | None,
+    end: datetime | None,
+    progress: Progress,
+) -> int:
+    """Page through the log into ``stream``; return the number of events written."""
+    task = progress.add_task("exporting usage events", total=None)
+    count = 0
+    async for page in client.iter_usage_event_pages(
+        tenant_id=tenant, start_time=start, end_time=end, page_size=EXPORT_PAGE_SIZE
+    ):
+        count += write_events((_accounting_event(e) for e in page), stream)
+        progress.update(task, completed=count, description=f"exported {count} events")
+    progress.update(task, total=count, completed=count)
+    return count
+
+
+@usage.command("export")
+def usage_export(
+    ctx: typer.Context,
+    out: Annotated[Path, typer.Option("--out", help="JSONL file to write (what `gpucloud invoice --events` reads).")],
+    tenant: Annotated[str, typer.Option(help="Only this tenant's events (tenants always get only their own).")] = "",
+    start: Annotated[str | None, typer.Option(help="Events at or after this RFC 3339 time.")] = None,
+    end: Annotated[str | None, typer.Option(help="Events before this RFC 3339 time.")] = None,
+    invoice_period: Annotated[
+        str | None, typer.Option(help="YYYY-MM: exactly the events that period's invoice is computed from.")
+    ] = None,
+) -> None:
+    """Write the usage-event log as JSONL, oldest first, so invoices can be recomputed offline."""
+    try:
+        window = export_window(start, end, invoice_period)
+    except BadOption as error:
+        render.errors.print(f"[red]error[/red]: {error}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
+    progress = Progress(
+        SpinnerColumn(),
+        TextColumn("{task.description}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=Console(stderr=True),
+        transient=False,
+    )
+    # Written to a temporary file beside ``out`` and renamed at the end: whole or not at all.
+    out.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream, progress:
+            count = call(
+                ctx,
+                lambda c: export_events(c, stream, tenant=tenant, start=window[0], end=window[1], progress=progress),
+            )
+        os.replace(temporary, out)
+    finally:
+        Path(temporary).unlink(missing_ok=True)
+    render.errors.print(f"wrote {count} usage events to {out}", highlight=False)
+    if invoice_period is not None:
+        first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period))
+        render.errors.print(
+            f"[dim]audit: gpucloud invoice --events {out} --rates RATES.json --start {first} --end {last}[/dim]",
+            highlight=False,
+        )

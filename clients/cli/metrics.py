@@ -1,0 +1,232 @@
+"""``gpucloud metrics query|write``: read per-GPU time series as a table, JSON or a PNG chart.
+
+Times are RFC 3339 (``2025-01-31T12:00:00Z``; no zone means UTC), relative to now
+(``-1h``, ``-90s``, ``-1h30m``, ``now``) or milliseconds since the epoch. Steps are durations
+(``30s``, ``5m``, ``1h``, ``250ms``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Annotated, Any
+
+import numpy as np
+import typer
+from rich.table import Table
+
+from clients import metrics as m
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.cli.context import call
+
+metrics = typer.Typer(
+    help="Per-GPU metrics: query them as a table, JSON or a chart; write samples.", no_args_is_help=True
+)
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30s``, ``5m``, ``1h30m``, ``250ms``, ``2d``: a positive duration."""
+    compact = text.strip().lower()
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{text!r} is not a duration like 30s, 5m, 1h30m or 250ms")
+    total = sum(int(n) * _UNITS_MS[u] for n, u in parts)
+    if total <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    return timedelta(milliseconds=total)
+
+
+def parse_time(text: str, *, now: datetime) -> datetime:
+    """An RFC 3339 instant, ``now``, ``-<duration>`` before now, or ms since the epoch."""
+    value = text.strip()
+    if value.lower() == "now":
+        return now
+    if value.startswith("-"):
+        return now - parse_duration(value[1:])
+    if value.isdigit():
+        return m.from_ms(int(value))
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is not RFC 3339 (2025-01-31T12:00:00Z), 'now', -1h or ms since the epoch") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def _number(value: float) -> str:
+    if math.isnan(value):
+        return "-"
+    return f"{value:.6g}"
+
+
+def _summary(series: m.Series) -> list[str]:
+    values = series.values[~np.isnan(series.values)]
+    times = series.timestamps_ms
+    return [
+        series.node_id,
+        series.gpu,
+        series.field,
+        str(len(times)),
+        render.when(m.from_ms(int(times[0]))) if len(times) else "-",
+        render.when(m.from_ms(int(times[-1]))) if len(times) else "-",
+        _number(float(values.min())) if len(values) else "-",
+        _number(float(values.mean())) if len(values) else "-",
+        _number(float(values.max())) if len(values) else "-",
+        _number(float(values[-1])) if len(values) else "-",
+    ]
+
+
+def stats_line(stats: m.QueryStats) -> str:
+    """The cost of a query in one line: how much of the store it opened and skipped."""
+    return (
+        f"{stats.series_returned} series, {stats.points_returned} points; segments opened "
+        f"{stats.segments_opened} of {stats.segments_total} ({stats.segments_skipped} skipped by time), "
+        f"{stats.bytes_read} bytes read, {stats.samples_decoded} samples decoded, {stats.head_samples} from the head"
+    )
+
+
+def result_table(result: m.MetricsResult, title: str) -> Table:
+    """One row per series: its labels, how many points, their span and min/avg/max/last."""
+    columns = ["NODE", "GPU", "FIELD", "POINTS", "FROM", "TO", "MIN", "AVG", "MAX", "LAST"]
+    grid = render.table(title, columns, result.series, _summary)
+    grid.caption = stats_line(result.stats)
+    grid.caption_justify = "left"
+    return grid
+
+
+def result_json(result: m.MetricsResult) -> dict[str, Any]:
+    """Plain JSON: a NaN (a step without samples) becomes null."""
+    return {
+        "series": [
+            {
+                "labels": s.labels,
+                "timestamps_ms": s.timestamps_ms.tolist(),
+                "values": [None if math.isnan(v) else v for v in s.values.tolist()],
+            }
+            for s in result.series
+        ],
+        "stats": result.stats,
+    }
+
+
+def plot(result: m.MetricsResult, path: Path, title: str) -> None:
+    """Draw every series against UTC time into a PNG (matplotlib's Agg canvas, no display needed)."""
+    # Imported here: matplotlib costs about a second to import, and only --plot needs it.
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    figure = Figure(figsize=(10, 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    for series in result.series:
+        label = (
+            f"{series.node_id} gpu {series.gpu} {series.field}" if series.gpu else f"{series.node_id} {series.field}"
+        )
+        axes.plot(
+            series.timestamps_ms.astype("datetime64[ms]"),
+            series.values,
+            marker="." if len(series.values) < 50 else None,
+            label=label,
+        )
+    if not result.series:
+        axes.text(0.5, 0.5, "no samples in the window", ha="center", va="center", transform=axes.transAxes)
+    elif len(result.series) <= 12:
+        axes.legend(fontsize="small")
+    axes.set_title(title)
+    axes.set_xlabel("time (UTC)")
+    axes.grid(alpha=0.3)
+    figure.savefig(path, format="png", dpi=100)
+
+
+@metrics.command("query")
+def metrics_query(
+    ctx: typer.Context,
+    node: Annotated[list[str] | None, typer.Option("--node", help="Node id (repeat for more; none: all).")] = None,
+    gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index (repeat; none: all).")] = None,
+    field: Annotated[list[str] | None, typer.Option("--field", help="Field, e.g. power_w (repeat; none: all).")] = None,
+    start: Annotated[str, typer.Option(help="RFC 3339, -1h, now or ms since the epoch.")] = "-1h",
+    end: Annotated[str, typer.Option(help="RFC 3339, -5m, now or ms since the epoch.")] = "now",
+    step: Annotated[str | None, typer.Option(help="Aggregate per step, e.g. 1m (default: raw samples).")] = None,
+    agg: Annotated[str, typer.Option(help="With --step: avg, min, max, sum, count, last or rate.")] = "avg",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
+    plot_to: Annotated[Path | None, typer.Option("--plot", help="Also draw the series into this PNG.")] = None,
+) -> None:
+    """Samples (or per-step aggregates) of the selected series in a window."""
+    try:
+        now = datetime.now(UTC)
+        window = (parse_time(start, now=now), parse_time(end, now=now))
+        step_length = parse_duration(step) if step else None
+        m.aggregation_value(agg)
+    except ValueError as err:
+        render.errors.print(f"[red]error[/red]: {err}", highlight=False)
+        raise typer.Exit(2) from None
+    nodes, gpus, fields = node or [], gpu or [], field or []
+
+    async def fetch(client: AsyncClient) -> m.MetricsResult:
+        if step_length is None:
+            return await client.query_metrics(
+                start=window[0], end=window[1], node_ids=nodes, gpu_indexes=gpus, fields=fields
+            )
+        return await client.query_metrics_range(
+            start=window[0],
+            end=window[1],
+            step=step_length,
+            aggregation=agg,
+            node_ids=nodes,
+            gpu_indexes=gpus,
+            fields=fields,
+        )
+
+    result = call(ctx, fetch)
+    title = f"{agg} per {step}" if step else "samples"
+    title = f"{', '.join(fields) or 'all fields'}: {title}, {render.when(window[0])} to {render.when(window[1])} UTC"
+    if plot_to is not None:
+        plot(result, plot_to, title)
+    if json_out:
+        render.print_json(result_json(result))
+        return
+    render.console.print(result_table(result, title))
+    if plot_to is not None:
+        render.console.print(f"chart written to {plot_to}")
+
+
+def _assignments(pairs: list[str]) -> dict[str, float]:
+    values: dict[str, float] = {}
+    for pair in pairs:
+        name, sep, number = pair.partition("=")
+        try:
+            values[name.strip()] = float(number)
+        except ValueError:
+            raise ValueError(f"--set {pair!r}: expected FIELD=NUMBER, e.g. power_w=412.5") from None
+        if not sep:
+            raise ValueError(f"--set {pair!r}: expected FIELD=NUMBER, e.g. power_w=412.5")
+    return values
+
+
+@metrics.command("write")
+def metrics_write(
+    ctx: typer.Context,
+    node_id: str,
+    gpu: Annotated[int, typer.Option(help="GPU index.")],
+    set_: Annotated[list[str], typer.Option("--set", help="FIELD=NUMBER (repeat).")],
+    at: Annotated[str, typer.Option("--time", help="RFC 3339, -10s, now or ms since the epoch.")] = "now",
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
+) -> None:
+    """Write one sample per field for one GPU of a node (operators; an agent for its own node)."""
+    try:
+        values = _assignments(set_)
+        timestamp = m.to_ms(parse_time(at, now=datetime.now(UTC)))
+    except ValueError as err:
+        render.errors.print(f"[red]error[/red]: {err}", highlight=False)
+        raise typer.Exit(2) from None
+    push = m.NodeSamples(node_id, timestamp, {gpu: values})
+    written = call(ctx, lambda c: c.write_samples([push]))
+    if json_out:
+        render.print_json(written)
+    else:
+        render.console.print(f"wrote {written.samples_written} sample(s) in {written.series_written} series")

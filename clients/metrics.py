@@ -1,0 +1,166 @@
+"""Metrics as the client returns them: plain dataclasses over numpy arrays, no protobuf.
+
+Times are milliseconds since the Unix epoch (UTC) in ``int64`` arrays; ``Series.times()``
+gives datetimes for display. The methods are ``AsyncClient.write_samples``,
+``query_metrics`` and ``query_metrics_range`` (and the same on ``Client``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+
+import numpy as np
+import numpy.typing as npt
+
+from gpucloud.v1 import metrics_pb2
+
+Int64Array = npt.NDArray[np.int64]
+Float64Array = npt.NDArray[np.float64]
+
+AGGREGATIONS = ("avg", "min", "max", "sum", "count", "last", "rate")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class NodeSamples:
+    """One node's push: field values per GPU index at one instant."""
+
+    node_id: str
+    timestamp_ms: int
+    gpus: Mapping[int, Mapping[str, float]]
+
+
+@dataclass(frozen=True)
+class SeriesSamples:
+    """Columnar samples of one series; labels need "node" and "field" ("gpu" optional)."""
+
+    labels: Mapping[str, str]
+    timestamps_ms: Sequence[int] | Int64Array
+    values: Sequence[float] | Float64Array
+
+
+@dataclass(frozen=True)
+class WriteResult:
+    samples_written: int
+    series_written: int
+
+
+@dataclass(frozen=True)
+class Series:
+    """One series of a result. For a stepped query, timestamps are step starts and values
+    the step aggregates (NaN for a step without samples)."""
+
+    labels: dict[str, str]
+    timestamps_ms: Int64Array
+    values: Float64Array
+
+    @property
+    def node_id(self) -> str:
+        return self.labels.get("node", "")
+
+    @property
+    def gpu(self) -> str:
+        return self.labels.get("gpu", "")
+
+    @property
+    def field(self) -> str:
+        return self.labels.get("field", "")
+
+    def times(self) -> list[datetime]:
+        """The timestamps as UTC datetimes."""
+        return [from_ms(int(t)) for t in self.timestamps_ms]
+
+
+@dataclass(frozen=True)
+class QueryStats:
+    """What the query cost on the server: segment files of the store opened and skipped."""
+
+    segments_total: int
+    segments_opened: int
+    segments_skipped: int
+    bytes_read: int
+    samples_decoded: int
+    head_samples: int
+    series_returned: int
+    points_returned: int
+
+
+@dataclass(frozen=True)
+class MetricsResult:
+    series: list[Series]
+    stats: QueryStats
+
+
+def to_ms(moment: datetime | int) -> int:
+    """Milliseconds since the epoch of a datetime (naive means UTC), or an int as given."""
+    if isinstance(moment, int):
+        return moment
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return (moment - _EPOCH) // timedelta(milliseconds=1)
+
+
+def from_ms(millis: int) -> datetime:
+    return _EPOCH + timedelta(milliseconds=millis)
+
+
+def step_ms(step: timedelta | int) -> int:
+    """A step as milliseconds (an int is taken as milliseconds)."""
+    return step if isinstance(step, int) else step // timedelta(milliseconds=1)
+
+
+def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:
+    """The proto enum number of an aggregation name (avg, min, max, sum, count, last, rate)."""
+    if name.lower() not in AGGREGATIONS:
+        raise ValueError(f"unknown aggregation {name!r}; one of {', '.join(AGGREGATIONS)}")
+    return metrics_pb2.Aggregation.Value(f"AGGREGATION_{name.upper()}")
+
+
+def selector(node_ids: Sequence[str], gpu_indexes: Sequence[int], fields: Sequence[str]) -> metrics_pb2.SeriesSelector:
+    return metrics_pb2.SeriesSelector(node_ids=list(node_ids), gpu_indexes=list(gpu_indexes), fields=list(fields))
+
+
+def write_request(nodes: Sequence[NodeSamples], series: Sequence[SeriesSamples]) -> metrics_pb2.WriteSamplesRequest:
+    return metrics_pb2.WriteSamplesRequest(
+        nodes=[
+            metrics_pb2.NodeSamples(
+                node_id=n.node_id,
+                timestamp_ms=n.timestamp_ms,
+                gpus=[metrics_pb2.GpuSample(gpu_index=i, fields=dict(f)) for i, f in sorted(n.gpus.items())],
+            )
+            for n in nodes
+        ],
+        series=[
+            metrics_pb2.SeriesSamples(
+                labels=dict(s.labels),
+                timestamps_ms=np.asarray(s.timestamps_ms, dtype=np.int64).tolist(),
+                values=np.asarray(s.values, dtype=np.float64).tolist(),
+            )
+            for s in series
+        ],
+    )
+
+
+def result(series: Sequence[metrics_pb2.Series], stats: metrics_pb2.QueryStats) -> MetricsResult:
+    return MetricsResult(
+        series=[
+            Series(
+                labels=dict(s.labels),
+                timestamps_ms=np.array(s.timestamps_ms, dtype=np.int64),
+                values=np.array(s.values, dtype=np.float64),
+            )
+            for s in series
+        ],
+        stats=QueryStats(
+            segments_total=stats.segments_total,
+            segments_opened=stats.segments_opened,
+            segments_skipped=stats.segments_skipped,
+            bytes_read=stats.bytes_read,
+            samples_decoded=stats.samples_decoded,
+            head_samples=stats.head_samples,
+            series_returned=stats.series_returned,
+            points_returned=stats.points_returned,
+        ),
+    )

@@ -1,0 +1,1 @@
+"""Billing: invoices computed from the usage-event log, their finalization, adjustments, export."""

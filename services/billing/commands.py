@@ -1,0 +1,114 @@
+"""Billing use cases: read an invoice, finalize one, page through the usage-event log.
+
+Reads take one consistent snapshot of the tables; the invoice computation then runs in a
+worker thread (DuckDB is blocking), so a long invoice never stalls other RPCs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+
+import structlog
+from sqlalchemy.exc import IntegrityError
+
+from accounting.model import Rates, us_to_datetime
+from services.auth.principal import Principal, tenant_scope
+from services.billing import codec, compute
+from services.billing import repository as repo
+from services.billing.invoice import InvoiceView
+from services.billing.periods import BillingPeriod
+from services.billing.repository import EventFilter, StoredEvent
+from services.clock import now_us
+from services.errors import FailedPrecondition, NotFound
+from services.paging import Cursor
+from services.store.engine import Store
+
+log = structlog.get_logger(__name__)
+
+
+def invoice_not_found(tenant_id: str, period: BillingPeriod) -> NotFound:
+    return NotFound(
+        reason="INVOICE_NOT_FOUND",
+        message=f"no invoice of tenant {tenant_id!r} for {period}",
+        metadata={"tenant_id": tenant_id, "period": period.name, "field": "tenant_id"},
+    )
+
+
+def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) -> str:
+    """Whose invoice: the caller's own by default. A tenant naming another tenant gets NOT_FOUND,
+    exactly as for a tenant that does not exist, so tenants cannot be probed."""
+    own = tenant_scope(principal)
+    if own is not None and requested and requested != own:
+        raise invoice_not_found(requested, period)
+    return own or requested
+
+
+class Billing:
+    """The billing use cases over one store and one rate card (the server's)."""
+
+    def __init__(self, store: Store, rates: Rates) -> None:
+        self._store = store
+        self._rates = rates
+        self._rates_json = codec.rates_to_json(rates)
+
+    async def invoice(self, tenant_id: str, period: BillingPeriod) -> InvoiceView:
+        """The frozen invoice if the period is finalized, else one computed from the log now."""
+        view, _snapshot = await self._current(tenant_id, period)
+        return view
+
+    async def _current(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, int]:
+        snapshot_us = now_us()
+        async with self._store.read() as session:
+            if not await repo.tenant_exists(session, tenant_id):
+                raise invoice_not_found(tenant_id, period)
+            finalized = await repo.finalized(session, tenant_id)
+            if period in finalized:
+                return finalized[period].view, finalized[period].snapshot_us
+            events = await repo.events_before(session, tenant_id, period.end_us)
+        view = await asyncio.to_thread(compute.open_invoice, tenant_id, period, events, self._rates, finalized)
+        return view, snapshot_us
+
+    async def finalize(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, bool]:
+        """Freeze the period's invoice as it reads now; (invoice, True) if this call froze it.
+
+        Idempotent: a finalized invoice is returned unchanged, and of two concurrent calls one
+        inserts and the other returns the winner's invoice.
+        """
+        now = now_us()
+        if period.end_us > now:
+            raise FailedPrecondition(
+                reason="PERIOD_NOT_ENDED",
+                message=(
+                    f"{period} ends at {us_to_datetime(period.end_us).isoformat()}; "
+                    "only a period that has ended can be finalized"
+                ),
+                metadata={"period": period.name, "field": "period"},
+            )
+        view, snapshot_us = await self._current(tenant_id, period)
+        if view.finalized:
+            return view, False
+        finalized_us = now_us()
+        try:
+            async with self._store.write() as session:
+                await repo.insert_finalized(
+                    session, view, rates_json=self._rates_json, snapshot_us=snapshot_us, finalized_us=finalized_us
+                )
+        except IntegrityError:
+            # A concurrent finalize won; its invoice is the one that stands.
+            return await self.invoice(tenant_id, period), False
+        log.info("invoice_finalized", tenant=tenant_id, period=period.name, total=str(view.total))
+        return replace(view, finalized_us=finalized_us), True
+
+    async def events_page(
+        self, flt: EventFilter, *, cursor: Cursor | None, page_size: int
+    ) -> tuple[list[StoredEvent], Cursor | None]:
+        """One page of the usage-event log and the cursor after it (None on the last page)."""
+        async with self._store.read() as session:
+            rows = await repo.list_events(session, flt, cursor=cursor, limit=page_size + 1)
+        page = rows[:page_size]
+        after = None
+        if len(rows) > page_size:
+            last = page[-1].logged.event
+            after = Cursor(last.at_us, last.event_id)
+        return page, after

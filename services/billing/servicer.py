@@ -1,0 +1,92 @@
+"""BillingService: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gpucloud.v1 import billing_pb2, billing_pb2_grpc
+from services.auth.principal import current_principal, tenant_scope
+from services.billing.commands import Billing, resolve_tenant
+from services.billing.periods import BadPeriod, BillingPeriod, parse_period
+from services.billing.proto import invoice_to_proto, usage_event_to_proto
+from services.billing.repository import EventFilter
+from services.paging import PageTokens
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+def _period(v: Violations, value: str) -> BillingPeriod | None:
+    if not value:
+        v.add("period", "is required (YYYY-MM, e.g. 2026-11)")
+        return None
+    try:
+        return parse_period(value)
+    except BadPeriod as error:
+        v.add("period", str(error))
+        return None
+
+
+class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
+    def __init__(self, billing: Billing, page_tokens: PageTokens) -> None:
+        self._billing = billing
+        self._tokens = page_tokens
+
+    def _target(
+        self, request: billing_pb2.GetInvoiceRequest | billing_pb2.FinalizeInvoiceRequest
+    ) -> tuple[str, BillingPeriod]:
+        principal = current_principal()
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id, required=tenant_scope(principal) is None)
+        period = _period(v, request.period)
+        v.raise_if_any()
+        assert period is not None
+        return resolve_tenant(principal, request.tenant_id, period), period
+
+    async def GetInvoice(
+        self, request: billing_pb2.GetInvoiceRequest, context: Context
+    ) -> billing_pb2.GetInvoiceResponse:
+        tenant_id, period = self._target(request)
+        view = await self._billing.invoice(tenant_id, period)
+        return billing_pb2.GetInvoiceResponse(invoice=invoice_to_proto(view))
+
+    async def FinalizeInvoice(
+        self, request: billing_pb2.FinalizeInvoiceRequest, context: Context
+    ) -> billing_pb2.FinalizeInvoiceResponse:
+        tenant_id, period = self._target(request)
+        view, newly = await self._billing.finalize(tenant_id, period)
+        return billing_pb2.FinalizeInvoiceResponse(invoice=invoice_to_proto(view), newly_finalized=newly)
+
+    async def ListUsageEvents(
+        self, request: billing_pb2.ListUsageEventsRequest, context: Context
+    ) -> billing_pb2.ListUsageEventsResponse:
+        principal = current_principal()
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        v.identifier("tenant_id", request.tenant_id, required=False)
+        start_us = request.start_time.ToMicroseconds() if request.HasField("start_time") else None
+        end_us = request.end_time.ToMicroseconds() if request.HasField("end_time") else None
+        if start_us is not None and end_us is not None and end_us <= start_us:
+            v.add("end_time", "must be after start_time")
+        scope_tenant = tenant_scope(principal)
+        scope: dict[str, str | int] = {
+            "list": "usage_events",
+            "caller": principal.tenant_id or f"role:{principal.role}",
+            "tenant_id": request.tenant_id,
+            "start_us": "" if start_us is None else start_us,
+            "end_us": "" if end_us is None else end_us,
+        }
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
+        if scope_tenant is not None and request.tenant_id and request.tenant_id != scope_tenant:
+            # Another tenant's log reads as an empty one, never as an error that would confirm
+            # the other tenant exists.
+            return billing_pb2.ListUsageEventsResponse()
+        flt = EventFilter(tenant_id=scope_tenant or request.tenant_id or None, start_us=start_us, end_us=end_us)
+        page, after = await self._billing.events_page(flt, cursor=cursor, page_size=size)
+        return billing_pb2.ListUsageEventsResponse(
+            usage_events=[usage_event_to_proto(e) for e in page],
+            next_page_token=self._tokens.encode(after, scope) if after else "",
+        )

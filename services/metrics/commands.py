@@ -1,0 +1,145 @@
+"""Writing and reading metrics: who may, which nodes exist, which time a tenant may see.
+
+Visibility: operators read every node. A tenant reads a node only for the time it held it
+(services/metrics/holds.py); naming a node it never held, or one that does not exist, is
+NOT_FOUND (the two look the same, on purpose); a node it held, but not during the window,
+simply has no samples. An agent writes only for its own node.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import partial
+
+from services.auth.principal import Principal, Role, tenant_scope
+from services.clock import now_us
+from services.errors import NotFound, PermissionDenied, ResourceExhausted
+from services.metrics import reads
+from services.metrics import repository as repo
+from services.metrics.batch import SeriesBatch
+from services.metrics.holds import hold_intervals, within
+from services.metrics.samples import ReadStats, SampleStore, SeriesData
+from services.metrics.selection import Aggregation, Selector, Window
+from services.nodes.commands import check_speaks_for
+from services.store.engine import Store
+
+# A result larger than this would not fit a client's default 4 MiB message limit.
+MAX_QUERY_POINTS = 200_000
+
+
+@dataclass(frozen=True)
+class QueryResult:
+    series: list[SeriesData]
+    stats: ReadStats
+
+    @property
+    def points(self) -> int:
+        return sum(len(s.timestamps_ms) for s in self.series)
+
+
+class KnownNodes:
+    """Node ids known to exist. Nodes are never deleted (a retired node stays), so a positive
+    answer can be cached for good and a write does not cost a database read per push."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._known: set[str] = set()
+
+    async def missing(self, node_ids: frozenset[str]) -> list[str]:
+        """The ids among ``node_ids`` that name no registered node, sorted."""
+        unknown = node_ids - self._known
+        if unknown:
+            async with self._store.read() as session:
+                self._known |= await repo.existing_nodes(session, unknown)
+        return sorted(node_ids - self._known)
+
+
+class Metrics:
+    """The metrics use cases over the database (nodes, holds) and the sample store."""
+
+    def __init__(self, store: Store, samples: SampleStore) -> None:
+        self._store = store
+        self._samples = samples
+        self._nodes = KnownNodes(store)
+
+    async def write(self, principal: Principal, batch: SeriesBatch) -> int:
+        """Append a checked batch (only for existing nodes, an agent only for its own); return
+        how many samples were new (a resent batch adds none)."""
+        for node_id in sorted(batch.node_ids):
+            check_speaks_for(principal, node_id)
+        missing = await self._nodes.missing(batch.node_ids)
+        if missing:
+            raise NotFound.of("node", missing[0], field_path=batch.node_paths[missing[0]])
+        return await self._samples.write(batch)
+
+    async def query(self, principal: Principal, selector: Selector, window: Window) -> QueryResult:
+        holds = await self._visible(principal, selector, window)
+        if holds is None:
+            series, stats = await self._samples.read(partial(reads.query_all, selector=selector, window=window))
+        elif not holds:
+            return QueryResult([], ReadStats())
+        else:
+            series, stats = await self._samples.read(partial(reads.query_held, selector=selector, holds=holds))
+        return _bounded(QueryResult(series, stats), "narrow the window or the selector, or use QueryRange")
+
+    async def query_range(
+        self, principal: Principal, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation
+    ) -> QueryResult:
+        holds = await self._visible(principal, selector, window)
+        if holds is None:
+            read = partial(
+                reads.query_range_all, selector=selector, window=window, step_ms=step_ms, aggregation=aggregation
+            )
+        elif not holds:
+            return QueryResult([], ReadStats())
+        else:
+            read = partial(
+                reads.query_range_held,
+                selector=selector,
+                window=window,
+                step_ms=step_ms,
+                aggregation=aggregation,
+                holds=holds,
+            )
+        series, stats = await self._samples.read(read)
+        return _bounded(QueryResult(series, stats), "narrow the window or the selector, or use a longer step")
+
+    async def _visible(
+        self, principal: Principal, selector: Selector, window: Window
+    ) -> dict[str, tuple[tuple[int, int], ...]] | None:
+        """None when the caller sees everything; else, per node, its held intervals in the window."""
+        tenant_id = tenant_scope(principal)
+        if tenant_id is None:
+            if principal.role is not Role.OPERATOR:
+                # policy.py lets only operators and tenants read; this keeps it so if that changes.
+                raise PermissionDenied(
+                    reason="ROLE_NOT_ALLOWED",
+                    message=f"role {principal.role} may not read metrics",
+                    metadata={"role": principal.role},
+                )
+            missing = await self._nodes.missing(frozenset(selector.node_ids))
+            if missing:
+                raise NotFound.of("node", missing[0], field_path=_node_field(selector, missing[0]))
+            return None
+        async with self._store.read() as session:
+            records = await repo.hold_records(session, tenant_id, selector.node_ids)
+        held = hold_intervals(records, now_us=now_us())
+        for node_id in selector.node_ids:
+            if node_id not in held:
+                raise NotFound.of("node", node_id, field_path=_node_field(selector, node_id))
+        return {node_id: inside for node_id, intervals in held.items() if (inside := within(intervals, window))}
+
+
+def _bounded(result: QueryResult, advice: str) -> QueryResult:
+    """The result, unless it has more points than one response may carry."""
+    if result.points > MAX_QUERY_POINTS:
+        raise ResourceExhausted(
+            reason="QUERY_TOO_LARGE",
+            message=f"the query matched {result.points} points; at most {MAX_QUERY_POINTS} are returned: {advice}",
+            metadata={"points": str(result.points), "limit": str(MAX_QUERY_POINTS)},
+        )
+    return result
+
+
+def _node_field(selector: Selector, node_id: str) -> str:
+    return f"selector.node_ids[{selector.node_ids.index(node_id)}]"

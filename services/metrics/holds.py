@@ -1,0 +1,86 @@
+"""Rules of tenant visibility: a tenant reads a node's metrics only for the time it held the node.
+
+The hold comes from the usage events billing reads (a ``start`` per GPU at placement, a
+``stop`` at release), so a tenant sees exactly the time it is billed for: from the placement to
+the release, scrub included. A start without a stop is a hold that lasts until now. A stop
+without a start is an anomaly billing reports; it grants nothing here.
+
+Times: usage events are microseconds, samples milliseconds. A hold [start_us, stop_us) becomes
+[ceil(start_us / 1000), ceil(stop_us / 1000)) in ms, which keeps exactly the samples whose
+instant lies in the hold.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from services.metrics.batch import Float64Array, Int64Array
+from services.metrics.selection import Window
+
+# [start_ms, end_ms)
+Interval = tuple[int, int]
+
+
+@dataclass(frozen=True)
+class HoldRecord:
+    """One node's hold in one allocation, as its usage events say: first start, last stop."""
+
+    allocation_id: str
+    node_id: str
+    start_us: int | None
+    stop_us: int | None
+
+
+def _ceil_ms(micros: int) -> int:
+    return -(-micros // 1000)
+
+
+def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
+    """Sorted, non-empty, non-overlapping intervals covering the same instants."""
+    merged: list[Interval] = []
+    for start, end in sorted(i for i in intervals if i[1] > i[0]):
+        if merged and start <= merged[-1][1]:
+            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
+        else:
+            merged.append((start, end))
+    return tuple(merged)
+
+
+def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, tuple[Interval, ...]]:
+    """Per node, the merged intervals (ms) during which the tenant held it."""
+    by_node: dict[str, list[Interval]] = {}
+    for record in records:
+        if record.start_us is None:
+            continue
+        stop_us = now_us if record.stop_us is None else record.stop_us
+        by_node.setdefault(record.node_id, []).append((_ceil_ms(record.start_us), _ceil_ms(stop_us)))
+    return {node: merged for node, spans in by_node.items() if (merged := merge(spans))}
+
+
+def within(intervals: Sequence[Interval], window: Window) -> tuple[Interval, ...]:
+    """The parts of ``intervals`` inside the window."""
+    return merge((max(s, window.start_ms), min(e, window.end_ms)) for s, e in intervals)
+
+
+def envelope(by_node: Mapping[str, Sequence[Interval]]) -> Window | None:
+    """The smallest window covering every interval, or None when there are none."""
+    spans = [span for intervals in by_node.values() for span in intervals]
+    if not spans:
+        return None
+    return Window(min(s for s, _ in spans), max(e for _, e in spans))
+
+
+def clip(
+    timestamps: Int64Array, values: Float64Array, intervals: Sequence[Interval]
+) -> tuple[Int64Array, Float64Array]:
+    """Only the samples (ascending timestamps) that lie in one of the merged ``intervals``."""
+    keep = np.zeros(len(timestamps), dtype=bool)
+    for start, end in intervals:
+        lo, hi = np.searchsorted(timestamps, [start, end], side="left")
+        keep[lo:hi] = True
+    if keep.all():
+        return timestamps, values
+    return timestamps[keep], values[keep]

@@ -1,0 +1,219 @@
+"""The control plane's one ``tsdb.Store``, behind an async face.
+
+tsdb is a blocking library, safe from one thread at a time. Every call therefore runs on a
+single dedicated thread: calls are serialized without a lock, the event loop never blocks, and
+a call whose RPC was cancelled still finishes before the next one starts (an ``asyncio.Lock``
+held around ``to_thread`` would be released on cancellation while the thread still ran).
+Stepped tenant reads need several store reads in a row; ``read`` runs a whole function of
+them as one job. tsdb errors become API errors here, so the rest of the service sees only
+``services.errors``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import ParamSpec, TypeVar
+
+import numpy as np
+import structlog
+
+import tsdb
+from services.errors import InvalidArgument, Unavailable
+from services.metrics.batch import Float64Array, Int64Array, SeriesBatch, SeriesKey, series_key
+from services.metrics.selection import Aggregation, Window
+
+log = structlog.get_logger(__name__)
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Matcher = Mapping[str, str | frozenset[str]]
+
+
+@dataclass(frozen=True)
+class SeriesData:
+    """One series of a result: labels and parallel arrays."""
+
+    labels: dict[str, str]
+    timestamps_ms: Int64Array
+    values: Float64Array
+
+    @property
+    def key(self) -> SeriesKey:
+        return series_key(self.labels)
+
+
+@dataclass
+class ReadStats:
+    """What the store reads of one API query cost, summed over them (the total is the store's)."""
+
+    segments_total: int = 0
+    segments_opened: int = 0
+    segments_skipped: int = 0
+    bytes_read: int = 0
+    samples_decoded: int = 0
+    head_samples: int = 0
+
+    def add(self, stats: tsdb.QueryStats) -> None:
+        self.segments_total = max(self.segments_total, int(stats.segments_total))
+        for name in ("segments_opened", "segments_skipped", "bytes_read", "samples_decoded", "head_samples"):
+            setattr(self, name, getattr(self, name) + int(getattr(stats, name)))
+
+    def as_dict(self) -> dict[str, int]:
+        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
+
+
+class SampleReader:
+    """Synchronous reads against the store, for functions that ``SampleStore.read`` runs on its thread."""
+
+    def __init__(self, store: tsdb.Store) -> None:
+        self._store = store
+        self.stats = ReadStats()
+
+    def query(self, matcher: Matcher, window: Window) -> list[SeriesData]:
+        """Raw samples of the matching series in the window."""
+        result = self._store.query(matcher, window.start_ms, window.end_ms)
+        self.stats.add(result.stats)
+        return [_series(s) for s in result.series]
+
+    def query_range(self, matcher: Matcher, window: Window, step_ms: int, aggregation: Aggregation) -> list[SeriesData]:
+        """One aggregate per step (starting at the window's start) of the matching series."""
+        result = self._store.query_range(matcher, window.start_ms, window.end_ms, step_ms, aggregation.value)
+        self.stats.add(result.stats)
+        return [_series(s) for s in result.series]
+
+
+def _series(series: tsdb.Series) -> SeriesData:
+    return SeriesData(
+        labels=dict(series.labels),
+        timestamps_ms=np.asarray(series.timestamps, dtype=np.int64),
+        values=np.asarray(series.values, dtype=np.float64),
+    )
+
+
+@dataclass(frozen=True)
+class MaintenanceReport:
+    """One pass of the maintenance worker."""
+
+    deleted_files: int
+    bytes_freed: int
+    compacted: bool
+
+
+class SampleStore:
+    """Owns one ``tsdb.Store`` in the control plane's data directory."""
+
+    def __init__(self, store: tsdb.Store, executor: ThreadPoolExecutor, *, retention_ms: int | None) -> None:
+        self._store = store
+        self._executor = executor
+        self._retention_ms = retention_ms
+        self._closed = False
+
+    @classmethod
+    async def open(cls, path: Path, *, retention_ms: int | None) -> SampleStore:
+        """Open (and recover) the store at ``path``, creating it if new."""
+        executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tsdb")
+        loop = asyncio.get_running_loop()
+        try:
+            opener = functools.partial(tsdb.Store.open, path, retention_ms=retention_ms)
+            store = await loop.run_in_executor(executor, opener)
+        except BaseException:
+            executor.shutdown(wait=False)
+            raise
+        recovery = store.recovery
+        log.info(
+            "metrics_store_opened",
+            path=str(path),
+            samples_replayed=recovery.samples_replayed,
+            bytes_discarded=recovery.bytes_discarded,
+            seconds=round(recovery.seconds, 3),
+        )
+        return cls(store, executor, retention_ms=retention_ms)
+
+    async def _run(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        if self._closed:
+            raise _unavailable()
+        loop = asyncio.get_running_loop()
+        # Carry the request's log context (request id, tenant) onto the store thread.
+        context = contextvars.copy_context()
+        call = functools.partial(context.run, function, *args, **kwargs)
+        try:
+            return await loop.run_in_executor(self._executor, call)
+        except tsdb.StoreClosedError:
+            raise _unavailable() from None
+
+    async def write(self, batch: SeriesBatch) -> int:
+        """Append the batch whole; return how many samples were new. Returns once the batch is
+        in the write-ahead log (it survives a crash).
+
+        A sample repeating a stored time with an identical value is a retry and is not added again,
+        so resending a batch after a lost reply is safe. A sample older than the store allows for
+        its series is INVALID_ARGUMENT naming its request field (reason SAMPLES_OUT_OF_ORDER), and
+        nothing of the batch is written.
+        """
+        return await self._run(self._write, batch)
+
+    def _write(self, batch: SeriesBatch) -> int:
+        runs = batch.runs
+        sids = np.asarray(self._store.series_ids([run.labels for run in runs]), dtype=np.int64)
+        lengths = [len(run.timestamps_ms) for run in runs]
+        try:
+            return self._store.append(
+                np.repeat(sids, lengths),
+                np.concatenate([run.timestamps_ms for run in runs]),
+                np.concatenate([run.values for run in runs]),
+            )
+        except tsdb.OutOfOrderError as error:
+            by_sid = {int(sid): run for sid, run in zip(sids, runs, strict=True)}
+            run = by_sid.get(int(error.series_id), runs[0])
+            raise InvalidArgument.for_field(
+                run.field_of_time(int(error.timestamp_ms)),
+                f"sample at {error.timestamp_ms} of series {run.labels} is not after {error.newest_ms}, which the "
+                "store already holds for it; samples must arrive in time order (nothing of this batch was written)",
+                reason="SAMPLES_OUT_OF_ORDER",
+            ) from None
+
+    async def read(self, function: Callable[[SampleReader], T]) -> tuple[T, ReadStats]:
+        """Run ``function`` with a reader on the store's thread; return its result and the reads' cost."""
+
+        def job() -> tuple[T, ReadStats]:
+            reader = SampleReader(self._store)
+            return function(reader), reader.stats
+
+        return await self._run(job)
+
+    async def maintain(self, now_ms: int, *, compact: bool) -> MaintenanceReport:
+        """Seal the head's complete windows into segments, drop expired segments, maybe compact."""
+        return await self._run(self._maintain, now_ms, compact)
+
+    def _maintain(self, now_ms: int, compact: bool) -> MaintenanceReport:
+        self._store.flush()
+        deleted, freed = 0, 0
+        if self._retention_ms is not None:
+            report = self._store.enforce_retention(now_ms)
+            deleted, freed = len(report.deleted_files), int(report.bytes_freed)
+        if compact:
+            self._store.compact()
+        return MaintenanceReport(deleted_files=deleted, bytes_freed=freed, compacted=compact)
+
+    async def close(self) -> None:
+        """Close the store after every queued call has run; later calls are UNAVAILABLE."""
+        if self._closed:
+            return
+        self._closed = True
+        loop = asyncio.get_running_loop()
+        try:
+            await loop.run_in_executor(self._executor, self._store.close)
+        finally:
+            self._executor.shutdown(wait=False)
+        log.info("metrics_store_closed")
+
+
+def _unavailable() -> Unavailable:
+    return Unavailable(reason="METRICS_UNAVAILABLE", message="the metrics store is closed (the server is stopping)")

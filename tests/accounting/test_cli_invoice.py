@@ -1,0 +1,84 @@
+"""``gpucloud invoice --events ...``: offline invoices from real files, through the real command."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from typer.testing import CliRunner
+
+from accounting.export import write_events
+from clients.cli.app import app
+from tests.accounting.helpers import held, start
+
+PERIOD_ARGS = ["--start", "2025-06-01T00:00:00Z", "--end", "2025-06-01T10:00:00Z"]
+
+
+def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
+    events = tmp_path / "events.jsonl"
+    write_events([*held("x", "acme", "a1", "GPU-1", 1, 4), start("open", "beta", "b1", "GPU-2", 7)], events)
+    rates = tmp_path / "rates.json"
+    rates.write_text(json.dumps({"currency": "USD", "gpu_hour": {"H100": {"on_demand": "2.49"}}}))
+    outages = tmp_path / "outages.jsonl"
+    outages.write_text('{"gpu_uuid": "GPU-1", "start": "2025-06-01T03:00:00Z", "end": "2025-06-01T05:00:00Z"}\n')
+    return events, rates, outages
+
+
+def invoke(*args: str | Path) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+    return result.exit_code, result.stdout, result.stderr
+
+
+def test_offline_invoice_as_json(tmp_path: Path) -> None:
+    events, rates, outages = _files(tmp_path)
+    code, out, _ = invoke("invoice", "--events", events, "--rates", rates, "--outages", outages, *PERIOD_ARGS, "--json")
+    assert code == 0
+    document = json.loads(out)
+    totals = {i["tenant_id"]: i["total"] for i in document["invoices"]}
+    # acme: [1 h, 4 h) less the outage's [3 h, 4 h) = 2 h * 2.49; beta: open from 7 h to 10 h = 3 h * 2.49
+    assert totals == {"acme": "4.98", "beta": "7.47"}
+    assert [a["kind"] for a in document["anomalies"]] == ["OPEN_AT_PERIOD_END"]
+    assert document["reconciliation"]["balanced"] is True
+
+
+def test_offline_invoice_as_tables(tmp_path: Path) -> None:
+    events, rates, _ = _files(tmp_path)
+    code, out, _ = invoke("invoice", "--events", events, "--rates", rates, *PERIOD_ARGS, "--engine", "reference")
+    assert code == 0
+    for text in ("Invoice acme", "Invoice beta", "USD 7.47", "OPEN_AT_PERIOD_END", "Reconciliation", "balanced"):
+        assert text in out
+
+
+def test_a_bad_line_exits_2_naming_file_and_line(tmp_path: Path) -> None:
+    events, rates, _ = _files(tmp_path)
+    with events.open("a") as handle:
+        handle.write('{"event_id": "e", "tenant_id": "t", "allocation_id": "a", "gpu_uuid": "g", "gpu_model": "H100",')
+        handle.write(' "kind": "start", "time": "2025-06-01T00:00:00"}\n')
+    code, out, err = invoke("invoice", "--events", events, "--rates", rates, *PERIOD_ARGS)
+    assert code == 2
+    assert out == ""
+    assert err == f"error: {events}:4: time '2025-06-01T00:00:00' has no UTC offset (add Z or +00:00)\n"
+
+
+def test_bad_rates_and_bad_options_exit_2(tmp_path: Path) -> None:
+    events, rates, _ = _files(tmp_path)
+    rates.write_text('{"currency": "USD", "gpu_hour": {"H100": {"on_demand": "cheap"}}}')
+    code, _, err = invoke("invoice", "--events", events, "--rates", rates, *PERIOD_ARGS)
+    assert (code, err.count("\n")) == (2, 1)
+    assert f"{rates}: gpu_hour.H100.on_demand" in err
+
+    code, _, err = invoke("invoice", "--events", events, *PERIOD_ARGS)
+    assert (code, err) == (2, "error: offline mode (--events) also needs --rates, --start and --end\n")
+
+    code, _, err = invoke(
+        "invoice",
+        "--events",
+        events,
+        "--rates",
+        rates,
+        "--start",
+        "2025-06-02T00:00:00Z",
+        "--end",
+        "2025-06-01T00:00:00Z",
+    )
+    assert code == 2 and "--start/--end" in err

@@ -1,0 +1,414 @@
+"""MetricsService end to end: a real server with its real tsdb, through the real client and CLI."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from clients import AsyncClient, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError
+from clients.cli.app import app
+from clients.cli.metrics import parse_duration, parse_time
+from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples
+from services.auth import repository as auth_repo
+from services.auth.principal import Role
+from services.metrics import commands as metrics_commands
+from services.store.engine import Store
+from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
+from tests.e2e.helpers import new_tenant
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def ms(moment: datetime | None) -> int:
+    assert moment is not None
+    return (moment - EPOCH) // timedelta(milliseconds=1)
+
+
+def push(node_id: str, at_ms: int, value: float, *, gpus: int = 1) -> NodeSamples:
+    """A push of power_w = value and temp_c = value / 10 for GPUs 0..gpus-1."""
+    return NodeSamples(node_id, at_ms, {g: {"power_w": value + g, "temp_c": value / 10} for g in range(gpus)})
+
+
+def only(result: MetricsResult) -> Series:
+    assert len(result.series) == 1, [s.labels for s in result.series]
+    return result.series[0]
+
+
+async def settle() -> None:
+    """Let the wall clock move past the last recorded instant (the clock has ms resolution)."""
+    await asyncio.sleep(0.01)
+
+
+# Round trip --------------------------------------------------------------------------------------
+
+
+async def test_written_samples_read_back_raw_and_per_step_with_stats(operator: AsyncClient) -> None:
+    """Ten pushes of two GPUs plus a labelled counter read back exactly, and per step as avg,
+    max, count and rate; the stats count what was returned and read from the head."""
+    await register_ready_nodes(operator, 1)
+    base = (now_ms() // 10_000 - 12) * 10_000  # on a 10 s boundary, two minutes ago
+    times = [base + i * 1000 for i in range(10)]
+    counter = SeriesSamples({"node": "node-000", "field": "nic_rx_bytes"}, times, [100.0 * i for i in range(10)])
+    written = await operator.write_samples(
+        [push("node-000", t, 400.0 + i, gpus=2) for i, t in enumerate(times)], [counter]
+    )
+    assert (written.samples_written, written.series_written) == (10 * 2 * 2 + 10, 5)
+
+    raw = await operator.query_metrics(
+        start=base, end=base + 10_000, node_ids=["node-000"], gpu_indexes=[1], fields=["power_w"]
+    )
+    series = only(raw)
+    assert series.labels == {"node": "node-000", "gpu": "1", "field": "power_w"}
+    assert series.timestamps_ms.tolist() == times
+    assert series.values.tolist() == [401.0 + i for i in range(10)]
+    assert (raw.stats.series_returned, raw.stats.points_returned) == (1, 10)
+    assert raw.stats.head_samples >= 10
+
+    everything = await operator.query_metrics(start=base, end=base + 10_000, node_ids=["node-000"])
+    assert len(everything.series) == 5
+    assert everything.stats.points_returned == 50
+
+    window = {"start": base, "end": base + 10_000, "node_ids": ["node-000"], "gpu_indexes": [0], "fields": ["power_w"]}
+    avg = only(await operator.query_metrics_range(step=timedelta(seconds=5), aggregation="avg", **window))
+    assert avg.timestamps_ms.tolist() == [base, base + 5000]
+    assert avg.values.tolist() == [402.0, 407.0]
+    peak = only(await operator.query_metrics_range(step=5000, aggregation="max", **window))
+    assert peak.values.tolist() == [404.0, 409.0]
+    counted = only(await operator.query_metrics_range(step=2500, aggregation="count", **window))
+    assert counted.values.tolist() == [3.0, 2.0, 3.0, 2.0]
+    rate = only(
+        await operator.query_metrics_range(
+            start=base, end=base + 10_000, step=10_000, aggregation="rate", fields=["nic_rx_bytes"]
+        )
+    )
+    assert rate.values.tolist() == [pytest.approx(100.0)]  # 100 bytes a second
+
+
+async def test_a_resent_batch_adds_nothing_and_a_repeated_time_with_another_value_is_refused(
+    operator: AsyncClient,
+) -> None:
+    """A batch sent twice is a retry (no error, nothing new); the same time with a new value is out of order."""
+    await register_ready_nodes(operator, 1)
+    at = now_ms() - 1000
+    assert (await operator.write_samples([push("node-000", at, 1.0)])).samples_written == 2
+    assert (await operator.write_samples([push("node-000", at, 1.0)])).samples_written == 0
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([push("node-000", at, 2.0)])
+    assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
+    stored = await operator.query_metrics(start=at, end=at + 1, fields=["power_w"])
+    assert only(stored).values.tolist() == [1.0]
+
+
+async def test_stats_show_a_window_skipping_sealed_segments_outside_it(operator: AsyncClient) -> None:
+    """Samples fourteen, ten and six hours ago seal into separate segments; a window around one of
+    them opens one segment and skips the others."""
+    await register_ready_nodes(operator, 1)
+    hour = 3_600_000
+    now = now_ms()
+    old = [now - 14 * hour, now - 10 * hour, now - 6 * hour]
+    await operator.write_samples([push("node-000", t, 1.0) for t in [*old, now]])
+    stats = None
+    for _ in range(200):  # the head seals complete windows on append and on the maintenance pass
+        stats = (await operator.query_metrics(start=old[1] - 60_000, end=old[1] + 60_000)).stats
+        if stats.segments_total >= 3:
+            break
+        await asyncio.sleep(0.05)
+    assert stats is not None and stats.segments_total >= 3
+    assert stats.segments_opened == 1
+    assert stats.segments_skipped == stats.segments_total - 1
+    assert stats.points_returned == 2 and stats.head_samples == 0 and stats.samples_decoded >= 2
+
+
+async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: Path, database_url: str) -> None:
+    """With a 4 h retention and a fast maintenance pass, segments ten and fourteen hours old are
+    deleted whole by the worker while the recent samples stay readable."""
+    hour = 3_600_000
+    now = now_ms()
+    times = [now - 14 * hour, now - 10 * hour, now - 1000]
+    overrides = {"metrics_retention_seconds": 4 * 3600.0, "metrics_maintenance_seconds": 0.05}
+    async with (
+        running_control_plane(tmp_path / "data", database_url, **overrides) as plane,
+        plane.client() as operator,
+    ):
+        await register_ready_nodes(operator, 1)
+        await operator.write_samples([push("node-000", t, 1.0) for t in times])
+        result = None
+        for _ in range(200):
+            result = await operator.query_metrics(start=times[0], end=now + 1, fields=["power_w"])
+            if only(result).timestamps_ms.tolist() == times[-1:]:
+                break
+            await asyncio.sleep(0.05)
+        assert result is not None
+        assert only(result).timestamps_ms.tolist() == times[-1:]
+        assert result.stats.segments_total == 0  # the files are gone, not just filtered out
+
+
+async def test_samples_survive_a_restart(tmp_path: Path, database_url: str) -> None:
+    """What a write acknowledged is read back after the control plane stops and starts again."""
+    at = now_ms() - 5000
+    async with running_control_plane(tmp_path / "data", database_url) as first, first.client() as operator:
+        await register_ready_nodes(operator, 1)
+        await operator.write_samples([push("node-000", at + i, float(i)) for i in range(3)])
+    async with running_control_plane(tmp_path / "data", database_url) as second, second.client() as operator:
+        result = await operator.query_metrics(start=at, end=at + 3, fields=["power_w"])
+    assert only(result).values.tolist() == [0.0, 1.0, 2.0]
+
+
+# Tenants -----------------------------------------------------------------------------------------
+
+
+async def test_a_tenant_reads_its_node_only_for_the_time_it_held_it(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """Samples before the allocation and after the release are absent for the tenant (raw and per
+    step), the operator sees all of them, and another tenant gets NOT_FOUND for the node."""
+    await register_ready_nodes(operator, 2)
+    acme = await new_tenant(operator, control_plane, "acme")
+    globex = await new_tenant(operator, control_plane, "globex")
+    start = now_ms()
+    before = [start - 3000 + i for i in range(3)]
+    await operator.write_samples([push(n, t, 1.0) for t in before for n in ("node-000", "node-001")])
+
+    async with acme, globex:
+        allocation = await acme.create_allocation(gpu_model="H100", node_count=1)
+        held, other = allocation.node_ids[0], ({"node-000", "node-001"} - set(allocation.node_ids)).pop()
+        await settle()
+        during = [now_ms() - 3 + i for i in range(3)]
+        assert min(during) >= ms(allocation.create_time)
+        await operator.write_samples([push(n, t, 2.0 + i) for i, t in enumerate(during) for n in (held, other)])
+        await settle()
+        live = await acme.query_metrics(start=before[0], end=now_ms() + 1, node_ids=[held], fields=["power_w"])
+        assert only(live).timestamps_ms.tolist() == during
+
+        operation = await acme.cancel_allocation(allocation.allocation_id)
+        done = await acme.wait_operation(operation.name, timeout=30)
+        assert done.done and done.allocation is not None
+        await settle()
+        after = [now_ms() - 3 + i for i in range(3)]
+        assert min(after) >= ms(done.allocation.release_time)
+        await operator.write_samples([push(n, t, 9.0) for t in after for n in (held, other)])
+        end = now_ms() + 1
+
+        seen = await acme.query_metrics(start=before[0], end=end, node_ids=[held])
+        assert {s.field for s in seen.series} == {"power_w", "temp_c"}
+        assert all(s.timestamps_ms.tolist() == during for s in seen.series)
+        all_held = await acme.query_metrics(start=before[0], end=end)  # empty selector: every node it held
+        assert {s.node_id for s in all_held.series} == {held}
+
+        whole = only(
+            await acme.query_metrics_range(
+                start=before[0], end=end, step=end - before[0], aggregation="count", fields=["power_w"]
+            )
+        )
+        assert whole.values.tolist() == [3.0]
+        mean = only(
+            await acme.query_metrics_range(
+                start=before[0], end=end, step=end - before[0], aggregation="avg", fields=["power_w"]
+            )
+        )
+        assert mean.values.tolist() == [pytest.approx(3.0)]  # 2, 3 and 4: none of the 1s before or 9s after
+        fine = only(
+            await acme.query_metrics_range(start=before[0], end=end, step=2, aggregation="sum", fields=["power_w"])
+        )
+        assert np.nansum(fine.values) == pytest.approx(9.0)
+        # Steps cover the hold, from the placement to the release, and nothing outside it.
+        held_from, held_to = ms(allocation.create_time), ms(done.allocation.release_time)
+        assert fine.timestamps_ms.min() >= held_from - 2 and fine.timestamps_ms.max() <= held_to
+        assert fine.timestamps_ms[~np.isnan(fine.values)].tolist() == sorted({t - (t - before[0]) % 2 for t in during})
+
+        everything = await operator.query_metrics(start=before[0], end=end, node_ids=[held], fields=["power_w"])
+        assert only(everything).timestamps_ms.tolist() == before + during + after
+
+        with pytest.raises(NotFoundError) as missing:
+            await globex.query_metrics(start=before[0], end=end, node_ids=[held])
+        assert missing.value.reason == "NODE_NOT_FOUND"
+        assert missing.value.metadata["field"] == "selector.node_ids[0]"
+        with pytest.raises(NotFoundError):
+            await globex.query_metrics_range(start=before[0], end=end, step=1000, node_ids=[held])
+        assert (await globex.query_metrics(start=before[0], end=end)).series == []
+        with pytest.raises(NotFoundError):
+            await acme.query_metrics(start=before[0], end=end, node_ids=[other])
+        outside = await acme.query_metrics(start=before[0], end=during[0], node_ids=[held])
+        assert outside.series == []
+
+
+# Errors ------------------------------------------------------------------------------------------
+
+
+async def test_an_out_of_order_write_names_the_field_and_writes_nothing(operator: AsyncClient) -> None:
+    """A push older than the stored samples names nodes[i].timestamp_ms; a columnar series names
+    its timestamp index; the good parts of a refused batch are not written either."""
+    await register_ready_nodes(operator, 2)
+    newest = now_ms() - 1000
+    await operator.write_samples([push("node-000", newest, 1.0)])
+
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([push("node-001", newest, 5.0), push("node-000", newest - 10, 5.0)])
+    assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
+    assert list(error.value.field_violations) == ["nodes[1].timestamp_ms"]
+
+    late = SeriesSamples({"node": "node-000", "gpu": "0", "field": "power_w"}, [newest - 5, newest + 5], [7.0, 8.0])
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([push("node-001", newest + 1, 5.0)], [late])
+    assert list(error.value.field_violations) == ["series[0].timestamps_ms[0]"]
+
+    stored = await operator.query_metrics(start=newest - 100, end=newest + 100)
+    assert {(s.node_id, tuple(s.timestamps_ms.tolist())) for s in stored.series} == {("node-000", (newest,))}
+
+
+async def test_bad_writes_and_reads_are_invalid_argument_naming_each_field(operator: AsyncClient) -> None:
+    """Malformed pushes, selectors, windows and steps name every bad field; unknown nodes are NOT_FOUND."""
+    await register_ready_nodes(operator, 1)
+    at = now_ms()
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([NodeSamples("node-000", at, {0: {"power_w": math.nan}, 99: {"Bad": 1.0}})])
+    assert set(error.value.field_violations) == {
+        "nodes[0].gpus[0].fields['power_w']",
+        "nodes[0].gpus[1].gpu_index",
+        "nodes[0].gpus[1].fields['Bad']",
+    }
+    with pytest.raises(NotFoundError) as missing:
+        await operator.write_samples([push("node-999", at, 1.0)])
+    assert (missing.value.reason, missing.value.metadata["field"]) == ("NODE_NOT_FOUND", "nodes[0].node_id")
+
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.query_metrics(start=at, end=at - 1, node_ids=["Bad_Id"], gpu_indexes=[64], fields=["x-y"])
+    assert set(error.value.field_violations) == {
+        "selector.node_ids[0]",
+        "selector.gpu_indexes[0]",
+        "selector.fields[0]",
+        "end_ms",
+    }
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.query_metrics_range(start=0, end=at, step=1000)
+    assert list(error.value.field_violations) == ["step_ms"]
+    with pytest.raises(NotFoundError):
+        await operator.query_metrics(start=at - 1000, end=at, node_ids=["node-404"])
+
+
+async def test_a_raw_query_past_the_size_limit_is_resource_exhausted(
+    operator: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """More points than a response may carry is QUERY_TOO_LARGE, raw or per step."""
+    monkeypatch.setattr(metrics_commands, "MAX_QUERY_POINTS", 5)
+    await register_ready_nodes(operator, 1)
+    at = now_ms() - 1000
+    await operator.write_samples([push("node-000", at + i, 1.0) for i in range(3)])
+    with pytest.raises(ResourceExhaustedError) as error:
+        await operator.query_metrics(start=at, end=at + 3)
+    assert error.value.reason == "QUERY_TOO_LARGE"
+    assert len((await operator.query_metrics(start=at, end=at + 3, fields=["power_w"])).series) == 1
+    with pytest.raises(ResourceExhaustedError):
+        await operator.query_metrics_range(start=at, end=at + 3, step=1)
+    assert len((await operator.query_metrics_range(start=at, end=at + 3, step=3)).series) == 2
+
+
+async def test_an_agent_writes_only_for_its_own_node_and_cannot_read(
+    control_plane: RunningControlPlane, operator: AsyncClient, database_url: str
+) -> None:
+    """An agent token writes its node's samples; another node's are PERMISSION_DENIED, and reads too."""
+    await register_ready_nodes(operator, 2)
+    store = await Store.open(database_url)
+    try:
+        async with store.write() as session:
+            token = await auth_repo.create_token(session, Role.AGENT, node_id="node-000")
+    finally:
+        await store.close()
+    at = now_ms() - 1000
+    async with control_plane.client(token) as agent:
+        assert (await agent.write_samples([push("node-000", at, 1.0)])).samples_written == 2
+        with pytest.raises(PermissionDeniedError) as denied:
+            await agent.write_samples([push("node-000", at + 1, 1.0), push("node-001", at + 1, 1.0)])
+        assert denied.value.reason == "AGENT_NODE_MISMATCH"
+        with pytest.raises(PermissionDeniedError):
+            await agent.query_metrics(start=at, end=at + 1)
+
+
+# CLI ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("now", timedelta(0)),
+        ("-1h", timedelta(hours=-1)),
+        ("-1h30m", timedelta(hours=-1, minutes=-30)),
+        ("-250ms", timedelta(milliseconds=-250)),
+    ],
+)
+def test_cli_relative_times(text: str, expected: timedelta) -> None:
+    """Relative times count back from now."""
+    now = datetime(2025, 1, 31, 12, tzinfo=UTC)
+    assert parse_time(text, now=now) == now + expected
+
+
+def test_cli_absolute_times_and_durations() -> None:
+    """RFC 3339 with or without a zone (UTC), epoch milliseconds, and compound durations; junk is refused."""
+    now = datetime(2025, 1, 31, 12, tzinfo=UTC)
+    assert parse_time("2025-01-30T10:00:00Z", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
+    assert parse_time("2025-01-30T12:00:00+02:00", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
+    assert parse_time("2025-01-30T10:00:00", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
+    assert parse_time("1738231200000", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
+    assert parse_duration("1h30m") == timedelta(minutes=90)
+    for bad in ("", "5", "1x", "m5", "0s", "-5s"):
+        with pytest.raises(ValueError):
+            parse_duration(bad)
+    with pytest.raises(ValueError):
+        parse_time("yesterday", now=now)
+
+
+def run_cli(address: str, token: str, *args: str) -> tuple[int, str]:
+    # As `gpucloud` sets it without a terminal (clients/cli/app.py::main), so tables are not squeezed.
+    result = CliRunner().invoke(app, ["--addr", address, "--token", token, "metrics", *args], env={"COLUMNS": "160"})
+    return result.exit_code, result.output
+
+
+async def test_cli_query_prints_a_table_json_and_draws_a_png(
+    control_plane: RunningControlPlane, operator: AsyncClient, tmp_path: Path
+) -> None:
+    """`gpucloud metrics query` renders a table, --json parses (NaN as null), --plot writes a PNG."""
+    await register_ready_nodes(operator, 1)
+    base = now_ms() - 60_000
+    await operator.write_samples([push("node-000", base + i * 1000, 400.0 + i, gpus=2) for i in range(20)])
+    start = datetime.fromtimestamp(base / 1000, UTC).isoformat().replace("+00:00", "Z")
+    address, token = control_plane.address, control_plane.operator_token
+    common = ["query", "--node", "node-000", "--field", "power_w", "--start", start, "--end", "now"]
+
+    code, table = await asyncio.to_thread(run_cli, address, token, *common, "--gpu", "0")
+    assert code == 0, table
+    assert "node-000" in table and "power_w" in table and "419" in table and "segments opened" in table
+
+    code, text = await asyncio.to_thread(run_cli, address, token, *common, "--step", "5s", "--agg", "max", "--json")
+    assert code == 0, text
+    # The in-process server's log lines share stdout with the command; the document starts at "{".
+    document, _ = json.JSONDecoder().raw_decode(text[text.index("{\n") :])
+    assert {s["labels"]["gpu"] for s in document["series"]} == {"0", "1"}
+    gpu0 = next(s for s in document["series"] if s["labels"]["gpu"] == "0")
+    assert max(v for v in gpu0["values"] if v is not None) == 419.0
+    assert None in gpu0["values"]  # the steps after the last sample have none
+    assert document["stats"]["series_returned"] == 2
+
+    chart = tmp_path / "power.png"
+    code, text = await asyncio.to_thread(run_cli, address, token, *common, "--start", "-2m", "--plot", str(chart))
+    assert code == 0, text
+    assert chart.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert chart.stat().st_size > 5000
+
+    code, text = await asyncio.to_thread(run_cli, address, token, "query", "--start", "yesterday")
+    assert code == 2 and "RFC 3339" in text
+    code, text = await asyncio.to_thread(
+        run_cli, address, token, "write", "node-000", "--gpu", "3", "--set", "power_w=1"
+    )
+    assert code == 0 and "wrote 1 sample" in text

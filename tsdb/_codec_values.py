@@ -1,0 +1,374 @@
+"""Value block codec: `rows` float64 series sharing one timestamp column, one zstd frame per block.
+
+Blob layout (little-endian)::
+
+    version=1 u8 | rows u16 | n u32 | per row: descriptor u8, k u8 | zstd frame (absent when empty)
+
+descriptor = kind | order << 2 | width code << 4 | shuffle << 7. The frame holds every row's int64
+parameters (in row order), then the packed payloads of the non-CONST rows grouped by descriptor
+(ascending; rows ascending within a group), so that each group decodes as one 2-D array. Kinds:
+
+- CONST (0): every value has the same bit pattern; parameter: those 64 bits. No payload.
+- DECIMAL (1): the smallest k <= 6 such that each value is exactly int / 10**k for an int64 (checked
+  bit for bit on the decode path, so -0.0, NaN and inf never qualify). The ints are differenced
+  `order` (0..2) times, minus their minimum (frame of reference), packed in the narrowest unsigned
+  width; parameters: the `order` anchors, then the reference. The order is chosen per row by the
+  order-0 entropy of a sample of the packed bytes. Multi-byte widths are byte-shuffled (plane by
+  plane): 4-byte residuals (energy counters, power spanning idle and busy) come out 15-20% smaller than
+  in the plain layout, 2-byte ones about even, and 1-byte rows are unaffected.
+- XOR (2): bit-exact fallback for anything: each value's bits XOR the previous value's, byte-shuffled.
+- PATCHED (3): a DECIMAL row with a few exceptions (NaN of any payload, +-inf, -0.0: a missed scrape
+  must not cost a whole row 8 bytes a value). The exceptions are replaced by the previous regular value
+  and coded as DECIMAL; the frame ends with the exceptions: their count per PATCHED row (u32 each, in
+  row order), then all their positions (u32), then all their bit patterns (u64).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tsdb._codec_common import (
+    I64,
+    MASK64,
+    U64,
+    WIDTHS,
+    CodecInputError,
+    CorruptBlobError,
+    check_level,
+    compress,
+    decompress,
+    difference,
+    frame_of_reference,
+    integrate,
+    pack,
+    unpack,
+    width_codes,
+)
+from tsdb._codec_decimal import MAX_DECIMALS, POW10, choose_orders, decimal_scales
+
+F64 = NDArray[np.float64]
+IntpArray = NDArray[np.intp]
+
+CONST: Final = 0
+DECIMAL: Final = 1
+XOR: Final = 2
+PATCHED: Final = 3
+
+_VERSION: Final = 1
+_HEADER: Final = struct.Struct("<BHI")
+_MAX_ROWS: Final = (1 << 16) - 1
+_MAX_SAMPLES: Final = (1 << 32) - 1
+_SHUFFLE: Final = 0x80
+# A row is PATCHED rather than XOR only while its exceptions stay this rare (one in N values).
+_PATCH_RATIO: Final = 8
+_EXCEPTION_COUNT: Final = struct.Struct("<I")
+_NEGATIVE_ZERO: Final = np.uint64(1 << 63)
+_LE_U64: Final = np.dtype("<u8")
+
+
+def _plan_decimal(
+    kind: int,
+    rows: IntpArray,
+    ints: I64,
+    descriptors: bytearray,
+    params: list[tuple[int, ...]],
+    chunks: dict[int, bytes],
+) -> None:
+    """Pick each DECIMAL (or PATCHED) row's difference order and width; record descriptor, params, payload."""
+    raw = ints.view(np.uint64)
+    orders = choose_orders(raw)
+    for order in sorted(set(orders.tolist())):
+        chosen = np.flatnonzero(orders == order)
+        anchors, residual = difference(raw if chosen.size == rows.size else raw[chosen], order)
+        reference, shifted, maxima = frame_of_reference(residual)
+        codes = width_codes(maxima)
+        anchor_lists = [anchor.view(np.int64).tolist() for anchor in anchors]
+        references = reference.tolist()
+        for code in sorted(set(codes.tolist())):
+            members = np.flatnonzero(codes == code)
+            shuffle = WIDTHS[code] > 1
+            descriptor = kind | order << 2 | code << 4 | (_SHUFFLE if shuffle else 0)
+            group = shifted if members.size == chosen.size else shifted[members]
+            chunks[descriptor] = pack(group, WIDTHS[code], shuffle)
+            for member in members.tolist():
+                row = int(rows[chosen[member]])
+                descriptors[2 * row] = descriptor
+                params[row] = (*(values[member] for values in anchor_lists), references[member])
+
+
+def _patch(
+    array: F64,
+    bits: U64,
+    candidates: IntpArray,
+    special: NDArray[np.bool_],
+    descriptors: bytearray,
+    params: list[tuple[int, ...]],
+    chunks: dict[int, bytes],
+) -> tuple[bytes, IntpArray]:
+    """Code as PATCHED the candidate rows that are decimal but for rare NaN/inf/-0.0 values (`special`).
+
+    Returns the exceptions section and the rows left for XOR.
+    """
+    values = array[candidates]
+    counts = special.sum(axis=1)
+    length = values.shape[1]
+    eligible = (counts > 0) & (counts * _PATCH_RATIO <= length)
+    if not eligible.any():
+        return b"", candidates
+    rows = candidates[eligible]
+    special = special[eligible]
+    # Each exception takes the previous regular value (the first regular one, before any), so the
+    # differences it leaves behind are zero.
+    regular = ~special
+    positions = np.arange(length)
+    first = regular.argmax(axis=1)
+    source = np.maximum.accumulate(np.where(regular, positions, first[:, None]), axis=1)
+    filled = np.take_along_axis(values[eligible], source, axis=1)
+    scales, ints = decimal_scales(filled)
+    decimal = scales >= 0
+    if not decimal.any():
+        return b"", candidates
+    patched_rows = rows[decimal]
+    for row, k in zip(patched_rows.tolist(), scales[decimal].tolist(), strict=True):
+        descriptors[2 * row + 1] = k
+    _plan_decimal(PATCHED, patched_rows, ints[decimal], descriptors, params, chunks)
+    mask = special[decimal]
+    which, where = np.nonzero(mask)
+    section = b"".join(
+        (
+            mask.sum(axis=1).astype("<u4").tobytes(),
+            where.astype("<u4").tobytes(),
+            bits[patched_rows[which], where].astype(_LE_U64).tobytes(),
+        )
+    )
+    left = np.ones(candidates.size, dtype=bool)
+    left[np.flatnonzero(eligible)[decimal]] = False
+    return section, candidates[left]
+
+
+def encode_values(block: F64, *, level: int = 1) -> bytes:
+    """Encode a (rows, n) float64 block into one blob; every value round-trips bit for bit."""
+    check_level(level)
+    array = np.asarray(block)
+    if array.ndim != 2 or array.dtype.kind != "f":
+        raise CodecInputError(f"values must be a 2-D float array (rows, n), got {array.dtype} with shape {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float64)
+    rows, n = array.shape
+    if rows > _MAX_ROWS or n > _MAX_SAMPLES:
+        raise CodecInputError(f"at most {_MAX_ROWS} rows of {_MAX_SAMPLES} samples per block, got {array.shape}")
+    bits = array.view(np.uint64)
+    exceptions = b""
+    descriptors = bytearray(2 * rows)
+    params: list[tuple[int, ...]] = [(0,)] * rows
+    chunks: dict[int, bytes] = {}
+    const = (bits == bits[:, :1]).all(axis=1) if n else np.ones(rows, dtype=bool)
+    if n:
+        for row in np.flatnonzero(const).tolist():
+            params[row] = (int(bits[row, 0]),)
+    varying = np.flatnonzero(~const)
+    xor_rows = varying[:0]
+    if varying.size:
+        # NaN, inf and -0.0 rule DECIMAL out at every k: such rows skip the scan, on to PATCHED or XOR.
+        special = ~np.isfinite(array[varying]) | (bits[varying] == _NEGATIVE_ZERO)
+        dirty = special.any(axis=1)
+        clean = varying[~dirty] if dirty.any() else varying
+        scales, ints = decimal_scales(array[clean])
+        decimal = scales >= 0
+        if decimal.any():
+            decimal_rows = clean[decimal]
+            for row, k in zip(decimal_rows.tolist(), scales[decimal].tolist(), strict=True):
+                descriptors[2 * row + 1] = k
+            _plan_decimal(DECIMAL, decimal_rows, ints[decimal], descriptors, params, chunks)
+        xor_rows = clean[~decimal]
+        if dirty.any():
+            exceptions, left = _patch(array, bits, varying[dirty], special[dirty], descriptors, params, chunks)
+            xor_rows = np.sort(np.concatenate((xor_rows, left)))
+        if xor_rows.size:
+            xored = bits[xor_rows].astype(_LE_U64)
+            xored[:, 1:] ^= bits[xor_rows, :-1]
+            # Shuffle bytes plane-major so the mostly-zero high bytes of the XORs sit together.
+            chunks[XOR] = xored.view(np.uint8).reshape(xor_rows.size, n, 8).transpose(0, 2, 1).tobytes()
+            for row in xor_rows.tolist():
+                descriptors[2 * row] = XOR
+                params[row] = ()
+    flat = [value & MASK64 for row_params in params for value in row_params]
+    content = struct.pack(f"<{len(flat)}Q", *flat) + b"".join(chunks[key] for key in sorted(chunks)) + exceptions
+    frame = compress(content, level) if content else b""
+    return _HEADER.pack(_VERSION, rows, n) + bytes(descriptors) + frame
+
+
+class _Layout:
+    """A value blob's header, descriptors and the derived offsets, parsed in plain Python (blocks have few
+    rows, and small numpy calls cost more than the loop)."""
+
+    __slots__ = (
+        "descriptors",
+        "frame_offset",
+        "groups",
+        "n",
+        "param_offsets",
+        "params_count",
+        "patched",
+        "payload_size",
+        "rows",
+    )
+
+    def __init__(self, blob: bytes | memoryview) -> None:
+        if len(blob) < _HEADER.size:
+            raise CorruptBlobError(f"value blob shorter than its {_HEADER.size}-byte header")
+        version, rows, n = _HEADER.unpack_from(blob)
+        if version != _VERSION:
+            raise CorruptBlobError(f"unknown value blob version {version}")
+        self.rows, self.n = rows, n
+        self.frame_offset = _HEADER.size + 2 * rows
+        if len(blob) < self.frame_offset:
+            raise CorruptBlobError(f"value blob too short for {rows} row descriptors")
+        self.descriptors = bytes(blob[_HEADER.size : self.frame_offset])
+        self.param_offsets: list[int] = []
+        self.groups: dict[int, list[int]] = {}
+        params = payload = 0
+        for row in range(rows):
+            descriptor, k = self.descriptors[2 * row], self.descriptors[2 * row + 1]
+            kind, order, code = descriptor & 3, (descriptor >> 2) & 3, (descriptor >> 4) & 7
+            self.param_offsets.append(params)
+            decimal = kind in (DECIMAL, PATCHED) and k <= MAX_DECIMALS
+            if decimal and order <= 2 and order < max(n, 1) and code < len(WIDTHS):
+                params += order + 1
+                payload += (n - order) * WIDTHS[code]
+            elif kind == XOR and descriptor == XOR and k == 0:
+                payload += 8 * n
+            elif kind == CONST and descriptor == CONST and k == 0:
+                params += 1
+                continue
+            else:
+                raise CorruptBlobError(f"invalid descriptor {descriptor:#x}/{k} for row {row}")
+            self.groups.setdefault(descriptor, []).append(row)
+        self.params_count = params
+        self.payload_size = payload
+        self.patched = [row for row in range(rows) if self.descriptors[2 * row] & 3 == PATCHED]
+
+    def kinds(self) -> list[tuple[int, int]]:
+        """(kind, decimals) per row."""
+        return [(self.descriptors[2 * row] & 3, self.descriptors[2 * row + 1]) for row in range(self.rows)]
+
+
+def _decode(blob: bytes | memoryview, wanted: list[int] | None) -> F64:
+    """Decode every row (wanted is None) or the distinct rows in `wanted`, in that order."""
+    layout = _Layout(blob)
+    n = layout.n
+    selected = range(layout.rows) if wanted is None else wanted
+    position = dict(zip(selected, range(len(selected)), strict=True))
+    out = np.empty((len(selected), n), dtype=np.float64)
+    params_size = 8 * layout.params_count
+    expected = params_size + layout.payload_size
+    frame = memoryview(blob)[layout.frame_offset :]
+    if expected == 0:
+        if len(frame):
+            raise CorruptBlobError("value blob carries bytes after an empty block")
+        return out
+    if layout.patched:
+        # The exceptions section's size is only known from inside it: at most 12 bytes a value.
+        content = decompress(frame, expected + len(layout.patched) * (4 + 12 * n), at_most=True)
+        patches = _read_exceptions(content, expected, layout.patched, n)
+    else:
+        content = decompress(frame, expected)
+        patches = None
+    # Few parameters per block: plain ints are cheaper to pick from than numpy scalars.
+    params = struct.unpack_from(f"<{layout.params_count}Q", content)
+    out_bits = out.view(np.uint64)
+    descriptors = layout.descriptors
+    for row, target in position.items():
+        if descriptors[2 * row] == CONST:
+            out_bits[target] = params[layout.param_offsets[row]]
+    offset = params_size
+    for descriptor in sorted(layout.groups):
+        members = layout.groups[descriptor]
+        kind, order, code, shuffle = descriptor & 3, (descriptor >> 2) & 3, (descriptor >> 4) & 7, descriptor >> 7
+        width = 8 if kind == XOR else WIDTHS[code]
+        length = n - order
+        start, offset = offset, offset + width * length * len(members)
+        picked = [index for index, row in enumerate(members) if row in position]
+        if not picked:
+            continue
+        some = None if len(picked) == len(members) else picked
+        targets = [position[members[index]] for index in picked]
+        if kind == XOR:
+            xored = unpack(content, start, len(members), n, 8, True, some)
+            out_bits[targets] = np.bitwise_xor.accumulate(xored, axis=1)
+            continue
+        shifted = unpack(content, start, len(members), length, width, bool(shuffle), some)
+        bases = [layout.param_offsets[members[index]] for index in picked]
+        anchors = [np.array([params[base + stage] for base in bases], dtype=np.uint64) for stage in range(order)]
+        reference = np.array([params[base + order] for base in bases], dtype=np.uint64)
+        decoded = integrate(shifted, reference, anchors, n).view(np.int64).astype(np.float64)
+        scales = [descriptors[2 * members[index] + 1] for index in picked]
+        if len(set(scales)) == 1:
+            if scales[0]:
+                decoded /= POW10[scales[0]]
+        else:
+            decoded /= POW10[scales][:, None]
+        if targets == list(range(targets[0], targets[0] + len(targets))):
+            out[targets[0] : targets[0] + len(targets)] = decoded
+        else:
+            out[targets] = decoded
+    if patches is not None:
+        rows_of, where, values = patches
+        if wanted is None:
+            out_bits[rows_of, where] = values
+        else:
+            targets_of = np.array([position.get(row, -1) for row in range(layout.rows)], dtype=np.intp)[rows_of]
+            keep = targets_of >= 0
+            out_bits[targets_of[keep], where[keep]] = values[keep]
+    return out
+
+
+def _read_exceptions(content: bytes, offset: int, rows: list[int], n: int) -> tuple[IntpArray, IntpArray, U64]:
+    """Parse the exceptions section at the end of the frame: (row, position, bits) of every exception."""
+    if offset + 4 * len(rows) > len(content):
+        raise CorruptBlobError("value blob frame too short for its exception counts")
+    counts = np.frombuffer(content, dtype="<u4", count=len(rows), offset=offset).astype(np.intp)
+    total = int(counts.sum())
+    offset += 4 * len(rows)
+    if offset + 12 * total != len(content) or not 0 < int(counts.min()) <= int(counts.max()) <= n:
+        raise CorruptBlobError("value blob exceptions disagree with the frame's size or the row length")
+    where = np.frombuffer(content, dtype="<u4", count=total, offset=offset).astype(np.intp)
+    values = np.frombuffer(content, dtype=_LE_U64, count=total, offset=offset + 4 * total).astype(np.uint64)
+    if int(where.max()) >= n:
+        raise CorruptBlobError("value blob has an exception past the end of its row")
+    return np.repeat(np.array(rows, dtype=np.intp), counts), where, values
+
+
+def decode_values(blob: bytes | memoryview) -> F64:
+    """Decode a blob from encode_values into a fresh (rows, n) float64 array."""
+    return _decode(blob, None)
+
+
+def decode_value_rows(blob: bytes | memoryview, rows: Sequence[int] | NDArray[np.integer]) -> F64:
+    """Decode only the given rows (in the order given, repeats allowed) as a (len(rows), n) array.
+
+    The frame is still decompressed whole, but only the chosen rows are rebuilt.
+    """
+    index = np.asarray(rows).reshape(-1)
+    if index.size and index.dtype.kind not in "iu":
+        raise CodecInputError(f"rows must be integers, got {index.dtype}")
+    wanted = [int(row) for row in index.tolist()]
+    total = _HEADER.unpack_from(blob)[1] if len(blob) >= _HEADER.size else 0
+    if any(not 0 <= row < total for row in wanted):
+        raise CodecInputError(f"rows {wanted} out of range for a block of {total} rows")
+    distinct = list(dict.fromkeys(wanted))
+    decoded = _decode(blob, distinct)
+    if distinct == wanted:
+        return decoded
+    where = {row: place for place, row in enumerate(distinct)}
+    result: F64 = decoded[[where[row] for row in wanted]]
+    return result
+
+
+def row_kinds(blob: bytes | memoryview) -> list[tuple[int, int]]:
+    """Per row of a value blob, (kind, decimals) from its header alone: kind is CONST, DECIMAL or XOR."""
+    return _Layout(blob).kinds()

@@ -1,0 +1,181 @@
+"""Step aggregation from partial aggregates, so decoded samples and directory entries mix freely.
+
+A partial describes some consecutive samples of one series inside one step: count, first/last
+time, and whichever of sum, min, max, first/last value and counter increase the aggregate needs.
+Partials come from decoded blocks, from the head, or straight from a segment directory (a chunk
+wholly inside one step needs no decoding); `combine` merges all partials of a (series, step) in
+time order.
+
+Definitions, per step window [s, min(s + step, end)) and series:
+avg, sum, min, max, count and last are over the samples in the window (NaN propagates as in
+numpy); rate is the counter increase between consecutive samples inside the window (a drop counts
+as a reset to zero, so the increase over that pair is the new value) divided by the seconds from
+the first to the last sample in the window; NaN when the window holds fewer than two samples.
+Every aggregate is NaN for a step without samples.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tsdb.errors import InvalidArgumentError
+
+I64 = NDArray[np.int64]
+F64 = NDArray[np.float64]
+
+AGGS: Final = ("avg", "min", "max", "sum", "count", "last", "rate")
+_NEEDS: Final = {
+    "avg": frozenset({"sum"}),
+    "sum": frozenset({"sum"}),
+    "min": frozenset({"min"}),
+    "max": frozenset({"max"}),
+    "count": frozenset(),
+    "last": frozenset({"last"}),
+    "rate": frozenset({"first", "last", "inc"}),
+}
+VALUE_FIELDS: Final = ("sum", "min", "max", "first", "last", "inc")
+
+
+def needs(agg: str) -> frozenset[str]:
+    """The value fields a partial must carry for `agg`."""
+    try:
+        return _NEEDS[agg]
+    except KeyError:
+        raise InvalidArgumentError(f"agg must be one of {', '.join(AGGS)}, got {agg!r}") from None
+
+
+def _increase(values: F64, axis: int) -> F64:
+    """Per consecutive pair, the counter increase (a drop is a reset to zero)."""
+    delta = np.diff(values, axis=axis)
+    later = values[:, 1:] if values.ndim == 2 else values[1:]
+    result: F64 = np.where(delta < 0, later, delta)
+    return result
+
+
+@dataclass(slots=True)
+class Partials:
+    """Partial aggregates accumulated from every source of one query."""
+
+    n_steps: int
+    need: frozenset[str]
+    key: list[I64] = field(default_factory=list)
+    count: list[I64] = field(default_factory=list)
+    tfirst: list[I64] = field(default_factory=list)
+    tlast: list[I64] = field(default_factory=list)
+    fields: dict[str, list[F64]] = field(default_factory=dict)
+
+    def add(self, key: I64, count: I64, tfirst: I64, tlast: I64, values: dict[str, F64]) -> None:
+        """Append partials (all arrays of equal length)."""
+        self.key.append(key)
+        self.count.append(count)
+        self.tfirst.append(tfirst)
+        self.tlast.append(tlast)
+        for name in self.need:
+            self.fields.setdefault(name, []).append(values[name])
+
+    def add_block(self, positions: I64, ts: I64, block: F64, start: int, step: int) -> None:
+        """Partials of a decoded block: rows share `ts`, already cut to the query window."""
+        n = ts.size
+        if n == 0:
+            return
+        index = (ts - start) // step
+        starts = np.flatnonzero(np.concatenate(([True], index[1:] != index[:-1])))
+        ends = np.append(starts[1:], n)
+        rows = positions.size
+        key = (positions[:, None] * self.n_steps + index[starts][None, :]).ravel()
+        values: dict[str, F64] = {}
+        if "sum" in self.need:
+            values["sum"] = np.add.reduceat(block, starts, axis=1).ravel()
+        if "min" in self.need:
+            values["min"] = np.minimum.reduceat(block, starts, axis=1).ravel()
+        if "max" in self.need:
+            values["max"] = np.maximum.reduceat(block, starts, axis=1).ravel()
+        if "first" in self.need:
+            values["first"] = block[:, starts].ravel()
+        if "last" in self.need:
+            values["last"] = block[:, ends - 1].ravel()
+        if "inc" in self.need:
+            pairs = _increase(block, axis=1)
+            # Pairs that straddle two steps belong to neither.
+            pairs[:, starts[1:] - 1] = 0.0
+            padded = np.concatenate((np.zeros((rows, 1)), pairs), axis=1)
+            values["inc"] = np.add.reduceat(padded, starts, axis=1).ravel()
+        self.add(key, np.tile(ends - starts, rows), np.tile(ts[starts], rows), np.tile(ts[ends - 1], rows), values)
+
+    def add_flat(self, positions: I64, ts: I64, vals: F64, start: int, step: int) -> None:
+        """Partials of loose samples sorted by (position, time), already cut to the query window."""
+        n = ts.size
+        if n == 0:
+            return
+        key = positions * self.n_steps + (ts - start) // step
+        boundary = np.concatenate(([True], key[1:] != key[:-1]))
+        starts = np.flatnonzero(boundary)
+        ends = np.append(starts[1:], n)
+        values: dict[str, F64] = {}
+        if "sum" in self.need:
+            values["sum"] = np.add.reduceat(vals, starts)
+        if "min" in self.need:
+            values["min"] = np.minimum.reduceat(vals, starts)
+        if "max" in self.need:
+            values["max"] = np.maximum.reduceat(vals, starts)
+        if "first" in self.need:
+            values["first"] = vals[starts]
+        if "last" in self.need:
+            values["last"] = vals[ends - 1]
+        if "inc" in self.need:
+            pairs = _increase(vals, axis=0)
+            pairs[boundary[1:]] = 0.0
+            values["inc"] = np.add.reduceat(np.concatenate(([0.0], pairs)), starts)
+        self.add(key[starts], ends - starts, ts[starts], ts[ends - 1], values)
+
+    def combine(self, n_series: int, agg: str) -> tuple[F64, NDArray[np.bool_]]:
+        """(n_series, n_steps) aggregates, NaN where empty; and which series have any sample."""
+        out = np.full((n_series, self.n_steps), np.nan)
+        if not self.key:
+            return out, np.zeros(n_series, dtype=bool)
+        key = np.concatenate(self.key)
+        tfirst = np.concatenate(self.tfirst)
+        order = np.lexsort((tfirst, key))
+        key = key[order]
+        count = np.concatenate(self.count)[order]
+        fields = {name: np.concatenate(parts)[order] for name, parts in self.fields.items()}
+        boundary = np.concatenate(([True], key[1:] != key[:-1]))
+        starts = np.flatnonzero(boundary)
+        ends = np.append(starts[1:], key.size)
+        total = np.add.reduceat(count, starts)
+        result: F64
+        if agg == "count":
+            result = total.astype(np.float64)
+        elif agg in ("sum", "avg"):
+            sums = np.add.reduceat(fields["sum"], starts)
+            result = sums / total if agg == "avg" else sums
+        elif agg == "min":
+            result = np.minimum.reduceat(fields["min"], starts)
+        elif agg == "max":
+            result = np.maximum.reduceat(fields["max"], starts)
+        elif agg == "last":
+            result = fields["last"][ends - 1]
+        else:
+            result = self._rate(fields, tfirst[order], np.concatenate(self.tlast)[order], boundary, starts, ends)
+        out.reshape(-1)[key[starts]] = result
+        present = np.zeros(n_series, dtype=bool)
+        present[key[starts] // self.n_steps] = True
+        return out, present
+
+    @staticmethod
+    def _rate(
+        fields: dict[str, F64], tfirst: I64, tlast: I64, boundary: NDArray[np.bool_], starts: I64, ends: I64
+    ) -> F64:
+        first, last = fields["first"], fields["last"]
+        # Between consecutive partials of the same step: the pair (last of one, first of the next).
+        cross = np.where(first[1:] < last[:-1], first[1:], first[1:] - last[:-1])
+        cross[boundary[1:]] = 0.0
+        increase = np.add.reduceat(fields["inc"], starts) + np.add.reduceat(np.concatenate(([0.0], cross)), starts)
+        seconds = (tlast[ends - 1] - tfirst[starts]) / 1000.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            rate: F64 = np.where(seconds > 0, increase / seconds, np.nan)
+        return rate

@@ -1,0 +1,250 @@
+"""The label catalog: every series' labels, stored once, append-only, in `catalog.tsc`.
+
+File layout: an 8-byte header (``b"TSC1" | version u16 | reserved u16``) then framed records (see
+tsdb.framing). Each record's payload is UTF-8 JSON ``{"first": <id>, "labels": [{...}, ...]}``: the
+series created by one call, with ids first, first+1, ... Ids are dense from 0, so a record whose
+`first` is not the number of series read so far is corrupt. A torn tail is cut off on open: the
+Store fsyncs the catalog before it writes any WAL record that names a new series, so a series lost
+in a torn tail was never referenced by a durable sample.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tsdb import framing
+from tsdb.errors import InvalidArgumentError, TsdbError
+from tsdb.model import Labels
+
+I64 = NDArray[np.int64]
+LabelKey = tuple[tuple[str, str], ...]
+Selector = Mapping[str, str | Collection[str]]
+
+MAGIC: Final = b"TSC1"
+VERSION: Final = 1
+HEADER: Final = MAGIC + VERSION.to_bytes(2, "little") + b"\0\0"
+_SELECT_CACHE: Final = 256
+# The fleet data model: series are (node, gpu, field). These names decide how a segment groups
+# series (value groups are one field across one node's GPUs); other labels are allowed and kept.
+NODE: Final = "node"
+GPU: Final = "gpu"
+FIELD: Final = "field"
+
+
+@dataclass(slots=True)
+class CatalogLoad:
+    """What opening the catalog found: bytes cut off a torn tail, and why."""
+
+    bytes_discarded: int
+    reason: str | None
+
+
+def _natural(value: str) -> tuple[int, int | str]:
+    """Sort key that puts "gpu 2" before "gpu 10"."""
+    return (0, int(value)) if value.isdigit() else (1, value)
+
+
+def canonical(labels: Mapping[str, str]) -> LabelKey:
+    """The label set as a sorted tuple, after checking it is a non-empty str -> str mapping."""
+    if not isinstance(labels, Mapping) or not labels:
+        raise InvalidArgumentError(f"labels must be a non-empty mapping of str to str, got {labels!r}")
+    for name, value in labels.items():
+        if not isinstance(name, str) or not name or not isinstance(value, str):
+            raise InvalidArgumentError(f"label {name!r}={value!r}: names must be non-empty str and values str")
+    return tuple(sorted(labels.items()))
+
+
+class Catalog:
+    """Labels <-> dense series ids, with postings per (label, value) for selectors."""
+
+    def __init__(self, path: Path, fd: int, labels: list[dict[str, str]]) -> None:
+        self.path = path
+        self._fd = fd
+        self._labels = [Labels(item) for item in labels]
+        self._index: dict[LabelKey, int] = {}
+        self._postings: dict[tuple[str, str], list[int]] = {}
+        self._names: set[str] = set()
+        self._dirty = False
+        self._selected: OrderedDict[tuple[object, ...], I64] = OrderedDict()
+        for sid, item in enumerate(labels):
+            self._register(sid, item)
+
+    @classmethod
+    def open(cls, path: Path) -> tuple[Catalog, CatalogLoad]:
+        """Open (or create) the catalog file, cutting off a torn tail."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            data = _read_all(fd)
+            load = CatalogLoad(0, None)
+            if not data:
+                os.write(fd, HEADER)
+                os.fsync(fd)
+                return cls(path, fd, []), load
+            if data[: len(MAGIC)] != MAGIC:
+                raise TsdbError(f"{path} is not a tsdb catalog (bad magic)")
+            labels: list[dict[str, str]] = []
+            end = framing.ScanEnd(0, False, None)
+            good = len(HEADER)
+            for offset, payload in framing.scan(data, len(HEADER), end):
+                record = json.loads(bytes(payload))
+                if record.get("first") != len(labels):
+                    end.damaged, end.reason = True, f"record at offset {offset} starts at id {record.get('first')}"
+                    break
+                labels.extend({str(k): str(v) for k, v in item.items()} for item in record["labels"])
+                good = end.good_end
+            if end.damaged:
+                load = CatalogLoad(len(data) - good, end.reason)
+                os.ftruncate(fd, good)
+                os.fsync(fd)
+            return cls(path, fd, labels), load
+        except BaseException:
+            os.close(fd)
+            raise
+
+    def _register(self, sid: int, labels: dict[str, str]) -> None:
+        self._index[canonical(labels)] = sid
+        for item in labels.items():
+            self._postings.setdefault(item, []).append(sid)
+        self._names.update(labels)
+
+    def __len__(self) -> int:
+        return len(self._labels)
+
+    def labels(self, sid: int) -> Labels:
+        """The labels of series `sid` (read-only, shared)."""
+        return self._labels[sid]
+
+    def labels_of(self, sids: list[int]) -> list[Labels]:
+        """The labels of many series."""
+        every = self._labels
+        return [every[sid] for sid in sids]
+
+    def ids(self, items: Iterable[Mapping[str, str]]) -> I64:
+        """Ids of the given label sets, creating the missing ones in one catalog record (not yet fsynced)."""
+        keys = [canonical(labels) for labels in items]
+        out = np.empty(len(keys), dtype=np.int64)
+        new: dict[LabelKey, int] = {}
+        for i, key in enumerate(keys):
+            sid = self._index.get(key)
+            if sid is None:
+                sid = new.get(key)
+                if sid is None:
+                    sid = new[key] = len(self._labels) + len(new)
+            out[i] = sid
+        if new:
+            created = [dict(key) for key in new]
+            payload = json.dumps({"first": len(self._labels), "labels": created}, separators=(",", ":")).encode()
+            _write_all(self._fd, framing.frame(payload))
+            self._dirty = True
+            for labels in created:
+                self._labels.append(Labels(labels))
+                self._register(len(self._labels) - 1, labels)
+            self._selected.clear()
+        return out
+
+    @property
+    def dirty(self) -> bool:
+        """True while created series are written but not yet fsynced."""
+        return self._dirty
+
+    def sync(self) -> None:
+        """Make every created series durable (called before a WAL record may reference them)."""
+        if self._dirty:
+            os.fsync(self._fd)
+            self._dirty = False
+
+    def size(self) -> int:
+        """Bytes of the catalog file."""
+        return os.fstat(self._fd).st_size
+
+    def close(self) -> None:
+        """Sync and close the file."""
+        if self._fd >= 0:
+            self.sync()
+            os.close(self._fd)
+            self._fd = -1
+
+    def select(self, selector: Selector) -> I64:
+        """Sorted ids of the series matching every label in `selector` (exact value or set of values)."""
+        if not isinstance(selector, Mapping):
+            raise InvalidArgumentError(f"selector must be a mapping of label to value(s), got {selector!r}")
+        fast: tuple[object, ...] | None = None
+        try:
+            # Exact-match selectors (str values) are their own cache key; sets make this fail.
+            fast = tuple(sorted(selector.items()))
+            cached = self._selected.get(fast)
+        except TypeError:
+            fast, cached = None, None
+        if cached is not None and fast is not None:
+            self._selected.move_to_end(fast)
+            return cached
+        key = _selector_key(selector)
+        result = np.arange(len(self._labels), dtype=np.int64)
+        for name, wanted in key:
+            assert isinstance(name, str) and isinstance(wanted, frozenset)
+            lists = [self._postings.get((name, value), []) for value in wanted]
+            members = np.unique(np.fromiter((s for group in lists for s in group), dtype=np.int64))
+            result = np.intersect1d(result, members, assume_unique=True)
+            if result.size == 0:
+                break
+        result.setflags(write=False)
+        self._selected[key] = result
+        if fast is not None and fast != key:
+            self._selected[fast] = result
+        if len(self._selected) > _SELECT_CACHE:
+            self._selected.popitem(last=False)
+        return result
+
+    def partition_key(self, sid: int) -> tuple[str, str]:
+        """(field, node) of a series: a segment's value groups never mix two partitions."""
+        labels = self._labels[sid]
+        return labels.get(FIELD, ""), labels.get(NODE, "")
+
+    def order_key(self, sid: int) -> tuple[object, ...]:
+        """Order of series inside a partition: by node, then GPU (numerically), then the other labels."""
+        labels = self._labels[sid]
+        rest = tuple(sorted((k, v) for k, v in labels.items() if k not in (NODE, GPU, FIELD)))
+        return (_natural(labels.get(NODE, "")), _natural(labels.get(GPU, "")), rest)
+
+
+def _selector_key(selector: Selector) -> tuple[tuple[str, frozenset[str]], ...]:
+    items: list[tuple[str, frozenset[str]]] = []
+    for name, wanted in selector.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidArgumentError(f"selector label names must be non-empty str, got {name!r}")
+        if isinstance(wanted, str):
+            values = frozenset((wanted,))
+        elif isinstance(wanted, Collection):
+            values = frozenset(wanted)
+            if not all(isinstance(v, str) for v in values):
+                raise InvalidArgumentError(f"selector values for {name!r} must be str, got {wanted!r}")
+        else:
+            raise InvalidArgumentError(f"selector value for {name!r} must be a str or a collection of str")
+        items.append((name, values))
+    return tuple(sorted(items, key=lambda item: item[0]))
+
+
+def _read_all(fd: int) -> bytes:
+    size = os.fstat(fd).st_size
+    return os.pread(fd, size, 0) if size else b""
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """Write every byte or cut the file back to where it was, so no half record is left behind."""
+    before = os.fstat(fd).st_size
+    try:
+        written = os.write(fd, data)
+        if written != len(data):
+            raise OSError(f"short write: {written} of {len(data)} bytes")
+    except OSError as exc:
+        os.ftruncate(fd, before)
+        raise TsdbError(f"catalog write failed: {exc}") from exc

@@ -1,0 +1,45 @@
+"""The errors the tsdb raises; every one derives from TsdbError."""
+
+from __future__ import annotations
+
+
+class TsdbError(Exception):
+    """Base of every error the tsdb raises on purpose."""
+
+
+class InvalidArgumentError(TsdbError, ValueError):
+    """A bad argument (labels, selector, window, array shapes, options); nothing was changed."""
+
+
+class OutOfOrderError(TsdbError, ValueError):
+    """Samples older than the head accepts for their series; the whole batch was rejected.
+
+    `series_id`, `labels`, `timestamp_ms` and `newest_ms` name the first offending sample and the
+    newest time its series already holds (or the sealed boundary it fell behind).
+    """
+
+    def __init__(
+        self, message: str, *, series_id: int, labels: dict[str, str], timestamp_ms: int, newest_ms: int, rejected: int
+    ) -> None:
+        super().__init__(message)
+        self.series_id = series_id
+        self.labels = labels
+        self.timestamp_ms = timestamp_ms
+        self.newest_ms = newest_ms
+        self.rejected = rejected
+
+
+class CorruptSegmentError(TsdbError):
+    """A sealed segment file fails its checks (magic, CRC, layout); the file was not changed."""
+
+
+class StoreClosedError(TsdbError):
+    """The Store was closed (or failed); no method except close() may be called."""
+
+
+class StoreLockedError(TsdbError):
+    """Another Store (in this or another process) has the directory open."""
+
+
+class WalError(TsdbError):
+    """The write-ahead log could not be written or synced; the batch was not acknowledged."""

@@ -1,0 +1,371 @@
+"""The in-memory head: the newest samples of every series, not yet sealed into a segment.
+
+Samples live in two preallocated 2-D numpy buffers indexed [series id, position] (timestamps and
+values); each row is sorted by time and padded with INT64_MAX, so "how many samples before t" is a
+comparison, not a search. A batch is checked completely before anything changes (check), then
+applied (apply). The usual batch (one timestamp for every sample, each series once) takes a
+vectorised fast path; anything else goes through a sort by (series, time).
+
+Order rules for a sample at time t of series s:
+- t > newest(s): appended.
+- t == the time of s's newest sample (with an out-of-order window: of any sample in the head) and
+  the value is bit-identical: a duplicate (an agent's retry), dropped.
+- otherwise it is out of order: rejected, unless ooo_window_ms > 0 and newest(s) - ooo_window_ms
+  <= t and t >= the sealed boundary; then it is inserted in place (rows stay sorted).
+- any t below the sealed boundary is rejected: every sample older than the boundary is in a
+  segment (a flush moves it to the end of the windows it cut; a forced flush to just past the
+  newest sample it sealed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tsdb.errors import OutOfOrderError
+
+I64 = NDArray[np.int64]
+F64 = NDArray[np.float64]
+INT64_MAX: Final = np.iinfo(np.int64).max
+INT64_MIN: Final = np.iinfo(np.int64).min
+_INITIAL_CAPACITY: Final = 256
+
+
+@dataclass(slots=True)
+class Plan:
+    """A checked batch, ready to apply: the accepted samples and how to insert them.
+
+    `timestamps` is one int when every accepted sample shares it (the fast path, which also
+    guarantees each series appears once and every sample is in order). `size`: samples it adds.
+    """
+
+    sids: I64
+    timestamps: int | I64
+    values: F64
+    min_ts: int
+    max_ts: int
+    ooo: NDArray[np.bool_] | None
+    duplicates: int
+    size: int = -1
+
+    def __post_init__(self) -> None:
+        self.size = int(self.sids.size)
+
+
+@dataclass(slots=True)
+class Taken:
+    """Samples a flush seals: per series id, its timestamps and values (all older than `end`;
+    None: everything in the head)."""
+
+    sids: list[int]
+    timestamps: list[I64]
+    values: list[F64]
+    end: int | None
+
+    @property
+    def samples(self) -> int:
+        """Total samples taken."""
+        return sum(int(t.size) for t in self.timestamps)
+
+
+class Head:
+    """Per-series sorted sample buffers plus the bookkeeping of what is sealed."""
+
+    def __init__(self, *, ooo_window_ms: int, describe: Callable[[int], dict[str, str]]) -> None:
+        self.ooo_window_ms = ooo_window_ms
+        self._describe = describe
+        self.ts = np.full((0, _INITIAL_CAPACITY), INT64_MAX, dtype=np.int64)
+        self.vals = np.zeros((0, _INITIAL_CAPACITY), dtype=np.float64)
+        self.count = np.zeros(0, dtype=np.int64)
+        # Newest time per series, in the head or sealed; INT64_MIN when it never had a sample.
+        self.newest = np.zeros(0, dtype=np.int64)
+        self._mark = np.zeros(0, dtype=np.int64)
+        # Every sample older than `boundary` is sealed, for every series.
+        self.boundary = INT64_MIN
+        self.oldest = INT64_MAX
+        self.max_ts = INT64_MIN
+        self.samples = 0
+        # The largest count (samples in the fullest row): the buffers grow when it reaches capacity.
+        self.fill = 0
+
+    # ---- capacity -------------------------------------------------------------------------
+
+    def ensure_rows(self, rows: int) -> None:
+        """Make room for series ids below `rows`."""
+        have = self.count.size
+        if rows <= have:
+            return
+        grown = max(rows, 2 * have, 16)
+        extra = grown - have
+        cap = self.ts.shape[1]
+        self.ts = np.concatenate([self.ts, np.full((extra, cap), INT64_MAX, dtype=np.int64)])
+        self.vals = np.concatenate([self.vals, np.zeros((extra, cap), dtype=np.float64)])
+        self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
+        self.newest = np.concatenate([self.newest, np.full(extra, INT64_MIN, dtype=np.int64)])
+        self._mark = np.concatenate([self._mark, np.full(extra, -1, dtype=np.int64)])
+
+    def _ensure_capacity(self, needed: int) -> None:
+        cap = self.ts.shape[1]
+        if needed <= cap:
+            return
+        grown = max(needed, 2 * cap)
+        rows = self.count.size
+        ts = np.full((rows, grown), INT64_MAX, dtype=np.int64)
+        vals = np.zeros((rows, grown), dtype=np.float64)
+        used = int(self.count.max(initial=0))
+        ts[:, :used] = self.ts[:, :used]
+        vals[:, :used] = self.vals[:, :used]
+        self.ts, self.vals = ts, vals
+
+    # ---- checking -------------------------------------------------------------------------
+
+    def check(self, sids: I64, timestamps: int | I64, values: F64, *, unique: bool | None = None) -> Plan:
+        """Validate a batch against the order rules without changing anything.
+
+        `unique` tells that every id in sids is distinct (the caller knows it), saving that check.
+        """
+        if isinstance(timestamps, int):
+            t = timestamps
+            if (
+                sids.size
+                and t >= self.boundary
+                and t > int(self.newest[sids].max())
+                and (self.unique(sids) if unique is None else unique)
+            ):
+                return Plan(sids, t, values, t, t, None, 0)
+            return self._check_general(sids, np.full(sids.size, t, dtype=np.int64), values)
+        return self._check_general(sids, timestamps, values)
+
+    def unique(self, sids: I64) -> bool:
+        """Whether every id in sids (all below the head's row count) is distinct."""
+        index = np.arange(sids.size, dtype=np.int64)
+        self._mark[sids] = index
+        return bool((self._mark[sids] == index).all())
+
+    def _reject(self, sid: int, t: int, newest: int, rejected: int, why: str) -> OutOfOrderError:
+        labels = dict(self._describe(sid))
+        return OutOfOrderError(
+            f"{rejected} sample(s) rejected; first: series {sid} {labels} at {t} ms: {why}",
+            series_id=sid,
+            labels=labels,
+            timestamp_ms=t,
+            newest_ms=newest,
+            rejected=rejected,
+        )
+
+    def _check_general(self, sids: I64, ts: I64, values: F64) -> Plan:
+        if sids.size == 0:
+            return Plan(sids, ts, values, 0, 0, None, 0)
+        order = np.lexsort((ts, sids))
+        s, t, v = sids[order], ts[order], values[order]
+        keep = np.ones(s.size, dtype=bool)
+        same = np.flatnonzero((s[1:] == s[:-1]) & (t[1:] == t[:-1])) + 1
+        if same.size:
+            conflict = same[v[same].view(np.uint64) != v[same - 1].view(np.uint64)]
+            if conflict.size:
+                i = int(conflict[0])
+                raise self._reject(int(s[i]), int(t[i]), int(t[i]), conflict.size, "two different values in one batch")
+            keep[same] = False
+        newest = self.newest[s]
+        late = keep & (t <= newest)
+        ooo = np.zeros(s.size, dtype=bool)
+        duplicates = int(same.size)
+        bad = keep & (t < self.boundary)
+        if late.any():
+            dup, ok_ooo = self._classify_late(s, t, v, newest, late)
+            keep &= ~dup
+            duplicates += int(dup.sum())
+            ooo = ok_ooo
+            bad |= late & ~dup & ~ok_ooo
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            sid, ti = int(s[i]), int(t[i])
+            if ti < self.boundary:
+                why = f"older than the sealed boundary {self.boundary} ms"
+                limit = int(self.boundary)
+            else:
+                why = f"not newer than the series' newest sample at {int(newest[i])} ms"
+                if self.ooo_window_ms:
+                    why += f" beyond the out-of-order window of {self.ooo_window_ms} ms"
+                limit = int(newest[i])
+            raise self._reject(sid, ti, limit, int(bad.sum()), why)
+        s, t, v, ooo = s[keep], t[keep], v[keep], ooo[keep]
+        if s.size == 0:
+            return Plan(s, t, v, 0, 0, None, duplicates)
+        return Plan(s, t, v, int(t.min()), int(t.max()), ooo if ooo.any() else None, duplicates)
+
+    def _classify_late(
+        self, s: I64, t: I64, v: F64, newest: I64, late: NDArray[np.bool_]
+    ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
+        """Among samples not newer than their series: identical duplicates, and acceptable out-of-order ones."""
+        dup = np.zeros(s.size, dtype=bool)
+        ooo = np.zeros(s.size, dtype=bool)
+        if not self.ooo_window_ms:
+            # Only a repeat of the newest sample can be a duplicate: compare with it directly.
+            cnt = self.count[s]
+            last = np.maximum(cnt - 1, 0)
+            same_time = late & (cnt > 0) & (self.ts[s, last] == t)
+            dup = same_time & (self.vals[s, last].view(np.uint64) == v.view(np.uint64))
+            return dup, ooo
+        for i in np.flatnonzero(late).tolist():
+            sid, ti = int(s[i]), int(t[i])
+            row = self.ts[sid, : int(self.count[sid])]
+            j = int(np.searchsorted(row, ti))
+            if j < row.size and int(row[j]) == ti:
+                dup[i] = self.vals[sid, j].view(np.uint64) == v[i : i + 1].view(np.uint64)[0]
+                continue
+            ooo[i] = ti >= int(newest[i]) - self.ooo_window_ms and ti >= self.boundary
+        return dup, ooo
+
+    # ---- applying -------------------------------------------------------------------------
+
+    def apply(self, plan: Plan) -> None:
+        """Insert a checked plan's samples."""
+        if plan.size == 0:
+            return
+        if isinstance(plan.timestamps, int):
+            self._append_fast(plan.sids, plan.timestamps, plan.values)
+        else:
+            ts = plan.timestamps
+            if plan.ooo is not None:
+                for i in np.flatnonzero(plan.ooo).tolist():
+                    self._insert_one(int(plan.sids[i]), int(ts[i]), float(plan.values[i]))
+                keep = ~plan.ooo
+                self._append_sorted(plan.sids[keep], ts[keep], plan.values[keep])
+            else:
+                self._append_sorted(plan.sids, ts, plan.values)
+        self.samples += plan.size
+        self.oldest = min(self.oldest, plan.min_ts)
+        self.max_ts = max(self.max_ts, plan.max_ts)
+
+    def _append_fast(self, sids: I64, t: int, values: F64) -> None:
+        pos = self.count[sids]
+        top = int(pos.max()) + 1
+        if top > self.fill:
+            self.fill = top
+            if top > self.ts.shape[1]:
+                self._ensure_capacity(top)
+        self.ts[sids, pos] = t
+        self.vals[sids, pos] = values
+        self.count[sids] = pos + 1
+        self.newest[sids] = t
+
+    def _append_sorted(self, s: I64, t: I64, v: F64) -> None:
+        """Append samples sorted by (series, time), each newer than its series' newest."""
+        if s.size == 0:
+            return
+        starts = np.flatnonzero(np.concatenate(([True], s[1:] != s[:-1])))
+        lengths = np.diff(np.append(starts, s.size))
+        run = np.repeat(np.arange(starts.size), lengths)
+        rank = np.arange(s.size) - starts[run]
+        unique = s[starts]
+        pos = self.count[s] + rank
+        top = int(pos.max()) + 1
+        self._ensure_capacity(top)
+        self.fill = max(self.fill, top)
+        self.ts[s, pos] = t
+        self.vals[s, pos] = v
+        self.count[unique] += lengths
+        self.newest[unique] = t[starts + lengths - 1]
+
+    def _insert_one(self, sid: int, t: int, value: float) -> None:
+        n = int(self.count[sid])
+        self._ensure_capacity(n + 1)
+        row_t, row_v = self.ts[sid], self.vals[sid]
+        j = int(np.searchsorted(row_t[:n], t))
+        row_t[j + 1 : n + 1] = row_t[j:n].copy()
+        row_v[j + 1 : n + 1] = row_v[j:n].copy()
+        row_t[j], row_v[j] = t, value
+        self.count[sid] = n + 1
+        self.fill = max(self.fill, n + 1)
+
+    def load(self, sids: I64, ts: I64, values: F64) -> int:
+        """Insert replayed WAL samples (accepted once already); returns how many were already sealed."""
+        self.ensure_rows(int(sids.max(initial=-1)) + 1)
+        sealed = ts < self.boundary
+        skipped = int(sealed.sum())
+        if skipped:
+            sids, ts, values = sids[~sealed], ts[~sealed], values[~sealed]
+        if sids.size == 0:
+            return skipped
+        order = np.lexsort((ts, sids))
+        s, t, v = sids[order], ts[order], values[order]
+        # A batch written twice (retried after an unclear failure) would repeat samples: keep the last.
+        repeat = np.flatnonzero((s[1:] == s[:-1]) & (t[1:] == t[:-1]))
+        if repeat.size:
+            keep = np.ones(s.size, dtype=bool)
+            keep[repeat] = False
+            s, t, v = s[keep], t[keep], v[keep]
+        self._append_sorted(s, t, v)
+        self.samples += int(s.size)
+        self.oldest = min(self.oldest, int(t.min()))
+        self.max_ts = max(self.max_ts, int(t.max()))
+        return skipped
+
+    # ---- reading --------------------------------------------------------------------------
+
+    def window(self, sid: int, start: int, end: int) -> tuple[I64, F64]:
+        """Copies of series `sid`'s head samples in [start, end)."""
+        if sid >= self.count.size:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        n = int(self.count[sid])
+        row = self.ts[sid, :n]
+        if n == 0 or row[n - 1] < start or row[0] >= end:
+            return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+        lo, hi = int(row.searchsorted(start)), int(row.searchsorted(end))
+        return row[lo:hi].copy(), self.vals[sid, lo:hi].copy()
+
+    def window_many(self, sids: I64, start: int, end: int) -> tuple[I64, I64, F64]:
+        """All head samples of `sids` in [start, end), flattened: (index into sids, time, value),
+        sorted by index then time."""
+        present = np.flatnonzero(sids < self.count.size)
+        if present.size == 0 or self.samples == 0 or self.oldest >= end or self.max_ts < start:
+            empty = np.empty(0, dtype=np.int64)
+            return empty, empty, np.empty(0, dtype=np.float64)
+        rows_sids = sids[present]
+        width = int(self.count[rows_sids].max(initial=0))
+        block = self.ts[rows_sids, :width]
+        rows, cols = np.nonzero((block >= start) & (block < end))
+        return present[rows].astype(np.int64), block[rows, cols], self.vals[rows_sids[rows], cols]
+
+    # ---- sealing --------------------------------------------------------------------------
+
+    def peek(self, end: int | None) -> Taken:
+        """Copies of every sample older than `end` (every sample when end is None); the head is
+        unchanged until release() is called with the result, so a failed segment write loses nothing."""
+        rows = self.count.size
+        width = int(self.count.max(initial=0))
+        if width == 0:
+            return Taken([], [], [], end)
+        cut = self.count.copy() if end is None else (self.ts[:rows, :width] < end).sum(axis=1)
+        taken = Taken([], [], [], end)
+        for sid in np.flatnonzero(cut).tolist():
+            k = int(cut[sid])
+            taken.sids.append(sid)
+            taken.timestamps.append(self.ts[sid, :k].copy())
+            taken.values.append(self.vals[sid, :k].copy())
+        return taken
+
+    def release(self, taken: Taken) -> None:
+        """Drop the samples of a peek() that are now sealed, and move the sealed boundary past them."""
+        for sid, ts in zip(taken.sids, taken.timestamps, strict=True):
+            k, n = ts.size, int(self.count[sid])
+            rest = n - k
+            if rest:
+                self.ts[sid, :rest] = self.ts[sid, k:n]
+                self.vals[sid, :rest] = self.vals[sid, k:n]
+            self.ts[sid, rest:n] = INT64_MAX
+            self.count[sid] = rest
+        self.samples -= taken.samples
+        end = taken.end
+        if end is None:
+            # Everything is sealed now: later samples must be newer than all of it.
+            end = max((int(ts[-1]) for ts in taken.timestamps), default=self.boundary - 1) + 1
+        self.boundary = max(self.boundary, end)
+        self.fill = int(self.count.max(initial=0))
+        nonempty = self.count > 0
+        self.oldest = int(self.ts[nonempty, 0].min()) if nonempty.any() else INT64_MAX

@@ -1,0 +1,219 @@
+"""Query execution over the sealed segments and the head: raw windows and step aggregates.
+
+Segments come pre-pruned by the manifest (time ranges only); inside a segment, chunks are pruned
+by their own time range and series are found by binary search in the sorted directory. A value
+group is decoded only for the rows asked for, and a (series, chunk) whose samples all fall inside
+one aggregation step is answered from the directory's pre-aggregates without decoding anything.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from numpy.typing import NDArray
+
+from tsdb.aggregate import Partials
+from tsdb.head import Head
+from tsdb.model import QueryStats, SegmentInfo
+from tsdb.segment_reader import ReaderCache, SegmentReader
+
+I64 = NDArray[np.int64]
+F64 = NDArray[np.float64]
+
+
+def _chunks(reader: SegmentReader, start: int, end: int) -> list[int]:
+    if reader.chunk_tmin.size == 1:
+        return [0] if reader.chunk_tmin[0] < end and reader.chunk_tmax[0] >= start else []
+    return np.flatnonzero((reader.chunk_tmin < end) & (reader.chunk_tmax >= start)).tolist()
+
+
+def _by_group(reader: SegmentReader, rows: I64) -> list[tuple[int, NDArray[np.intp]]]:
+    """Directory rows split by value group: (group, indices into rows)."""
+    groups = reader.dir_vg[rows]
+    if rows.size == 1:
+        return [(int(groups[0]), np.zeros(1, dtype=np.intp))]
+    order = np.argsort(groups, kind="stable")
+    cuts = np.flatnonzero(np.diff(groups[order])) + 1
+    return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
+
+
+def _decode_by_timestamp_group(
+    reader: SegmentReader,
+    present: I64,
+    rows: I64,
+    start: int,
+    end: int,
+    step: int,
+    partials: Partials,
+    stats: QueryStats,
+) -> None:
+    """Decode directory rows and feed them to `partials`, one call per timestamp group: the value
+    groups sharing a timestamp column are stacked, so the per-call cost is paid once per node, not
+    once per value group."""
+    groups = reader.dir_vg[rows]
+    ts_groups = reader.vg_ts[groups]
+    order = np.lexsort((reader.dir_row[rows], groups, ts_groups))
+    present, rows, groups, ts_groups = present[order], rows[order], groups[order], ts_groups[order]
+    cuts = np.flatnonzero(np.diff(ts_groups)) + 1
+    for lo_run, hi_run in zip([0, *cuts.tolist()], [*cuts.tolist(), rows.size], strict=True):
+        ts, ts_bytes = reader.timestamps(int(ts_groups[lo_run]))
+        stats.bytes_read += ts_bytes
+        lo, hi = _cut(ts, start, end)
+        if hi <= lo:
+            continue
+        blocks: list[F64] = []
+        vg_cuts = np.flatnonzero(np.diff(groups[lo_run:hi_run])) + 1 + lo_run
+        for a, b in zip([lo_run, *vg_cuts.tolist()], [*vg_cuts.tolist(), hi_run], strict=True):
+            _, block = _decode(reader, int(groups[a]), reader.dir_row[rows[a:b]], stats)
+            blocks.append(block[:, lo:hi])
+        matrix = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
+        partials.add_block(present[lo_run:hi_run], ts[lo:hi], matrix, start, step)
+
+
+def _decode(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats) -> tuple[I64, F64]:
+    """Timestamps and the wanted rows of one value group."""
+    ts, ts_bytes = reader.timestamps(int(reader.vg_ts[vg]))
+    whole = rows.size == reader.vg_rows[vg] and bool((rows == np.arange(rows.size)).all())
+    block, nbytes = reader.values(vg, None if whole else rows)
+    stats.bytes_read += ts_bytes + nbytes
+    stats.samples_decoded += block.size
+    stats.chunks_decoded += rows.size
+    return ts, block
+
+
+def _cut(ts: I64, start: int, end: int) -> tuple[int, int]:
+    """Index range of [start, end) in sorted `ts` (a whole column inside the window needs no search)."""
+    n = ts.size
+    if n == 0:
+        return 0, 0
+    lo = 0 if ts[0] >= start else int(ts.searchsorted(start))
+    hi = n if ts[n - 1] < end else int(ts.searchsorted(end))
+    return lo, hi
+
+
+def _read_one(
+    sid: int, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
+) -> tuple[I64, F64]:
+    """read_raw for one series: the narrow query, kept to as few numpy calls as it can be."""
+    pieces: list[tuple[I64, F64]] = []
+    for info in segments:
+        reader, nbytes = readers.get(info.path)
+        stats.bytes_read += nbytes
+        for chunk, (tmin, tmax, _, _) in enumerate(reader.chunk_bounds):
+            if tmin >= end or tmax < start:
+                continue
+            row = reader.row_of(chunk, sid)
+            if row < 0:
+                continue
+            ts, values, nbytes = reader.series(row)
+            stats.bytes_read += nbytes
+            stats.samples_decoded += values.size
+            stats.chunks_decoded += 1
+            lo, hi = _cut(ts, start, end)
+            if hi > lo:
+                pieces.append((ts[lo:hi], values[lo:hi]))
+    ts, values = head.window(sid, start, end)
+    if ts.size:
+        stats.head_samples += ts.size
+        pieces.append((ts, values))
+    if len(pieces) == 1:
+        window, values = pieces[0]
+        return window.copy(), values.copy()
+    if not pieces:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    pieces.sort(key=lambda part: int(part[0][0]))
+    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+
+
+def read_raw(
+    sids: I64, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
+) -> list[tuple[I64, F64]]:
+    """Per series in `sids` (same order), its samples in [start, end) from segments then head."""
+    if sids.size == 1:
+        return [_read_one(int(sids[0]), start, end, segments, readers, head, stats)]
+    pieces: list[list[tuple[I64, F64]]] = [[] for _ in range(sids.size)]
+    for info in segments:
+        reader, nbytes = readers.get(info.path)
+        stats.bytes_read += nbytes
+        for chunk in _chunks(reader, start, end):
+            present, rows = reader.rows(chunk, sids)
+            if rows.size == 0:
+                continue
+            for vg, index in _by_group(reader, rows):
+                ts, block = _decode(reader, vg, reader.dir_row[rows[index]], stats)
+                lo, hi = _cut(ts, start, end)
+                if hi <= lo:
+                    continue
+                window = ts[lo:hi]
+                for k, position in enumerate(present[index].tolist()):
+                    pieces[position].append((window, block[k, lo:hi]))
+    out: list[tuple[I64, F64]] = []
+    for position, sid in enumerate(sids.tolist()):
+        ts, vals = head.window(sid, start, end)
+        if ts.size:
+            stats.head_samples += ts.size
+            pieces[position].append((ts, vals))
+        parts = pieces[position]
+        if not parts:
+            out.append((np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)))
+        elif len(parts) == 1:
+            window, values = parts[0]
+            # Copies: a result must not alias a cached timestamp column or a decoded block.
+            out.append((window.copy(), values.copy()))
+        else:
+            # Per series, sources never overlap in time; order them by their first sample.
+            parts.sort(key=lambda part: int(part[0][0]))
+            out.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
+    return out
+
+
+def read_range(
+    sids: I64,
+    start: int,
+    end: int,
+    step: int,
+    partials: Partials,
+    segments: list[SegmentInfo],
+    readers: ReaderCache,
+    head: Head,
+    stats: QueryStats,
+) -> None:
+    """Add to `partials` every sample of `sids` in [start, end): directory aggregates where a
+    (series, chunk) lies inside one step, decoded blocks elsewhere, and the head."""
+    n_steps = partials.n_steps
+    for info in segments:
+        reader, nbytes = readers.get(info.path)
+        stats.bytes_read += nbytes
+        for chunk in _chunks(reader, start, end):
+            present, rows = reader.select(chunk, sids)
+            if present.size == 0:
+                continue
+            tmin, tmax = reader.dir_tmin[rows], reader.dir_tmax[rows]
+            first_step = (tmin - start) // step
+            whole = (tmin >= start) & (tmax < end) & (first_step == (tmax - start) // step)
+            if whole.all():
+                stats.chunks_preaggregated += present.size
+                partials.add(
+                    present * n_steps + first_step,
+                    reader.dir_n[rows],
+                    tmin,
+                    tmax,
+                    {name: reader.dir_stats[name][rows] for name in partials.need},
+                )
+                continue
+            if isinstance(rows, slice):
+                rows = np.arange(rows.start, rows.stop, dtype=np.int64)
+            if whole.any():
+                picked = rows[whole]
+                stats.chunks_preaggregated += picked.size
+                partials.add(
+                    present[whole] * n_steps + first_step[whole],
+                    reader.dir_n[picked],
+                    tmin[whole],
+                    tmax[whole],
+                    {name: reader.dir_stats[name][picked] for name in partials.need},
+                )
+            rest = ~whole
+            _decode_by_timestamp_group(reader, present[rest], rows[rest], start, end, step, partials, stats)
+    positions, ts, vals = head.window_many(sids, start, end)
+    stats.head_samples += ts.size
+    partials.add_flat(positions, ts, vals, start, step)

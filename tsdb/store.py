@@ -1,0 +1,666 @@
+"""The Store: a directory holding a label catalog, a write-ahead log and sealed segment files.
+
+Layout of a store directory::
+
+    LOCK                 flock'ed while a Store has the directory open
+    catalog.tsc          labels of every series (tsdb.catalog)
+    wal/<seq>.wal        write-ahead log (tsdb.wal)
+    segments/L<level>_<tmin>_<tmax>_<seq>.tsg   sealed segments (tsdb.segment_format)
+
+Durability: append returns after the batch is written to the WAL (it survives kill -9 from then
+on) and is on disk after the next group-commit fsync (within fsync_interval_ms) or sync(). New
+series reach the catalog file before any WAL record names them, and the catalog is fsynced first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import itertools
+import os
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import structlog
+from numpy.typing import ArrayLike, NDArray
+
+from tsdb import segment_format as fmt
+from tsdb.aggregate import Partials, needs
+from tsdb.catalog import Catalog, Selector
+from tsdb.errors import CorruptSegmentError, InvalidArgumentError, StoreClosedError, StoreLockedError, TsdbError
+from tsdb.head import INT64_MIN, Head, Taken
+from tsdb.manifest import Manifest
+from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
+from tsdb.options import READER_CACHE, Options
+from tsdb.query import read_range, read_raw
+from tsdb.segment_reader import ReaderCache, SegmentReader
+from tsdb.segment_writer import Grouping, SeriesBatch, fsync_dir, write_segment
+from tsdb.wal import Wal, encode_sids
+
+I64 = NDArray[np.int64]
+F64 = NDArray[np.float64]
+
+log = structlog.get_logger("tsdb")
+# Batches of at most this many ids are remembered once validated, up to this many distinct ones.
+_KNOWN_BATCH_MAX = 1024
+_KNOWN_BATCHES = 4096
+# A flush starts a new WAL file once the active one holds this much.
+WAL_ROTATE_BYTES = 1 << 20
+
+
+class Store:
+    """A time-series store in one directory. Use Store.open(); one thread at a time."""
+
+    def __init__(self, path: Path, options: Options, lock_fd: int) -> None:
+        self.path = path
+        self.options = options
+        self._lock_fd = lock_fd
+        self._closed = True
+        self._segment_dir = path / "segments"
+        self._readers = ReaderCache(READER_CACHE)
+        self._recovery = RecoveryReport()
+        self.catalog: Catalog
+        self.head: Head
+        self.manifest: Manifest
+        self._wal: Wal
+        self._seq = 1
+        self._known_batches: dict[bytes, bytes] = {}
+        self._next_cut = INT64_MIN
+
+    # ---- lifecycle ------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        segment_ms: int = 2 * 3_600_000,
+        compacted_segment_ms: int = 24 * 3_600_000,
+        retention_ms: int | None = None,
+        max_bytes: int | None = None,
+        ooo_window_ms: int = 0,
+        fsync_interval_ms: int = 50,
+        zstd_level: int = 1,
+    ) -> Store:
+        """Open (or create) the store at `path`, replaying its write-ahead log into the head.
+
+        segment_ms: window of a sealed L0 segment (aligned to multiples of it).
+        compacted_segment_ms: span compact() merges L0 segments into (capped at 10% of retention).
+        retention_ms / max_bytes: what enforce_retention keeps (None: no limit).
+        ooo_window_ms: how far behind its newest sample a series may still accept a sample (0: none).
+        fsync_interval_ms: group-commit period of the WAL fsync thread (0: fsync in every append).
+        zstd_level: compression level of WAL records and L0 segments.
+        """
+        options = Options(
+            segment_ms=segment_ms,
+            compacted_segment_ms=compacted_segment_ms,
+            retention_ms=retention_ms,
+            max_bytes=max_bytes,
+            ooo_window_ms=ooo_window_ms,
+            fsync_interval_ms=fsync_interval_ms,
+            zstd_level=zstd_level,
+        )
+        root = Path(path)
+        (root / "segments").mkdir(parents=True, exist_ok=True)
+        (root / "wal").mkdir(exist_ok=True)
+        lock_fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StoreLockedError(f"{root} is open in another Store") from None
+        store = cls(root, options, lock_fd)
+        try:
+            store._load()
+        except BaseException:
+            store._abort()
+            raise
+        return store
+
+    def _abort(self) -> None:
+        """Undo a failed open: stop the WAL thread, close files, release the lock."""
+        self._closed = True
+        try:
+            if hasattr(self, "_wal"):
+                self._wal.close()
+            if hasattr(self, "catalog"):
+                self.catalog.close()
+        finally:
+            self._readers.clear()
+            self._release()
+
+    def _load(self) -> None:
+        started = time.perf_counter()
+        for leftover in self._segment_dir.glob(f"*{fmt.TMP_SUFFIX}"):
+            # A segment write that never reached its rename: the data is still in the WAL.
+            leftover.unlink()
+        segments = self._scan_segments()
+        self.manifest = Manifest(segments)
+        self._seq = self.manifest.next_seq()
+        self.catalog, catalog_load = Catalog.open(self.path / "catalog.tsc")
+        self.head = Head(ooo_window_ms=self.options.ooo_window_ms, describe=self.catalog.labels)
+        self.head.ensure_rows(len(self.catalog))
+        self.head.boundary = self._sealed_boundary(segments)
+        files, replay = Wal.replay(self.path / "wal", len(self.catalog))
+        already = 0
+        if replay.batches:
+            already = self.head.load(
+                np.concatenate([b.sids for b in replay.batches]),
+                np.concatenate([b.timestamps for b in replay.batches]),
+                np.concatenate([b.values for b in replay.batches]),
+            )
+        self._wal = Wal(
+            self.path / "wal",
+            files,
+            fsync_interval_ms=self.options.fsync_interval_ms,
+            zstd_level=self.options.zstd_level,
+        )
+        self._closed = False
+        reasons = replay.reasons + ([f"catalog: {catalog_load.reason}"] if catalog_load.reason else [])
+        self._recovery = RecoveryReport(
+            records_replayed=replay.records,
+            samples_replayed=self.head.samples,
+            records_discarded=replay.records_discarded,
+            samples_discarded=replay.samples_discarded,
+            bytes_discarded=replay.bytes_discarded + catalog_load.bytes_discarded,
+            samples_already_sealed=already,
+            catalog_bytes_discarded=catalog_load.bytes_discarded,
+            wal_files=len(files),
+            seconds=time.perf_counter() - started,
+            reason="; ".join(reasons) or None,
+        )
+        event = log.warning if reasons else log.info
+        event(
+            "tsdb_opened",
+            path=str(self.path),
+            segments=len(self.manifest),
+            series=len(self.catalog),
+            records_replayed=replay.records,
+            samples_replayed=self.head.samples,
+            records_discarded=replay.records_discarded,
+            samples_discarded=replay.samples_discarded,
+            bytes_discarded=self._recovery.bytes_discarded,
+            seconds=round(self._recovery.seconds, 4),
+            reason=self._recovery.reason,
+        )
+        self._maybe_flush()
+
+    def _scan_segments(self) -> list[SegmentInfo]:
+        """Segment files on disk, after deleting any that a compacted file supersedes."""
+        found: dict[str, tuple[fmt.SegmentName, Path]] = {}
+        for entry in self._segment_dir.iterdir():
+            name = fmt.parse_name(entry)
+            if name is not None:
+                found[entry.name] = (name, entry)
+        superseded: set[str] = set()
+        for file_name, (name, entry) in found.items():
+            if name.level == 0:
+                continue
+            # Read the sources of a compacted file only if a lower-level file overlaps it.
+            if not any(
+                other.level < name.level and other.tmin >= name.tmin and other.tmax <= name.tmax
+                for other_name, (other, _) in found.items()
+                if other_name != file_name
+            ):
+                continue
+            try:
+                reader = SegmentReader(str(entry))
+            except CorruptSegmentError as exc:
+                # Keep everything: queries that reach the damaged file will raise, but opening must not.
+                log.error("tsdb_corrupt_segment", file=file_name, error=str(exc))
+                continue
+            try:
+                superseded.update(s for s in reader.sources if s in found)
+            finally:
+                reader.close()
+        for file_name in superseded:
+            log.info("tsdb_superseded_segment_removed", file=file_name)
+            found[file_name][1].unlink()
+        if superseded:
+            fsync_dir(self._segment_dir)
+        return [
+            SegmentInfo(str(entry), name.level, name.tmin, name.tmax, name.seq, entry.stat().st_size)
+            for file_name, (name, entry) in found.items()
+            if file_name not in superseded
+        ]
+
+    def _sealed_boundary(self, segments: list[SegmentInfo]) -> int:
+        """The newest `sealed_until` among the segment headers."""
+        boundary = INT64_MIN
+        for info in segments:
+            fd = os.open(info.path, os.O_RDONLY)
+            try:
+                header = os.pread(fd, fmt.HEADER.size, 0)
+            finally:
+                os.close(fd)
+            if len(header) < fmt.HEADER.size or header[:4] != fmt.MAGIC:
+                log.error("tsdb_corrupt_segment", file=Path(info.path).name, error="bad header")
+                continue
+            boundary = max(boundary, fmt.HEADER.unpack(header)[6])
+        return boundary
+
+    def close(self) -> None:
+        """fsync and close everything; the store must not be used afterwards. Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self._wal.close()
+            self.catalog.close()
+        finally:
+            self._readers.clear()
+            self._release()
+        log.info("tsdb_closed", path=str(self.path))
+
+    def _release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)
+            self._lock_fd = -1
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+
+    @property
+    def recovery(self) -> RecoveryReport:
+        """What opening the store replayed from the WAL and what it discarded."""
+        return self._recovery
+
+    # ---- series ---------------------------------------------------------------------------
+
+    def series_id(self, labels: Mapping[str, str]) -> int:
+        """The id of the series with exactly these labels, created in the catalog if new."""
+        return int(self.series_ids([labels])[0])
+
+    def series_ids(self, labels: Iterable[Mapping[str, str]]) -> I64:
+        """Ids of many series at once (one catalog record for all the new ones)."""
+        self._check_open()
+        ids = self.catalog.ids(labels)
+        self.head.ensure_rows(len(self.catalog))
+        return ids
+
+    def labels(self, series_id: int) -> dict[str, str]:
+        """A copy of the labels of a series."""
+        self._check_open()
+        if not 0 <= series_id < len(self.catalog):
+            raise InvalidArgumentError(f"no series with id {series_id}")
+        return dict(self.catalog.labels(series_id))
+
+    def select(self, selector: Selector) -> I64:
+        """Ids of the series matching a selector (see query)."""
+        self._check_open()
+        return self.catalog.select(selector)
+
+    # ---- writing --------------------------------------------------------------------------
+
+    def append(self, sids: ArrayLike, timestamps_ms: ArrayLike, values: ArrayLike) -> int:
+        """Add samples: sids[i] at timestamps_ms[i] (or one timestamp for all) with values[i].
+
+        The batch is checked first and either taken whole or rejected whole (OutOfOrderError,
+        InvalidArgumentError). Returns how many samples were added (a sample repeating a stored
+        time with a bit-identical value is a retry and is not added again). Returns once the batch
+        is written to the WAL; it is durable after the next group-commit fsync or sync().
+        """
+        self._check_open()
+        sid_arr = np.asarray(sids)
+        if sid_arr.dtype != np.int64:
+            if sid_arr.size == 0 and np.asarray(values).size == 0:
+                return 0
+            if sid_arr.dtype.kind not in "iu":
+                raise InvalidArgumentError(f"sids must be integers, got {sid_arr.dtype}")
+            sid_arr = sid_arr.astype(np.int64)
+        if sid_arr.ndim != 1:
+            sid_arr = sid_arr.reshape(-1)
+        vals = np.asarray(values, dtype=np.float64)
+        if vals.ndim != 1:
+            vals = vals.reshape(-1)
+        if vals.size != sid_arr.size:
+            raise InvalidArgumentError(f"{sid_arr.size} sids but {vals.size} values")
+        if sid_arr.size == 0:
+            return 0
+        # The same id sets come back push after push (one per node): remember the ones already
+        # found valid and distinct, with their encoded WAL form.
+        key = sid_arr.tobytes() if sid_arr.size <= _KNOWN_BATCH_MAX else None
+        sid_part = self._known_batches.get(key) if key is not None else None
+        unique: bool | None = True
+        if sid_part is None:
+            if int(sid_arr.min()) < 0 or int(sid_arr.max()) >= len(self.catalog):
+                raise InvalidArgumentError("sids must be ids returned by series_id/series_ids")
+            unique = self.head.unique(sid_arr)
+            if unique and key is not None and len(self._known_batches) < _KNOWN_BATCHES:
+                sid_part = self._known_batches[key] = encode_sids(sid_arr)
+        plan = self.head.check(sid_arr, self._timestamps(timestamps_ms, sid_arr.size), vals, unique=unique)
+        if plan.size == 0:
+            return 0
+        if sid_part is None or plan.sids is not sid_arr:
+            sid_part = encode_sids(plan.sids)
+        # A WAL record may only name series whose catalog entries are already durable.
+        if self.catalog.dirty:
+            self.catalog.sync()
+        self._wal.append(sid_part, plan.size, plan.timestamps, plan.values, plan.max_ts)
+        self.head.apply(plan)
+        if self.head.max_ts >= self._next_cut:
+            try:
+                self._maybe_flush()
+            except (OSError, TsdbError) as exc:
+                # The batch itself is in the WAL and the head: report it as added. Sealing is retried
+                # a quarter window later (and flush() raises the error to whoever calls it).
+                self._next_cut = self.head.max_ts + self.options.segment_ms // 4
+                log.error("tsdb_flush_failed", error=str(exc))
+        return plan.size
+
+    @staticmethod
+    def _timestamps(timestamps_ms: ArrayLike, size: int) -> int | I64:
+        if isinstance(timestamps_ms, int | np.integer) and not isinstance(timestamps_ms, bool):
+            return int(timestamps_ms)
+        ts_arr = np.asarray(timestamps_ms)
+        if ts_arr.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"timestamps_ms must be integers, got {ts_arr.dtype}")
+        if ts_arr.ndim == 0:
+            return int(ts_arr)
+        stamps = ts_arr.astype(np.int64, copy=False).reshape(-1)
+        if stamps.size != size:
+            raise InvalidArgumentError(f"{size} sids but {stamps.size} timestamps")
+        return stamps
+
+    def sync(self) -> None:
+        """fsync the catalog and the WAL now."""
+        self._check_open()
+        self.catalog.sync()
+        self._wal.sync()
+
+    # ---- sealing --------------------------------------------------------------------------
+
+    def _maybe_flush(self) -> None:
+        """Seal windows that ended at least grace_ms before the newest sample."""
+        head = self.head
+        seg = self.options.segment_ms
+        if head.samples and head.max_ts >= (head.oldest // seg + 1) * seg + self.options.grace_ms:
+            self._flush(head.max_ts - self.options.grace_ms, force=False)
+        # The first append reaching this time may complete the oldest window.
+        self._next_cut = (head.oldest // seg + 1) * seg + self.options.grace_ms if head.samples else INT64_MIN
+
+    def flush(self, force: bool = False) -> list[SegmentInfo]:
+        """Seal the head's complete windows into segment files and return the new segments.
+
+        A window is complete once the newest sample is at least half a window past its end (the
+        margin lets slower agents' samples for it still arrive); appends seal those on their own,
+        so this matters after a quiet spell. force=True seals everything: afterwards the head is
+        empty and only samples newer than everything it sealed are accepted.
+        """
+        self._check_open()
+        return self._flush(self.head.max_ts - self.options.grace_ms, force=force)
+
+    def _flush(self, limit: int, *, force: bool) -> list[SegmentInfo]:
+        head = self.head
+        seg = self.options.segment_ms
+        written: list[SegmentInfo] = []
+        while head.samples:
+            window_end = (head.oldest // seg + 1) * seg
+            if window_end > limit:
+                break
+            written += self._seal(head.peek(window_end), window_end, forced=False)
+        if force and head.samples:
+            taken = head.peek(None)
+            sealed_until = max(int(ts[-1]) for ts in taken.timestamps) + 1
+            written += self._seal(taken, sealed_until, forced=True)
+        if written:
+            # Start a new WAL file (once the active one is worth it) so the old ones can go as soon as
+            # they hold only sealed samples; replay skips sealed samples in any file that remains.
+            if force or self._wal.active_size >= WAL_ROTATE_BYTES:
+                self._wal.rotate()
+            self._wal.drop(self._wal.sealed_files(head.boundary, everything=force and not head.samples))
+        self._next_cut = INT64_MIN
+        return written
+
+    def _seal(self, taken: Taken, sealed_until: int, *, forced: bool) -> list[SegmentInfo]:
+        """Write a peeked part of the head as a segment, then drop it from the head."""
+        written = self._write_l0(taken.sids, taken.timestamps, taken.values, sealed_until, forced=forced)
+        self.head.release(taken)
+        return written
+
+    def _write_l0(
+        self, sids: list[int], timestamps: list[I64], values: list[F64], sealed_until: int, *, forced: bool
+    ) -> list[SegmentInfo]:
+        if not sids:
+            return []
+        started = time.perf_counter()
+        info = write_segment(
+            self._segment_dir,
+            SeriesBatch(sids, timestamps, values),
+            seq=self._next_seq(),
+            level=0,
+            grouping=self._grouping(),
+            zstd_level=self.options.zstd_level,
+            chunk_ms=None,
+            sealed_until=sealed_until,
+            forced=forced,
+        )
+        self.manifest.add(info)
+        samples = sum(int(t.size) for t in timestamps)
+        log.debug(
+            "tsdb_segment_written",
+            file=Path(info.path).name,
+            series=len(sids),
+            samples=samples,
+            bytes=info.size,
+            seconds=round(time.perf_counter() - started, 4),
+        )
+        return [info]
+
+    def _next_seq(self) -> int:
+        seq = self._seq
+        self._seq += 1
+        return seq
+
+    def _grouping(self) -> Grouping:
+        return Grouping(partition=self.catalog.partition_key, order=self.catalog.order_key)
+
+    # ---- compaction -----------------------------------------------------------------------
+
+    def compact(self) -> list[SegmentInfo]:
+        """Merge the L0 segments of each complete compaction span into one L1 segment.
+
+        A span is complete when it ends at or before the sealed boundary. The new file is written
+        (and renamed into place) before its inputs are deleted; it lists them, so a crash between
+        the two is finished on the next open. Returns the new segments.
+        """
+        self._check_open()
+        span = self.options.compacted_span_ms
+        if span is None:
+            return []
+        windows: dict[int, list[SegmentInfo]] = {}
+        for info in self.manifest.segments:
+            window = info.tmin // span * span
+            if info.tmax // span * span == window and window + span <= self.head.boundary:
+                windows.setdefault(window, []).append(info)
+        written: list[SegmentInfo] = []
+        for window in sorted(windows):
+            inputs = windows[window]
+            if all(info.level > 0 for info in inputs):
+                continue
+            written.append(self._merge(inputs))
+        return written
+
+    def _merge(self, inputs: list[SegmentInfo]) -> SegmentInfo:
+        started = time.perf_counter()
+        per_series: dict[int, list[tuple[I64, F64]]] = {}
+        sealed_until = INT64_MIN
+        for info in inputs:
+            reader, _ = self._readers.get(info.path)
+            sealed_until = max(sealed_until, reader.sealed_until)
+            order = np.argsort(reader.dir_vg, kind="stable")
+            for rows in np.split(order, np.flatnonzero(np.diff(reader.dir_vg[order])) + 1):
+                vg = int(reader.dir_vg[rows[0]])
+                ts, _ = reader.timestamps(int(reader.vg_ts[vg]))
+                block, _ = reader.values(vg, reader.dir_row[rows])
+                for k, sid in enumerate(reader.dir_sid[rows].tolist()):
+                    per_series.setdefault(sid, []).append((ts, block[k]))
+        sids = sorted(per_series)
+        batch = SeriesBatch(sids, [], [])
+        for sid in sids:
+            parts = sorted(per_series[sid], key=lambda part: int(part[0][0]))
+            batch.timestamps.append(np.concatenate([p[0] for p in parts]))
+            batch.values.append(np.concatenate([p[1] for p in parts]))
+        info = write_segment(
+            self._segment_dir,
+            batch,
+            seq=self._next_seq(),
+            level=1,
+            grouping=self._grouping(),
+            zstd_level=self.options.compact_zstd_level,
+            chunk_ms=self.options.compact_chunk_ms,
+            sealed_until=sealed_until,
+            forced=False,
+            sources=[Path(i.path).name for i in inputs],
+        )
+        self.manifest.add(info)
+        self._delete_segments(inputs)
+        log.info(
+            "tsdb_compacted",
+            file=Path(info.path).name,
+            inputs=len(inputs),
+            bytes_in=sum(i.size for i in inputs),
+            bytes_out=info.size,
+            seconds=round(time.perf_counter() - started, 3),
+        )
+        return info
+
+    def _delete_segments(self, infos: Iterable[SegmentInfo]) -> int:
+        freed = 0
+        paths: set[str] = set()
+        for info in infos:
+            self._readers.evict(info.path)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(info.path)
+                freed += info.size
+            paths.add(info.path)
+        if paths:
+            fsync_dir(self._segment_dir)
+            self.manifest.remove(paths)
+        return freed
+
+    # ---- retention ------------------------------------------------------------------------
+
+    def enforce_retention(self, now_ms: int) -> RetentionReport:
+        """Delete whole files: segments whose newest sample is older than now_ms - retention_ms,
+        WAL files whose samples are all sealed, then (with max_bytes) the oldest segments until
+        every byte of the store (segments, WAL, catalog) fits. No surviving file is touched."""
+        self._check_open()
+        report = RetentionReport()
+        doomed: list[SegmentInfo] = []
+        if self.options.retention_ms is not None:
+            cutoff = int(now_ms) - self.options.retention_ms
+            doomed = [info for info in self.manifest.segments if info.tmax < cutoff]
+        stale_wal = self._wal.sealed_files(self.head.boundary, everything=False)
+        report.deleted_files += [str(f.path) for f in stale_wal]
+        report.wal_files_deleted = len(stale_wal)
+        report.bytes_freed += self._wal.drop(stale_wal)
+        if self.options.max_bytes is not None:
+            total = self._disk_total() - sum(info.size for info in doomed)
+            chosen = {info.path for info in doomed}
+            for info in sorted(self.manifest.segments, key=lambda s: (s.tmax, s.tmin, s.seq)):
+                if total <= self.options.max_bytes:
+                    break
+                if info.path not in chosen:
+                    doomed.append(info)
+                    chosen.add(info.path)
+                    total -= info.size
+        report.deleted_files += [info.path for info in doomed]
+        report.segments_deleted = len(doomed)
+        report.bytes_freed += self._delete_segments(doomed)
+        report.bytes_on_disk = self._disk_total()
+        if report.deleted_files:
+            log.info(
+                "tsdb_retention",
+                segments_deleted=report.segments_deleted,
+                wal_files_deleted=report.wal_files_deleted,
+                bytes_freed=report.bytes_freed,
+                bytes_on_disk=report.bytes_on_disk,
+            )
+        return report
+
+    def disk_usage(self) -> dict[str, int]:
+        """Bytes on disk by kind: segments, wal, catalog, and their total."""
+        self._check_open()
+        segments = sum(info.size for info in self.manifest.segments)
+        wal = sum(entry.stat().st_size for entry in os.scandir(self.path / "wal") if entry.is_file())
+        catalog = self.catalog.size()
+        return {"segments": segments, "wal": wal, "catalog": catalog, "total": segments + wal + catalog}
+
+    def _disk_total(self) -> int:
+        return self.disk_usage()["total"]
+
+    def segments(self) -> tuple[SegmentInfo, ...]:
+        """Every sealed segment, oldest first."""
+        self._check_open()
+        return self.manifest.segments
+
+    # ---- reading --------------------------------------------------------------------------
+
+    @staticmethod
+    def _window(start_ms: Any, end_ms: Any) -> tuple[int, int]:
+        for name, value in (("start_ms", start_ms), ("end_ms", end_ms)):
+            if isinstance(value, bool) or not isinstance(value, int | np.integer):
+                raise InvalidArgumentError(f"{name} must be an int (ms since the epoch), got {value!r}")
+        start, end = int(start_ms), int(end_ms)
+        if end <= start:
+            raise InvalidArgumentError(f"empty window: end_ms {end} <= start_ms {start}")
+        return start, end
+
+    def _stats(self, segments: list[SegmentInfo]) -> QueryStats:
+        total = len(self.manifest)
+        return QueryStats(segments_total=total, segments_opened=len(segments), segments_skipped=total - len(segments))
+
+    def query(self, selector: Selector, start_ms: int, end_ms: int) -> QueryResult:
+        """Raw samples in [start_ms, end_ms) of every series matching `selector`.
+
+        selector maps a label to a value (exact match) or a collection of values (any of them);
+        labels not named match anything; {} selects every series.
+        """
+        self._check_open()
+        start, end = self._window(start_ms, end_ms)
+        sids = self.catalog.select(selector)
+        segments = self.manifest.overlapping(start, end) if sids.size else []
+        stats = self._stats(segments)
+        data = read_raw(sids, start, end, segments, self._readers, self.head, stats)
+        labels = self.catalog.labels
+        pairs = zip(sids.tolist(), data, strict=True)
+        series = [Series(labels(sid), sid, ts, vals) for sid, (ts, vals) in pairs if ts.size]
+        return QueryResult(series, stats)
+
+    def query_range(self, selector: Selector, start_ms: int, end_ms: int, step_ms: int, agg: str) -> RangeResult:
+        """One aggregate per step of every series matching `selector` (see tsdb.aggregate).
+
+        Steps start at start_ms, start_ms + step_ms, ...; the last one is cut at end_ms.
+        """
+        self._check_open()
+        start, end = self._window(start_ms, end_ms)
+        if isinstance(step_ms, bool) or not isinstance(step_ms, int | np.integer) or step_ms <= 0:
+            raise InvalidArgumentError(f"step_ms must be a positive int, got {step_ms!r}")
+        step = int(step_ms)
+        partials = Partials(-(-(end - start) // step), needs(agg))
+        sids = self.catalog.select(selector)
+        segments = self.manifest.overlapping(start, end) if sids.size else []
+        stats = self._stats(segments)
+        read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
+        values, present = partials.combine(sids.size, agg)
+        # Every series shares one read-only array of step starts.
+        starts = start + step * np.arange(partials.n_steps, dtype=np.int64)
+        starts.setflags(write=False)
+        kept = sids[present].tolist()
+        rows = list(values[present]) if not present.all() else list(values)
+        series = list(map(Series, self.catalog.labels_of(kept), kept, itertools.repeat(starts), rows))
+        return RangeResult(series, stats, step, agg)
