@@ -1,8 +1,8 @@
 """Per-GPU union of a month of usage intervals: the DuckDB engine against the pure-Python
 reference and a numpy baseline, on the same data in the same run.
 
-    uv run python bench/accounting.py [--intervals 10000000 | --quick] [--variants] [--skip-python]
-    uv run python bench/accounting.py --invoice [--events 1000000]
+    uv run python bench/accounting.py [--intervals 10000000 | --quick] [--variants] [--rounds 2]
+    uv run python bench/accounting.py --invoice [--events 1000000 | --quick]
 
 The data (bench/_intervals_numpy.py) is a 10,000-GPU fleet over 30 days, seeded: base usage
 plus ~5% overlapping re-reports and ~2% exact duplicate rows, in log order. Each method runs in
@@ -14,7 +14,13 @@ method's per-GPU totals must equal the numpy baseline's exactly.
 
 Goal (issue #4): the engine's union >= 5x faster than the pure-Python reference and within 2x
 of numpy. ``--variants`` also times alternative DuckDB SQL formulations, to choose from.
-Machines here are shared 2-core VMs: compare the ratios, not the seconds.
+Machines here are shared 2-core VMs: compare the ratios, not the seconds. Each figure is the
+least over ``--rounds`` interleaved runs (the pure-Python reference runs in the first only), and
+CPU seconds are printed next to wall seconds: DuckDB uses both cores, the others use one.
+
+``--invoice`` times ``accounting.invoice.compute_invoices`` (events -> invoices) with each
+engine, each in its own process, on a seeded log from bench/_usage_events.py, and checks that
+both give the same invoices, reconciliation and anomalies.
 """
 
 from __future__ import annotations
@@ -442,7 +448,7 @@ def _agreement(result: Result, truth: Result) -> str:
 def _print_table(results: list[Result], truth: Result) -> None:
     header = (
         f"| {'method':<26} | runs | load s | union s | union CPU s | load+union s | credit s "
-        f"| RSS growth MiB | {'union total s':>20} | agrees with numpy |"
+        f"| RSS growth MiB | {'union total s':>21} | agrees with numpy |"
     )
     print(header)
     print("|" + "|".join("-" * (len(cell) + 0) for cell in header.split("|")[1:-1]) + "|")
@@ -453,7 +459,7 @@ def _print_table(results: list[Result], truth: Result) -> None:
         print(
             f"| {r.method:<26} | {r.rounds:>4} | {r.load.wall_s:>6.2f} | {r.union.wall_s:>7.2f} "
             f"| {r.union.cpu_s:>11.2f} | {r.load_union_s:>12.2f} | {credit} | {r.rss_growth_mib:>14,.0f} "
-            f"| {total_s:>20} | {_agreement(r, truth):<17} |"
+            f"| {total_s:>21} | {_agreement(r, truth):<17} |"
         )
 
 
@@ -634,12 +640,11 @@ def _invoice_main(events: int, gpus: int) -> None:
         f"{duck.currency}; anomalies: {dict(sorted(kinds.items()))}"
     )
     print("memory: growth of ru_maxrss in each engine's own process over its state after generating the log")
-    header = f"{'engine':<12}{'events -> invoices s':>22}{'of which to Arrow s':>21}{'RSS growth MiB':>16}"
-    print(header)
-    print("-" * len(header))
+    print("| engine    | events -> invoices s | of which events -> Arrow s | RSS growth MiB |")
+    print("|-----------|----------------------|----------------------------|----------------|")
     for engine, f in figures.items():
-        arrow = f"{f['arrow_s']:>21.2f}" if engine == "duckdb" else f"{'-':>21}"
-        print(f"{engine:<12}{f['total_s']:>22.2f}{arrow}{f['rss_growth_kib'] / 1024:>16,.0f}")
+        arrow = f"{f['arrow_s']:>26.2f}" if engine == "duckdb" else f"{'-':>26}"
+        print(f"| {engine:<9} | {f['total_s']:>20.2f} | {arrow} | {f['rss_growth_kib'] / 1024:>14,.0f} |")
     print(f"reference / duckdb: {figures['reference']['total_s'] / figures['duckdb']['total_s']:.1f}x")
     same_anomalies = sorted(map(repr, duck.anomalies)) == sorted(map(repr, ref.anomalies))
     print(

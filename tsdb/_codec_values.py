@@ -25,6 +25,7 @@ parameters (in row order), then the packed payloads of the non-CONST rows groupe
 
 from __future__ import annotations
 
+import functools
 import struct
 from collections.abc import Sequence
 from typing import Final
@@ -48,6 +49,7 @@ from tsdb._codec_common import (
     pack,
     unpack,
     width_codes,
+    width_dtype,
 )
 from tsdb._codec_decimal import MAX_DECIMALS, POW10, choose_orders, decimal_scales
 
@@ -202,6 +204,13 @@ def encode_values(block: F64, *, level: int = 1) -> bytes:
     return _HEADER.pack(_VERSION, rows, n) + bytes(descriptors) + frame
 
 
+def _row_bytes(descriptor: int, n: int) -> int:
+    """Payload bytes of one row of a valid non-CONST descriptor."""
+    if descriptor & 3 == XOR:
+        return 8 * n
+    return WIDTHS[(descriptor >> 4) & 7] * (n - ((descriptor >> 2) & 3))
+
+
 class _Layout:
     """A value blob's header, descriptors and the derived offsets, parsed in plain Python (blocks have few
     rows, and small numpy calls cost more than the loop)."""
@@ -214,6 +223,7 @@ class _Layout:
         "param_offsets",
         "params_count",
         "patched",
+        "payload_offsets",
         "payload_size",
         "rows",
     )
@@ -251,6 +261,15 @@ class _Layout:
         self.params_count = params
         self.payload_size = payload
         self.patched = [row for row in range(rows) if self.descriptors[2 * row] & 3 == PATCHED]
+        # Where each non-CONST row's payload starts inside the frame (groups by ascending descriptor,
+        # rows ascending inside a group), so one row can be read without walking the others.
+        self.payload_offsets = [-1] * rows
+        offset = 8 * params
+        for descriptor in sorted(self.groups):
+            size = _row_bytes(descriptor, n)
+            for row in self.groups[descriptor]:
+                self.payload_offsets[row] = offset
+                offset += size
 
     def kinds(self) -> list[tuple[int, int]]:
         """(kind, decimals) per row."""
@@ -259,25 +278,17 @@ class _Layout:
 
 def _decode(blob: bytes | memoryview, wanted: list[int] | None) -> F64:
     """Decode every row (wanted is None) or the distinct rows in `wanted`, in that order."""
-    layout = _Layout(blob)
+    layout = _layout_of(blob)
     n = layout.n
     selected = range(layout.rows) if wanted is None else wanted
     position = dict(zip(selected, range(len(selected)), strict=True))
     out = np.empty((len(selected), n), dtype=np.float64)
     params_size = 8 * layout.params_count
     expected = params_size + layout.payload_size
-    frame = memoryview(blob)[layout.frame_offset :]
+    content = _frame_content(blob, layout)
     if expected == 0:
-        if len(frame):
-            raise CorruptBlobError("value blob carries bytes after an empty block")
         return out
-    if layout.patched:
-        # The exceptions section's size is only known from inside it: at most 12 bytes a value.
-        content = decompress(frame, expected + len(layout.patched) * (4 + 12 * n), at_most=True)
-        patches = _read_exceptions(content, expected, layout.patched, n)
-    else:
-        content = decompress(frame, expected)
-        patches = None
+    patches = _read_exceptions(content, expected, layout.patched, n) if layout.patched else None
     # Few parameters per block: plain ints are cheaper to pick from than numpy scalars.
     params = struct.unpack_from(f"<{layout.params_count}Q", content)
     out_bits = out.view(np.uint64)
@@ -343,6 +354,107 @@ def _read_exceptions(content: bytes, offset: int, rows: list[int], n: int) -> tu
     return np.repeat(np.array(rows, dtype=np.intp), counts), where, values
 
 
+@functools.lru_cache(maxsize=1024)
+def _cached_layout(header: bytes) -> _Layout:
+    """The layout of a blob header: blocks of one field share a handful of descriptor patterns, so
+    parsing each pattern once saves the per-row Python loop on every read."""
+    return _Layout(header)
+
+
+def _layout_of(blob: bytes | memoryview) -> _Layout:
+    """The parsed header of a value blob (cached by its header bytes)."""
+    if len(blob) < _HEADER.size:
+        raise CorruptBlobError(f"value blob shorter than its {_HEADER.size}-byte header")
+    rows = _HEADER.unpack_from(blob)[1]
+    header_size = _HEADER.size + 2 * rows
+    if len(blob) < header_size:
+        raise CorruptBlobError(f"value blob too short for {rows} row descriptors")
+    return _cached_layout(bytes(blob[:header_size]))
+
+
+def _frame_content(blob: bytes | memoryview, layout: _Layout) -> bytes:
+    """The decompressed frame of a blob (exceptions section included)."""
+    expected = 8 * layout.params_count + layout.payload_size
+    frame = memoryview(blob)[layout.frame_offset :]
+    if expected == 0:
+        if len(frame):
+            raise CorruptBlobError("value blob carries bytes after an empty block")
+        return b""
+    if layout.patched:
+        # The exceptions section's size is only known from inside it: at most 12 bytes a value.
+        return decompress(frame, expected + len(layout.patched) * (4 + 12 * layout.n), at_most=True)
+    return decompress(frame, expected)
+
+
+def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: int | None = None) -> F64:
+    """Values start..stop (positions in the block, stop exclusive; None: to the end) of one row.
+
+    The narrow read's path: the frame is decompressed whole (it is small), then only this row's bytes
+    are rebuilt, and only up to `stop` (difference orders 1-2 need the prefix; order 0 and CONST rows
+    need nothing before `start`). Bit-identical to decode_values(blob)[row, start:stop].
+    """
+    layout = _layout_of(blob)
+    n = layout.n
+    if isinstance(row, bool) or not isinstance(row, int | np.integer) or not 0 <= row < layout.rows:
+        raise CodecInputError(f"row {row!r} out of range for a block of {layout.rows} rows")
+    stop = n if stop is None else stop
+    if not 0 <= start <= stop <= n:
+        raise CodecInputError(f"positions [{start}, {stop}) out of range for rows of {n} values")
+    content = _frame_content(blob, layout)
+    row = int(row)
+    descriptor, k = layout.descriptors[2 * row], layout.descriptors[2 * row + 1]
+    kind = descriptor & 3
+    base = layout.param_offsets[row]
+    out = np.empty(stop - start, dtype=np.float64)
+    if kind == CONST:
+        out.view(np.uint64).fill(struct.unpack_from("<Q", content, 8 * base)[0])
+        return out
+    offset = layout.payload_offsets[row]
+    if kind == XOR:
+        # Byte planes of the XORed bits: rejoin the first `stop` values, then undo the XOR chain.
+        planes = np.frombuffer(content, dtype=np.uint8, count=8 * n, offset=offset).reshape(8, n)
+        joined = np.empty(stop, dtype=_LE_U64)
+        joined.view(np.uint8).reshape(stop, 8)[...] = planes[:, :stop].T
+        out.view(np.uint64)[...] = np.bitwise_xor.accumulate(joined)[start:]
+        return out
+    order, code, shuffle = (descriptor >> 2) & 3, (descriptor >> 4) & 7, descriptor & _SHUFFLE
+    width = WIDTHS[code]
+    length = n - order
+    params = struct.unpack_from(f"<{order + 1}Q", content, 8 * base)
+    # Order 0 needs residuals start..stop only; higher orders integrate from the first value.
+    first = start if order == 0 else 0
+    upto = max(stop - order, first) if order else stop
+    count = upto - first
+    if width == 0:
+        residual: NDArray[np.unsignedinteger] = np.zeros(count, dtype=np.uint64)
+    elif not shuffle:
+        dtype = width_dtype(width)
+        residual = np.frombuffer(content, dtype=dtype, count=count, offset=offset + width * first)
+    else:
+        planes = np.frombuffer(content, dtype=np.uint8, count=width * length, offset=offset).reshape(width, length)
+        residual = np.empty(count, dtype=width_dtype(width))
+        residual.view(np.uint8).reshape(count, width)[...] = planes[:, first:upto].T
+    if order == 0:
+        ints = residual + np.uint64(params[0])
+    else:
+        # The same wrapping uint64 sums as integrate(): prefix sums of a prefix are exact.
+        ints = np.empty(max(stop, order), dtype=np.uint64)
+        np.add(residual, np.uint64(params[order]), out=ints[order:], casting="unsafe")
+        for stage in range(order - 1, -1, -1):
+            ints[stage] = params[stage]
+            tail = ints[stage:]
+            np.cumsum(tail, out=tail)
+        ints = ints[start:stop]
+    np.copyto(out, ints.view(np.int64), casting="unsafe")
+    if k:
+        out /= POW10[k]
+    if kind == PATCHED:
+        rows_of, where, values = _read_exceptions(content, 8 * layout.params_count + layout.payload_size, layout.patched, n)
+        mine = (rows_of == row) & (where >= start) & (where < stop)
+        out.view(np.uint64)[where[mine] - start] = values[mine]
+    return out
+
+
 def decode_values(blob: bytes | memoryview) -> F64:
     """Decode a blob from encode_values into a fresh (rows, n) float64 array."""
     return _decode(blob, None)
@@ -371,4 +483,4 @@ def decode_value_rows(blob: bytes | memoryview, rows: Sequence[int] | NDArray[np
 
 def row_kinds(blob: bytes | memoryview) -> list[tuple[int, int]]:
     """Per row of a value blob, (kind, decimals) from its header alone: kind is CONST, DECIMAL or XOR."""
-    return _Layout(blob).kinds()
+    return _layout_of(blob).kinds()

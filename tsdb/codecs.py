@@ -5,9 +5,10 @@ subnormals included); every function is vectorised with numpy, with no per-sampl
 
 - encode_timestamps / decode_timestamps / timestamps_header: an int64 millisecond column; a constant
   stride costs a 21-byte header and nothing else.
-- encode_values / decode_values / decode_value_rows: a (rows, n) float64 block (typically one field
+- encode_values / decode_values / decode_value_rows / decode_value_row: a (rows, n) float64 block (typically one field
   across a node's 8 GPUs) in one zstd frame, each row coded CONST, DECIMAL(k), PATCHED (decimal but for
-  rare NaN/inf/-0.0 values, kept as exceptions) or XOR, whichever fits.
+  rare NaN/inf/-0.0 values, kept as exceptions) or XOR, whichever fits. decode_value_row rebuilds a
+  slice of one row only (the narrow query's path).
 
 The formats are described in tsdb/_codec_timestamps.py and tsdb/_codec_values.py.
 """
@@ -16,7 +17,17 @@ from __future__ import annotations
 
 from tsdb._codec_common import CodecError, CodecInputError, CorruptBlobError
 from tsdb._codec_timestamps import TimestampsInfo, decode_timestamps, encode_timestamps, timestamps_header
-from tsdb._codec_values import CONST, DECIMAL, PATCHED, XOR, decode_value_rows, decode_values, encode_values, row_kinds
+from tsdb._codec_values import (
+    CONST,
+    DECIMAL,
+    PATCHED,
+    XOR,
+    decode_value_row,
+    decode_value_rows,
+    decode_values,
+    encode_values,
+    row_kinds,
+)
 
 __all__ = [
     "CONST",
@@ -28,6 +39,7 @@ __all__ = [
     "CorruptBlobError",
     "TimestampsInfo",
     "decode_timestamps",
+    "decode_value_row",
     "decode_value_rows",
     "decode_values",
     "encode_timestamps",

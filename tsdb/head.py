@@ -33,6 +33,8 @@ F64 = NDArray[np.float64]
 INT64_MAX: Final = np.iinfo(np.int64).max
 INT64_MIN: Final = np.iinfo(np.int64).min
 _INITIAL_CAPACITY: Final = 256
+# At most this many fast batches are tracked at once (see Head.fast_batch).
+_MAX_FAST_BATCHES: Final = 4096
 
 
 @dataclass(slots=True)
@@ -54,6 +56,24 @@ class Plan:
 
     def __post_init__(self) -> None:
         self.size = int(self.sids.size)
+
+
+@dataclass(slots=True, eq=False)
+class FastBatch:
+    """A set of distinct series ids that keeps coming back together (one node's push), with what the
+    head knows about them while it holds them: every one has `pos` samples, none is newer than `last`.
+
+    That knowledge is valid while `version` equals the head's: anything else that changes these
+    series (another path, a flush) moves the head's version on, and the next push claims it again.
+    """
+
+    sids: I64
+    # The same ids as a slice when they are consecutive: writes become strided copies, not gathers.
+    run: slice | None
+    ident: int
+    pos: int = 0
+    last: int = INT64_MIN
+    version: int = -1
 
 
 @dataclass(slots=True)
@@ -84,13 +104,17 @@ class Head:
         # Newest time per series, in the head or sealed; INT64_MIN when it never had a sample.
         self.newest = np.zeros(0, dtype=np.int64)
         self._mark = np.zeros(0, dtype=np.int64)
+        # Fast batches: which one owns each series (-1: none), the batches by ident, and the version
+        # that moves on with every change made some other way.
+        self._owner = np.zeros(0, dtype=np.int64)
+        self._batches: dict[int, FastBatch] = {}
+        self._version = 0
+        self._next_ident = 0
         # Every sample older than `boundary` is sealed, for every series.
         self.boundary = INT64_MIN
         self.oldest = INT64_MAX
         self.max_ts = INT64_MIN
         self.samples = 0
-        # The largest count (samples in the fullest row): the buffers grow when it reaches capacity.
-        self.fill = 0
 
     # ---- capacity -------------------------------------------------------------------------
 
@@ -107,6 +131,7 @@ class Head:
         self.count = np.concatenate([self.count, np.zeros(extra, dtype=np.int64)])
         self.newest = np.concatenate([self.newest, np.full(extra, INT64_MIN, dtype=np.int64)])
         self._mark = np.concatenate([self._mark, np.full(extra, -1, dtype=np.int64)])
+        self._owner = np.concatenate([self._owner, np.full(extra, -1, dtype=np.int64)])
 
     def _ensure_capacity(self, needed: int) -> None:
         cap = self.ts.shape[1]
@@ -221,12 +246,72 @@ class Head:
             ooo[i] = ti >= int(newest[i]) - self.ooo_window_ms and ti >= self.boundary
         return dup, ooo
 
+    # ---- fast batches ---------------------------------------------------------------------
+
+    def fast_batch(self, sids: I64) -> FastBatch:
+        """A FastBatch for distinct, valid ids (the caller has checked both)."""
+        first = int(sids[0]) if sids.size else 0
+        consecutive = sids.size > 0 and int(sids[-1]) - first == sids.size - 1 and bool((np.diff(sids) == 1).all())
+        self._next_ident += 1
+        ident = self._next_ident
+        return FastBatch(sids.copy(), slice(first, first + sids.size) if consecutive else None, ident)
+
+    def fast_ready(self, batch: FastBatch, t: int) -> bool:
+        """Whether one sample per series of `batch` at time t can be appended by fast_apply: t is
+        newer than every one of them and not behind the sealed boundary (otherwise use check)."""
+        if batch.version != self._version and not self._claim(batch):
+            return False
+        return t > batch.last and t >= self.boundary
+
+    def _claim(self, batch: FastBatch) -> bool:
+        """Take ownership of the batch's series if they hold equally many samples; other batches that
+        owned some of them lose their knowledge (their next push claims again)."""
+        sids = batch.sids
+        counts = self.count[sids]
+        pos = int(counts[0]) if counts.size else 0
+        if not bool((counts == pos).all()):
+            return False
+        if batch.ident not in self._batches:
+            if len(self._batches) >= _MAX_FAST_BATCHES:
+                # Too many id sets in play: every other batch forgets what it knew and claims again.
+                self._batches.clear()
+                self._owner.fill(-1)
+                self._version += 1
+            self._batches[batch.ident] = batch
+        for other in set(self._owner[sids].tolist()) - {-1, batch.ident}:
+            if (loser := self._batches.get(other)) is not None:
+                loser.version = -1
+        self._owner[sids] = batch.ident
+        batch.pos = pos
+        batch.last = int(self.newest[sids].max(initial=INT64_MIN))
+        batch.version = self._version
+        return True
+
+    def fast_apply(self, batch: FastBatch, t: int, values: F64) -> None:
+        """Append one sample per series at time t (after fast_ready said yes)."""
+        pos = batch.pos
+        if pos >= self.ts.shape[1]:
+            self._ensure_capacity(pos + 1)
+        index = batch.run if batch.run is not None else batch.sids
+        self.ts[index, pos] = t
+        self.vals[index, pos] = values
+        self.count[index] = pos + 1
+        self.newest[index] = t
+        batch.pos = pos + 1
+        batch.last = t
+        self.samples += batch.sids.size
+        if t < self.oldest:
+            self.oldest = t
+        if t > self.max_ts:
+            self.max_ts = t
+
     # ---- applying -------------------------------------------------------------------------
 
     def apply(self, plan: Plan) -> None:
         """Insert a checked plan's samples."""
         if plan.size == 0:
             return
+        self._version += 1
         if isinstance(plan.timestamps, int):
             self._append_fast(plan.sids, plan.timestamps, plan.values)
         else:
@@ -244,14 +329,17 @@ class Head:
 
     def _append_fast(self, sids: I64, t: int, values: F64) -> None:
         pos = self.count[sids]
-        top = int(pos.max()) + 1
-        if top > self.fill:
-            self.fill = top
-            if top > self.ts.shape[1]:
-                self._ensure_capacity(top)
-        self.ts[sids, pos] = t
-        self.vals[sids, pos] = values
-        self.count[sids] = pos + 1
+        try:
+            self.ts[sids, pos] = t
+            self.vals[sids, pos] = values
+        except IndexError:
+            # A row is full: grow, then write again (rewriting the same cells is harmless). Cheaper
+            # than checking the largest position on every push.
+            self._ensure_capacity(int(pos.max()) + 1)
+            self.ts[sids, pos] = t
+            self.vals[sids, pos] = values
+        pos += 1
+        self.count[sids] = pos
         self.newest[sids] = t
 
     def _append_sorted(self, s: I64, t: I64, v: F64) -> None:
@@ -264,9 +352,7 @@ class Head:
         rank = np.arange(s.size) - starts[run]
         unique = s[starts]
         pos = self.count[s] + rank
-        top = int(pos.max()) + 1
-        self._ensure_capacity(top)
-        self.fill = max(self.fill, top)
+        self._ensure_capacity(int(pos.max()) + 1)
         self.ts[s, pos] = t
         self.vals[s, pos] = v
         self.count[unique] += lengths
@@ -281,10 +367,10 @@ class Head:
         row_v[j + 1 : n + 1] = row_v[j:n].copy()
         row_t[j], row_v[j] = t, value
         self.count[sid] = n + 1
-        self.fill = max(self.fill, n + 1)
 
     def load(self, sids: I64, ts: I64, values: F64) -> int:
         """Insert replayed WAL samples (accepted once already); returns how many were already sealed."""
+        self._version += 1
         self.ensure_rows(int(sids.max(initial=-1)) + 1)
         sealed = ts < self.boundary
         skipped = int(sealed.sum())
@@ -352,6 +438,7 @@ class Head:
 
     def release(self, taken: Taken) -> None:
         """Drop the samples of a peek() that are now sealed, and move the sealed boundary past them."""
+        self._version += 1
         for sid, ts in zip(taken.sids, taken.timestamps, strict=True):
             k, n = ts.size, int(self.count[sid])
             rest = n - k
@@ -366,6 +453,5 @@ class Head:
             # Everything is sealed now: later samples must be newer than all of it.
             end = max((int(ts[-1]) for ts in taken.timestamps), default=self.boundary - 1) + 1
         self.boundary = max(self.boundary, end)
-        self.fill = int(self.count.max(initial=0))
         nonempty = self.count > 0
         self.oldest = int(self.ts[nonempty, 0].min()) if nonempty.any() else INT64_MAX

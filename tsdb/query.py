@@ -94,7 +94,8 @@ def _read_one(
     sid: int, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
 ) -> tuple[I64, F64]:
     """read_raw for one series: the narrow query, kept to as few numpy calls as it can be."""
-    pieces: list[tuple[I64, F64]] = []
+    ts_parts: list[I64] = []
+    value_parts: list[F64] = []
     for info in segments:
         reader, nbytes = readers.get(info.path)
         stats.bytes_read += nbytes
@@ -104,24 +105,26 @@ def _read_one(
             row = reader.row_of(chunk, sid)
             if row < 0:
                 continue
-            ts, values, nbytes = reader.series(row)
+            ts, values, nbytes = reader.series_window(row, start, end)
             stats.bytes_read += nbytes
-            stats.samples_decoded += values.size
-            stats.chunks_decoded += 1
-            lo, hi = _cut(ts, start, end)
-            if hi > lo:
-                pieces.append((ts[lo:hi], values[lo:hi]))
+            if values.size:
+                stats.samples_decoded += values.size
+                stats.chunks_decoded += 1
+                ts_parts.append(ts)
+                value_parts.append(values)
     ts, values = head.window(sid, start, end)
     if ts.size:
         stats.head_samples += ts.size
-        pieces.append((ts, values))
-    if len(pieces) == 1:
-        window, values = pieces[0]
-        return window.copy(), values.copy()
-    if not pieces:
+        ts_parts.append(ts)
+        value_parts.append(values)
+    if len(ts_parts) == 1:
+        # The values are fresh; the timestamps may be a view of a cached column, so copy them.
+        return ts_parts[0].copy(), value_parts[0]
+    if not ts_parts:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    pieces.sort(key=lambda part: int(part[0][0]))
-    return np.concatenate([p[0] for p in pieces]), np.concatenate([p[1] for p in pieces])
+    # Segments come oldest first and the head is newest, but L0 and L1 files may interleave.
+    order = sorted(range(len(ts_parts)), key=lambda i: int(ts_parts[i][0]))
+    return np.concatenate([ts_parts[i] for i in order]), np.concatenate([value_parts[i] for i in order])
 
 
 def read_raw(

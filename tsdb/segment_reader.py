@@ -5,6 +5,7 @@ from __future__ import annotations
 import mmap
 import os
 import zlib
+from bisect import bisect_left
 from collections import OrderedDict
 from typing import Final
 
@@ -102,6 +103,9 @@ class SegmentReader:
         )
         self._vg_blob = list(zip(*(self.vg_table[k].tolist() for k in ("off", "len", "crc")), strict=True))
         self._vg_ts: list[int] = self.vg_ts.tolist()
+        self._dir_sid: list[int] = self.dir_sid.tolist()
+        self._dir_vg: list[int] = self.dir_vg.tolist()
+        self._dir_row: list[int] = self.dir_row.tolist()
         self._ts_blob = list(zip(*(self.ts_table[k].tolist() for k in ("off", "len", "crc")), strict=True))
         self.bytes_read = fmt.HEADER.size + fmt.FOOTER.size + meta_len
 
@@ -139,16 +143,26 @@ class SegmentReader:
     def row_of(self, chunk: int, sid: int) -> int:
         """The directory row of one series in `chunk`, or -1."""
         _, _, start, count = self.chunk_bounds[chunk]
-        column = self.dir_sid[start : start + count]
-        at = int(column.searchsorted(sid))
-        return start + at if at < count and int(column[at]) == sid else -1
+        at = bisect_left(self._dir_sid, sid, start, start + count)
+        return at if at < start + count and self._dir_sid[at] == sid else -1
 
-    def series(self, row: int) -> tuple[I64, F64, int]:
-        """Timestamps and values of one directory row, and the blob bytes read."""
-        vg = int(self.dir_vg[row])
-        ts, ts_bytes = self.timestamps(self._vg_ts[vg])
-        block, nbytes = self.values(vg, self.dir_row[row : row + 1])
-        return ts, block[0], ts_bytes + nbytes
+    def series_window(self, row: int, start: int, end: int) -> tuple[I64, F64, int]:
+        """One directory row's samples in [start, end): timestamps (a view of the cached column),
+        values (a fresh array, only that slice rebuilt), and the blob bytes read."""
+        vg = self._dir_vg[row]
+        ts, nbytes = self.timestamps(self._vg_ts[vg])
+        n = ts.size
+        lo = 0 if n == 0 or ts[0] >= start else int(ts.searchsorted(start))
+        hi = n if n == 0 or ts[n - 1] < end else int(ts.searchsorted(end))
+        if hi <= lo:
+            return ts[:0], np.empty(0, dtype=np.float64), nbytes
+        off, length, crc = self._vg_blob[vg]
+        blob = self._blob(off, length, crc)
+        try:
+            values = codecs.decode_value_row(blob, self._dir_row[row], lo, hi)
+        except codecs.CodecError as exc:
+            raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
+        return ts[lo:hi], values, nbytes + length
 
     def select(self, chunk: int, sids: I64) -> tuple[I64, I64 | slice]:
         """Like rows(), but when the chunk holds exactly `sids` (a query over every series) the rows

@@ -20,6 +20,7 @@ import itertools
 import os
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -32,7 +33,7 @@ from tsdb import segment_format as fmt
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, Selector
 from tsdb.errors import CorruptSegmentError, InvalidArgumentError, StoreClosedError, StoreLockedError, TsdbError
-from tsdb.head import INT64_MIN, Head, Taken
+from tsdb.head import INT64_MIN, FastBatch, Head, Taken
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
@@ -52,6 +53,14 @@ _KNOWN_BATCHES = 4096
 WAL_ROTATE_BYTES = 1 << 20
 
 
+@dataclass(slots=True, frozen=True)
+class _KnownBatch:
+    """An id array already found valid and distinct: its WAL form and the head's fast-path handle."""
+
+    sid_part: bytes
+    fast: FastBatch
+
+
 class Store:
     """A time-series store in one directory. Use Store.open(); one thread at a time."""
 
@@ -68,7 +77,7 @@ class Store:
         self.manifest: Manifest
         self._wal: Wal
         self._seq = 1
-        self._known_batches: dict[bytes, bytes] = {}
+        self._known_batches: dict[bytes, _KnownBatch] = {}
         self._next_cut = INT64_MIN
 
     # ---- lifecycle ------------------------------------------------------------------------
@@ -93,7 +102,7 @@ class Store:
         retention_ms / max_bytes: what enforce_retention keeps (None: no limit).
         ooo_window_ms: how far behind its newest sample a series may still accept a sample (0: none).
         fsync_interval_ms: group-commit period of the WAL fsync thread (0: fsync in every append).
-        zstd_level: compression level of WAL records and L0 segments.
+        zstd_level: compression level of L0 segments (WAL records use wal.WAL_ZSTD_LEVEL).
         """
         options = Options(
             segment_ms=segment_ms,
@@ -157,7 +166,6 @@ class Store:
             self.path / "wal",
             files,
             fsync_interval_ms=self.options.fsync_interval_ms,
-            zstd_level=self.options.zstd_level,
         )
         self._closed = False
         reasons = replay.reasons + ([f"catalog: {catalog_load.reason}"] if catalog_load.reason else [])
@@ -313,7 +321,35 @@ class Store:
         time with a bit-identical value is a retry and is not added again). Returns once the batch
         is written to the WAL; it is durable after the next group-commit fsync or sync().
         """
-        self._check_open()
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        # The agent's push: the id array of a node seen before, one timestamp, each series newer
+        # than its newest sample. It skips every check already made for these ids.
+        if (
+            type(sids) is np.ndarray
+            and isinstance(timestamps_ms, int | np.integer)
+            and not isinstance(timestamps_ms, bool)
+            and sids.dtype == np.int64
+            and sids.ndim == 1
+            and sids.size <= _KNOWN_BATCH_MAX
+        ):
+            known = self._known_batches.get(sids.tobytes())
+            if known is not None:
+                t = int(timestamps_ms)
+                vals = np.asarray(values, dtype=np.float64)
+                if vals.shape == sids.shape and self.head.fast_ready(known.fast, t):
+                    n = sids.size
+                    if self.catalog.dirty:
+                        self.catalog.sync()
+                    self._wal.append(known.sid_part, n, t, vals, t)
+                    self.head.fast_apply(known.fast, t, vals)
+                    if t >= self._next_cut:
+                        self._cut_after_append()
+                    return n
+        return self._append_checked(sids, timestamps_ms, values)
+
+    def _append_checked(self, sids: ArrayLike, timestamps_ms: ArrayLike, values: ArrayLike) -> int:
+        """append() for any batch: validate it whole against the head, then log and insert it."""
         sid_arr = np.asarray(sids)
         if sid_arr.dtype != np.int64:
             if sid_arr.size == 0 and np.asarray(values).size == 0:
@@ -333,33 +369,36 @@ class Store:
         # The same id sets come back push after push (one per node): remember the ones already
         # found valid and distinct, with their encoded WAL form.
         key = sid_arr.tobytes() if sid_arr.size <= _KNOWN_BATCH_MAX else None
-        sid_part = self._known_batches.get(key) if key is not None else None
+        known = self._known_batches.get(key) if key is not None else None
         unique: bool | None = True
-        if sid_part is None:
+        if known is None:
             if int(sid_arr.min()) < 0 or int(sid_arr.max()) >= len(self.catalog):
                 raise InvalidArgumentError("sids must be ids returned by series_id/series_ids")
             unique = self.head.unique(sid_arr)
             if unique and key is not None and len(self._known_batches) < _KNOWN_BATCHES:
-                sid_part = self._known_batches[key] = encode_sids(sid_arr)
+                known = self._known_batches[key] = _KnownBatch(encode_sids(sid_arr), self.head.fast_batch(sid_arr))
         plan = self.head.check(sid_arr, self._timestamps(timestamps_ms, sid_arr.size), vals, unique=unique)
         if plan.size == 0:
             return 0
-        if sid_part is None or plan.sids is not sid_arr:
-            sid_part = encode_sids(plan.sids)
+        sid_part = known.sid_part if known is not None and plan.sids is sid_arr else encode_sids(plan.sids)
         # A WAL record may only name series whose catalog entries are already durable.
         if self.catalog.dirty:
             self.catalog.sync()
         self._wal.append(sid_part, plan.size, plan.timestamps, plan.values, plan.max_ts)
         self.head.apply(plan)
         if self.head.max_ts >= self._next_cut:
-            try:
-                self._maybe_flush()
-            except (OSError, TsdbError) as exc:
-                # The batch itself is in the WAL and the head: report it as added. Sealing is retried
-                # a quarter window later (and flush() raises the error to whoever calls it).
-                self._next_cut = self.head.max_ts + self.options.segment_ms // 4
-                log.error("tsdb_flush_failed", error=str(exc))
+            self._cut_after_append()
         return plan.size
+
+    def _cut_after_append(self) -> None:
+        """Seal what an append completed; a failure is logged, not raised (the batch is stored)."""
+        try:
+            self._maybe_flush()
+        except (OSError, TsdbError) as exc:
+            # The batch itself is in the WAL and the head: report it as added. Sealing is retried
+            # a quarter window later (and flush() raises the error to whoever calls it).
+            self._next_cut = self.head.max_ts + self.options.segment_ms // 4
+            log.error("tsdb_flush_failed", error=str(exc))
 
     @staticmethod
     def _timestamps(timestamps_ms: ArrayLike, size: int) -> int | I64:
@@ -401,7 +440,8 @@ class Store:
         empty and only samples newer than everything it sealed are accepted.
         """
         self._check_open()
-        return self._flush(self.head.max_ts - self.options.grace_ms, force=force)
+        # Forced, every window up to the newest sample is cut on its own, then the rest of the last one.
+        return self._flush(self.head.max_ts - (0 if force else self.options.grace_ms), force=force)
 
     def _flush(self, limit: int, *, force: bool) -> list[SegmentInfo]:
         head = self.head

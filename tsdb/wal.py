@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import struct
 import threading
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -39,8 +40,14 @@ SUFFIX: Final = ".wal"
 RECORD_SAMPLES: Final = 1
 _BATCH: Final = struct.Struct("<IB")
 _TS: Final = struct.Struct("<q")
+# n, ts_mode 0 and the one timestamp: the head of the usual record (one push, one scrape time).
+_BATCH_ONE_TS: Final = struct.Struct("<IBq")
 _SID_RUN: Final = struct.Struct("<BI")
 _RECORD_TYPE: Final = bytes((RECORD_SAMPLES,))
+_RECORD_TYPE_CRC: Final = zlib.crc32(_RECORD_TYPE)
+# zstd level of WAL records. A record is one push (about 800 bytes for 96 samples): zstd's fast
+# level -1 compresses it 2-3x quicker than level 1 for a record only about 2% larger.
+WAL_ZSTD_LEVEL: Final = -1
 # A new file is started past this size, so truncation can free space file by file.
 MAX_FILE_BYTES: Final = 64 << 20
 
@@ -91,10 +98,13 @@ def encode_batch(
     """The framed record of one batch (sid_part from encode_sids)."""
     raw_values = values.astype("<f8", copy=False).tobytes()
     if isinstance(timestamps, int):
-        body = b"".join((_BATCH.pack(n, 0), _TS.pack(timestamps), sid_part, raw_values))
+        body = b"".join((_BATCH_ONE_TS.pack(n, 0, timestamps), sid_part, raw_values))
     else:
         body = b"".join((_BATCH.pack(n, 1), timestamps.astype("<i8", copy=False).tobytes(), sid_part, raw_values))
-    return framing.frame(_RECORD_TYPE + compressor.compress(body))
+    packed = compressor.compress(body)
+    # The frame's CRC covers the type byte and the zstd frame, computed without joining them first.
+    header = framing.FRAME.pack(len(packed) + 1, zlib.crc32(packed, _RECORD_TYPE_CRC))
+    return b"".join((header, _RECORD_TYPE, packed))
 
 
 def decode_batch(payload: memoryview, decompressor: zstandard.ZstdDecompressor) -> Batch:
@@ -146,10 +156,10 @@ _sync = getattr(os, "fdatasync", os.fsync)
 class Wal:
     """Appends batches to the newest WAL file; fsyncs them in groups from its own thread."""
 
-    def __init__(self, directory: Path, files: list[WalFile], *, fsync_interval_ms: int, zstd_level: int) -> None:
+    def __init__(self, directory: Path, files: list[WalFile], *, fsync_interval_ms: int) -> None:
         self.directory = directory
         self.closed_files = files
-        self._compressor = zstandard.ZstdCompressor(level=zstd_level, write_checksum=False)
+        self._compressor = zstandard.ZstdCompressor(level=WAL_ZSTD_LEVEL, write_checksum=False)
         self._interval = fsync_interval_ms / 1000.0
         self._lock = threading.Lock()
         self._fd = -1
@@ -180,7 +190,9 @@ class Wal:
             max_ts: int | None = None
             good = len(HEADER)
             reason: str | None = None
-            if len(data) < len(HEADER) or data[: len(MAGIC)] != MAGIC:
+            if not data:
+                good = 0  # created, then a crash before its header: nothing was ever in it
+            elif len(data) < len(HEADER) or data[: len(MAGIC)] != MAGIC:
                 good, reason = 0, "missing or bad WAL file header"
             else:
                 end = framing.ScanEnd(good, False, None)
@@ -206,7 +218,8 @@ class Wal:
             if reason is not None:
                 discarded = len(data) - good
                 salvaged = list(framing.salvageable(data, good)) if good else []
-                out.records_discarded += 1 + len(salvaged)
+                # The damaged record itself (when the damage is past the file header), then the rest.
+                out.records_discarded += (1 if good else 0) + len(salvaged)
                 for payload in salvaged:
                     try:
                         out.samples_discarded += int(decode_batch(payload, decompressor).sids.size)

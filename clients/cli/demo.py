@@ -3,7 +3,8 @@
 Starts a real control plane (SQLite in a throwaway data directory, a free loopback port),
 registers a small simulated fleet, creates a tenant, allocates, shows idempotency and an
 all-or-nothing capacity refusal, lists, writes and queries metrics (the tenant sees its node's
-samples only since its allocation), cancels and waits for the release, printing each step.
+samples only since its allocation), cancels and waits for the release, and shows the tenant's
+invoice for the month, printing each step.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import tempfile
 import time
 import uuid
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +22,7 @@ from rich.rule import Rule
 
 from clients.async_client import AsyncClient
 from clients.cli import render
+from clients.cli.billing import invoice_table, reconciliation_line
 from clients.cli.metrics import result_table
 from clients.errors import ResourceExhaustedError
 from clients.metrics import NodeSamples
@@ -120,6 +123,12 @@ async def _walkthrough(plane: ControlPlane) -> None:
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
         events = (await operator.list_node_events(allocation.node_ids[0])).items
         console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
+
+        step("9. Invoice: billed from durable usage events, GPU by GPU, from hand-over to release")
+        async with AsyncClient(plane.address, created.token) as tenant:
+            invoice = await tenant.get_invoice(datetime.now(UTC).strftime("%Y-%m"))
+        console.print(invoice_table(invoice))
+        console.print(reconciliation_line(invoice))
     step("Done")
 
 

@@ -273,6 +273,57 @@ def test_decode_value_rows_matches_full_decode(block: NDArray[np.float64], data:
     np.testing.assert_array_equal(bits(codecs.decode_value_rows(blob, rows)), bits(block[rows]))
 
 
+@FEW
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 8), st.integers(1, 40)), elements=float_elements)
+    | st.builds(
+        lambda ints, places, gaps: np.array([np.cumsum(ints) / 10**places, np.where(gaps, np.nan, ints / 10**places)]),
+        st.lists(st.integers(-(10**9), 10**9), min_size=40, max_size=40).map(np.array),
+        st.integers(0, 4),
+        st.lists(st.booleans(), min_size=40, max_size=40).map(lambda g: np.array(g) & (np.arange(40) % 9 == 0)),
+    ),
+    st.data(),
+)
+def test_decode_value_row_slices_match_full_decode(block: NDArray[np.float64], data: st.DataObject) -> None:
+    blob = codecs.encode_values(block)
+    rows, n = block.shape
+    for _ in range(4):
+        row = data.draw(st.integers(0, rows - 1))
+        start = data.draw(st.integers(0, n))
+        stop = data.draw(st.integers(start, n))
+        part = codecs.decode_value_row(memoryview(blob), row, start, stop)
+        np.testing.assert_array_equal(bits(part), bits(block[row, start:stop]))
+    np.testing.assert_array_equal(bits(codecs.decode_value_row(blob, rows - 1)), bits(block[rows - 1]))
+
+
+def test_decode_value_row_covers_every_kind_and_order() -> None:
+    rng = np.random.default_rng(16)
+    n = 500
+    patched = np.round(rng.normal(50, 5, n), 1)
+    patched[[0, 77, 499]] = [np.nan, -0.0, np.inf]
+    block = np.stack(
+        [
+            np.round(rng.normal(70, 3, n)),  # decimal, 1-byte residuals
+            np.cumsum(rng.integers(0, 5000, n)).astype(np.float64),  # counter: order 1
+            np.round(np.cumsum(np.cumsum(rng.normal(size=n))), 2),  # order 2, shuffled wide residuals
+            np.full(n, -0.0),  # CONST
+            rng.normal(size=n),  # XOR
+            patched,  # PATCHED
+        ]
+    )
+    blob = codecs.encode_values(block)
+    assert {kind for kind, _ in codecs.row_kinds(blob)} == {CONST, DECIMAL, XOR, PATCHED}
+    for row in range(block.shape[0]):
+        for start, stop in ((0, n), (0, 0), (0, 1), (1, 2), (2, 3), (76, 78), (130, 444), (499, 500), (n, n)):
+            part = codecs.decode_value_row(blob, row, start, stop)
+            np.testing.assert_array_equal(bits(part), bits(block[row, start:stop]))
+    for bad in ((6, 0, 1), (-1, 0, 1), (0, 3, 2), (0, 0, n + 1), (0, -1, 2)):
+        with pytest.raises(codecs.CodecInputError):
+            codecs.decode_value_row(blob, *bad)
+    with pytest.raises(codecs.CorruptBlobError):
+        codecs.decode_value_row(blob[:-3], 0, 0, 5)
+
+
 def test_memoryview_and_level() -> None:
     block = np.round(np.random.default_rng(7).normal(50, 5, (8, 720)), 1)
     for level in (-1, 1, 3, 19):

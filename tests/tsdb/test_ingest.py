@@ -151,3 +151,9 @@ def test_flush_leaves_half_a_window_for_late_agents(tmp_path: Path) -> None:
         assert [s.tmax for s in store.segments()] == [window_end - 1_000]
         with pytest.raises(tsdb.OutOfOrderError, match="sealed boundary"):
             store.append([b], window_end - 500, [5.0])
+        store.append([a], window_end + 70_000, [6.0])  # two windows in the head now
+        store.flush(force=True)  # each window in a file of its own, even when forced
+        assert [(s.tmin, s.tmax) for s in store.segments()[1:]] == [
+            (window_end + 10_000, window_end + 30_000),
+            (window_end + 70_000, window_end + 70_000),
+        ]

@@ -60,6 +60,12 @@ def test_a_damaged_segment_raises_corrupt_segment_error(tmp_path: Path) -> None:
             store.query({}, victim_tmin(victim), victim_tmin(victim) + 1_000)
         # Windows that do not touch it still answer.
         assert store.query({}, T0, T0 + 20_000).series
+        wrecked = Path(store.segments()[2].path)
+    wrecked.write_bytes(b"\0" * 100)  # header, footer and all
+    with tsdb.Store.open(tmp_path / "s", segment_ms=SEGMENT_MS) as store:  # opening still works
+        with pytest.raises(tsdb.CorruptSegmentError):
+            store.query({}, victim_tmin(wrecked), victim_tmin(wrecked) + 1_000)
+        assert store.query({}, T0, T0 + 20_000).series
 
 
 def victim_tmin(path: Path) -> int:
