@@ -5,7 +5,9 @@
 
 Per field kind (one block = that field across a node's 8 GPUs, rows=8): bytes/sample of the value
 blobs, encode and decode samples/s (best of --repeat runs: the machine is shared, and the fastest run
-is the least disturbed one), decode_value_rows of one row, and the kinds chosen for the rows.
+is the least disturbed one), decode_value_rows of one row, decode_value_row of half a row (the
+narrow query's read, in microseconds per blob), the kinds chosen for the rows, and each node's
+blocks coded together by encode_value_blocks (the segment writer's path).
 `util_gaps` is util with 0.3% of the samples missing (NaN). Timestamps are one column per node
 (regular 10 s scrapes, and a +-25 ms jitter variant), shared by all of the node's series.
 """
@@ -103,6 +105,18 @@ def decode_all(blobs: list[bytes], rows: list[int] | None = None) -> None:
             codecs.decode_value_rows(blob, rows)
 
 
+def decode_slices(blobs: list[bytes], n: int) -> None:
+    """The narrow query's read: the middle half of row 3 of every blob."""
+    for blob in blobs:
+        codecs.decode_value_row(blob, 3, n // 4, 3 * n // 4)
+
+
+def encode_nodes(matrices: list[F64], level: int) -> None:
+    """The segment writer's path: each node's matrix of every field, coded as 8-row blocks at once."""
+    for matrix in matrices:
+        codecs.encode_value_blocks(matrix, [(lo, lo + GPUS) for lo in range(0, matrix.shape[0], GPUS)], level=level)
+
+
 def encode_all_ts(columns: list[NDArray[np.int64]], level: int) -> None:
     for column in columns:
         codecs.encode_timestamps(column, level=level)
@@ -115,7 +129,7 @@ def decode_all_ts(blobs: list[bytes]) -> None:
 
 def bench_values(blocks: dict[str, list[F64]], level: int, repeat: int) -> int:
     """Print one line per field and a total; return the bytes of all value blobs."""
-    print(f"{'field':<15} {'B/sample':>9} {'enc Msps':>9} {'dec Msps':>9} {'rows Msps':>9}  kinds")
+    print(f"{'field':<15} {'B/sample':>9} {'enc Msps':>9} {'dec Msps':>9} {'rows Msps':>9} {'slice us':>9}  kinds")
     total_bytes = total_samples = 0
     total_enc = total_dec = 0.0
     for field, field_blocks in blocks.items():
@@ -127,6 +141,8 @@ def bench_values(blocks: dict[str, list[F64]], level: int, repeat: int) -> int:
         enc = timed(functools.partial(encode_all, field_blocks, level), repeat)
         dec = timed(functools.partial(decode_all, blobs), repeat)
         one = timed(functools.partial(decode_all, blobs, [3]), repeat)
+        n = field_blocks[0].shape[1]
+        part = timed(functools.partial(decode_slices, blobs, n), repeat)
         kinds = Counter(
             f"{KIND_NAMES[kind]}{k if kind in (codecs.DECIMAL, codecs.PATCHED) else ''}"
             for b in blobs
@@ -134,7 +150,7 @@ def bench_values(blocks: dict[str, list[F64]], level: int, repeat: int) -> int:
         )
         print(
             f"{field:<15} {size / samples:9.3f} {samples / enc / 1e6:9.2f} {samples / dec / 1e6:9.2f} "
-            f"{samples / GPUS / one / 1e6:9.2f}  {dict(kinds)}"
+            f"{samples / GPUS / one / 1e6:9.2f} {part / len(blobs) * 1e6:9.1f}  {dict(kinds)}"
         )
         total_bytes += size
         total_samples += samples
@@ -143,6 +159,13 @@ def bench_values(blocks: dict[str, list[F64]], level: int, repeat: int) -> int:
     print(
         f"{'ALL values':<15} {total_bytes / total_samples:9.3f} {total_samples / total_enc / 1e6:9.2f} "
         f"{total_samples / total_dec / 1e6:9.2f}"
+    )
+    nodes = len(next(iter(blocks.values())))
+    matrices = [np.concatenate([field_blocks[node] for field_blocks in blocks.values()]) for node in range(nodes)]
+    together = timed(functools.partial(encode_nodes, matrices, level), repeat)
+    print(
+        f"{'node matrices':<15} {'':>9} {total_samples / together / 1e6:9.2f}  "
+        "(encode_value_blocks: all fields at once)"
     )
     return total_bytes
 

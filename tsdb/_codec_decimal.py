@@ -22,6 +22,8 @@ POW10: Final = np.array([10.0**k for k in range(MAX_DECIMALS + 1)])
 _PROBE: Final = 64
 # Residuals sampled per row to estimate their entropy.
 _ENTROPY_SAMPLE: Final = 512
+# Rows whose residual bytes are histogrammed in one pass.
+_ENTROPY_ROWS: Final = 8
 # Estimated bytes charged per anchor parameter, so that ties go to the lower order.
 _ANCHOR_COST: Final = 2.0
 
@@ -80,13 +82,11 @@ def _xlog2x(length: int) -> F64:
     return table
 
 
-def _entropy_bytes(shifted: U64, maxima: U64) -> F64:
-    """Per row, the order-0 entropy (in bytes per value) of the packed residual bytes, plane by plane: a
-    cheap stand-in for what zstd will make of a shuffled row, to compare difference orders with."""
+def _entropy_bytes(shifted: U64, planes: int) -> F64:
+    """Per row, the order-0 entropy (in bytes per value) of the residual bytes of `planes` byte planes
+    (enough for every row), plane by plane: a cheap stand-in for what zstd will make of a shuffled
+    row, to compare difference orders with."""
     rows, count = shifted.shape
-    planes = WIDTHS[int(width_codes(maxima.max(initial=0)[None])[0])] if count else 0
-    if planes == 0:
-        return np.zeros(rows)
     planes_u8 = shifted.astype(width_dtype(planes)).view(np.uint8).reshape(rows, count, planes)
     offsets = (np.arange(rows * planes, dtype=np.intp) * 256).reshape(rows, 1, planes)
     index = np.add(planes_u8, offsets, dtype=np.intp)
@@ -102,7 +102,9 @@ def choose_orders(raw: U64) -> IntpArray:
 
     Judged on an evenly strided sample of each candidate's residuals (computed from the full rows at
     the sampled positions), so the choice costs a fraction of coding every candidate in full; the
-    sample keeps the value distribution of busy and idle phases alike.
+    sample keeps the value distribution of busy and idle phases alike. Each row is judged on its own
+    (on as many byte planes as its widest candidate needs), so the choice never depends on the other
+    rows of the call.
     """
     rows, length = raw.shape
     orders = range(min(3, length))
@@ -115,7 +117,19 @@ def choose_orders(raw: U64) -> IntpArray:
     if len(orders) > 2:
         samples.append(taps[2] - taps[1] - samples[1])
     _, shifted, maxima = frame_of_reference(np.concatenate(samples))
-    cost = _entropy_bytes(shifted, maxima).reshape(len(orders), rows) * length
+    codes = width_codes(maxima.reshape(len(orders), rows).max(axis=0))
+    cost = np.zeros((len(orders), rows))
+    for code in set(codes.tolist()):
+        if WIDTHS[code] == 0:
+            continue  # every candidate constant: no bytes at all
+        every = np.flatnonzero(codes == code)
+        # A few rows at a time: the byte histograms of a handful of rows stay in cache.
+        for start in range(0, every.size, _ENTROPY_ROWS):
+            members = every[start : start + _ENTROPY_ROWS]
+            picked = (members[None, :] + rows * np.arange(len(orders))[:, None]).reshape(-1)
+            entropy = _entropy_bytes(shifted if members.size == rows else shifted[picked], WIDTHS[code])
+            cost[:, members] = entropy.reshape(len(orders), members.size)
+    cost *= length
     cost += _ANCHOR_COST * np.arange(len(orders))[:, None]
     chosen: IntpArray = np.argmin(cost, axis=0)  # ties go to the lower order
     return chosen

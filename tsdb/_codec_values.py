@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -73,135 +74,172 @@ _NEGATIVE_ZERO: Final = np.uint64(1 << 63)
 _LE_U64: Final = np.dtype("<u8")
 
 
-def _plan_decimal(
-    kind: int,
-    rows: IntpArray,
-    ints: I64,
-    descriptors: bytearray,
-    params: list[tuple[int, ...]],
-    chunks: dict[int, bytes],
-) -> None:
-    """Pick each DECIMAL (or PATCHED) row's difference order and width; record descriptor, params, payload."""
-    raw = ints.view(np.uint64)
-    orders = choose_orders(raw)
-    for order in sorted(set(orders.tolist())):
-        chosen = np.flatnonzero(orders == order)
-        anchors, residual = difference(raw if chosen.size == rows.size else raw[chosen], order)
-        reference, shifted, maxima = frame_of_reference(residual)
-        codes = width_codes(maxima)
-        anchor_lists = [anchor.view(np.int64).tolist() for anchor in anchors]
-        references = reference.tolist()
-        for code in sorted(set(codes.tolist())):
-            members = np.flatnonzero(codes == code)
-            shuffle = WIDTHS[code] > 1
-            descriptor = kind | order << 2 | code << 4 | (_SHUFFLE if shuffle else 0)
-            group = shifted if members.size == chosen.size else shifted[members]
-            chunks[descriptor] = pack(group, WIDTHS[code], shuffle)
-            for member in members.tolist():
-                row = int(rows[chosen[member]])
-                descriptors[2 * row] = descriptor
-                params[row] = (*(values[member] for values in anchor_lists), references[member])
+class _Analysis:
+    """How every row of a (rows, n) matrix is coded: its descriptor and k, its int64 parameters,
+    where its payload comes from, and its exceptions. Every decision is the row's own (nothing
+    depends on the other rows), so a matrix of many blocks is analysed in one pass and each block
+    is then assembled from its rows (encode_value_blocks), with the same bytes encode_values gives
+    for the block alone."""
+
+    def __init__(self, array: F64) -> None:
+        rows, n = array.shape
+        self.n = n
+        self.descriptors = bytearray(2 * rows)
+        self.params: list[tuple[int, ...]] = [(0,)] * rows
+        # Per row with a payload: (index into self.matrices, row of that matrix).
+        self.source: list[tuple[int, int] | None] = [None] * rows
+        self.matrices: list[NDArray[np.unsignedinteger]] = []
+        # Per PATCHED row: the positions and bit patterns of its exceptions.
+        self.exceptions: dict[int, tuple[NDArray[np.intp], U64]] = {}
+        bits = array.view(np.uint64)
+        const = (bits == bits[:, :1]).all(axis=1) if n else np.ones(rows, dtype=bool)
+        if n:
+            for row in np.flatnonzero(const).tolist():
+                self.params[row] = (int(bits[row, 0]),)
+        varying = np.flatnonzero(~const)
+        if not varying.size:
+            return
+        # NaN, inf and -0.0 rule DECIMAL out at every k: such rows skip the scan, on to PATCHED or XOR.
+        special = ~np.isfinite(array[varying]) | (bits[varying] == _NEGATIVE_ZERO)
+        dirty = special.any(axis=1)
+        clean = varying[~dirty] if dirty.any() else varying
+        scales, ints = decimal_scales(array[clean] if clean.size != rows else array)
+        decimal = scales >= 0
+        if decimal.any():
+            self._decimal(DECIMAL, clean[decimal], scales[decimal], ints[decimal])
+        xor_rows = clean[~decimal]
+        if dirty.any():
+            left = self._patch(array, bits, varying[dirty], special[dirty])
+            xor_rows = np.sort(np.concatenate((xor_rows, left)))
+        if xor_rows.size:
+            xored = bits[xor_rows].astype(_LE_U64)
+            xored[:, 1:] ^= bits[xor_rows, :-1]
+            # Packed as 8-byte shuffled planes, so the mostly-zero high bytes of the XORs sit together.
+            matrix = len(self.matrices)
+            self.matrices.append(xored)
+            for index, row in enumerate(xor_rows.tolist()):
+                self.descriptors[2 * row] = XOR
+                self.params[row] = ()
+                self.source[row] = (matrix, index)
+
+    def _decimal(self, kind: int, rows: IntpArray, scales: NDArray[np.int8], ints: I64) -> None:
+        """Pick each DECIMAL (or PATCHED) row's difference order and width; record descriptor, k,
+        params and the residual matrix its payload is packed from."""
+        raw = ints.view(np.uint64)
+        orders = choose_orders(raw)
+        row_list = rows.tolist()
+        for row, k in zip(row_list, scales.tolist(), strict=True):
+            self.descriptors[2 * row + 1] = k
+        for order in sorted(set(orders.tolist())):
+            chosen = np.flatnonzero(orders == order)
+            anchors, residual = difference(raw if chosen.size == rows.size else raw[chosen], order)
+            reference, shifted, maxima = frame_of_reference(residual)
+            matrix = len(self.matrices)
+            self.matrices.append(shifted)
+            anchor_lists = [anchor.view(np.int64).tolist() for anchor in anchors]
+            references = reference.tolist()
+            for member, (index, code) in enumerate(zip(chosen.tolist(), width_codes(maxima).tolist(), strict=True)):
+                row = row_list[index]
+                self.descriptors[2 * row] = kind | order << 2 | code << 4 | (_SHUFFLE if WIDTHS[code] > 1 else 0)
+                self.params[row] = (*(values[member] for values in anchor_lists), references[member])
+                self.source[row] = (matrix, member)
+
+    def _patch(self, array: F64, bits: U64, candidates: IntpArray, special: NDArray[np.bool_]) -> IntpArray:
+        """Code as PATCHED the candidate rows that are decimal but for rare NaN/inf/-0.0 values
+        (`special`); returns the rows left for XOR."""
+        values = array[candidates]
+        counts = special.sum(axis=1)
+        length = values.shape[1]
+        eligible = (counts > 0) & (counts * _PATCH_RATIO <= length)
+        if not eligible.any():
+            return candidates
+        rows = candidates[eligible]
+        special = special[eligible]
+        # Each exception takes the previous regular value (the first regular one, before any), so the
+        # differences it leaves behind are zero.
+        regular = ~special
+        positions = np.arange(length)
+        first = regular.argmax(axis=1)
+        source = np.maximum.accumulate(np.where(regular, positions, first[:, None]), axis=1)
+        filled = np.take_along_axis(values[eligible], source, axis=1)
+        scales, ints = decimal_scales(filled)
+        decimal = scales >= 0
+        if not decimal.any():
+            return candidates
+        patched_rows = rows[decimal]
+        self._decimal(PATCHED, patched_rows, scales[decimal], ints[decimal])
+        mask = special[decimal]
+        for index, row in enumerate(patched_rows.tolist()):
+            where = np.flatnonzero(mask[index])
+            self.exceptions[row] = (where, bits[row, where])
+        left = np.ones(candidates.size, dtype=bool)
+        left[np.flatnonzero(eligible)[decimal]] = False
+        return candidates[left]
+
+    def block(self, lo: int, hi: int, level: int) -> bytes:
+        """The blob of rows lo..hi-1."""
+        by_descriptor: dict[int, list[int]] = {}
+        source = self.source
+        for row in range(lo, hi):
+            if source[row] is not None:
+                by_descriptor.setdefault(self.descriptors[2 * row], []).append(row)
+        parts: list[bytes] = []
+        for descriptor in sorted(by_descriptor):
+            members = by_descriptor[descriptor]
+            first = source[members[0]]
+            assert first is not None
+            matrix = self.matrices[first[0]]
+            at = [source[row][1] for row in members]  # type: ignore[index]
+            contiguous = at[-1] - at[0] == len(at) - 1
+            group = matrix[at[0] : at[-1] + 1] if contiguous else matrix[at]
+            if descriptor == XOR:
+                parts.append(pack(group, 8, True))
+            else:
+                code = (descriptor >> 4) & 7
+                parts.append(pack(group, WIDTHS[code], bool(descriptor & _SHUFFLE)))
+        patched = [row for row in range(lo, hi) if row in self.exceptions]
+        if patched:
+            exceptions = [self.exceptions[row] for row in patched]
+            parts.append(np.array([where.size for where, _ in exceptions], dtype="<u4").tobytes())
+            parts.append(np.concatenate([where for where, _ in exceptions]).astype("<u4").tobytes())
+            parts.append(np.concatenate([values for _, values in exceptions]).astype(_LE_U64).tobytes())
+        flat = [value & MASK64 for row in range(lo, hi) for value in self.params[row]]
+        content = struct.pack(f"<{len(flat)}Q", *flat) + b"".join(parts)
+        frame = compress(content, level) if content else b""
+        return _HEADER.pack(_VERSION, hi - lo, self.n) + bytes(self.descriptors[2 * lo : 2 * hi]) + frame
 
 
-def _patch(
-    array: F64,
-    bits: U64,
-    candidates: IntpArray,
-    special: NDArray[np.bool_],
-    descriptors: bytearray,
-    params: list[tuple[int, ...]],
-    chunks: dict[int, bytes],
-) -> tuple[bytes, IntpArray]:
-    """Code as PATCHED the candidate rows that are decimal but for rare NaN/inf/-0.0 values (`special`).
-
-    Returns the exceptions section and the rows left for XOR.
-    """
-    values = array[candidates]
-    counts = special.sum(axis=1)
-    length = values.shape[1]
-    eligible = (counts > 0) & (counts * _PATCH_RATIO <= length)
-    if not eligible.any():
-        return b"", candidates
-    rows = candidates[eligible]
-    special = special[eligible]
-    # Each exception takes the previous regular value (the first regular one, before any), so the
-    # differences it leaves behind are zero.
-    regular = ~special
-    positions = np.arange(length)
-    first = regular.argmax(axis=1)
-    source = np.maximum.accumulate(np.where(regular, positions, first[:, None]), axis=1)
-    filled = np.take_along_axis(values[eligible], source, axis=1)
-    scales, ints = decimal_scales(filled)
-    decimal = scales >= 0
-    if not decimal.any():
-        return b"", candidates
-    patched_rows = rows[decimal]
-    for row, k in zip(patched_rows.tolist(), scales[decimal].tolist(), strict=True):
-        descriptors[2 * row + 1] = k
-    _plan_decimal(PATCHED, patched_rows, ints[decimal], descriptors, params, chunks)
-    mask = special[decimal]
-    which, where = np.nonzero(mask)
-    section = b"".join(
-        (
-            mask.sum(axis=1).astype("<u4").tobytes(),
-            where.astype("<u4").tobytes(),
-            bits[patched_rows[which], where].astype(_LE_U64).tobytes(),
-        )
-    )
-    left = np.ones(candidates.size, dtype=bool)
-    left[np.flatnonzero(eligible)[decimal]] = False
-    return section, candidates[left]
+def _checked(block: F64) -> F64:
+    """A 2-D float input as a contiguous float64 array, or CodecInputError."""
+    array = np.asarray(block)
+    if array.ndim != 2 or array.dtype.kind != "f":
+        raise CodecInputError(f"values must be a 2-D float array (rows, n), got {array.dtype} with shape {array.shape}")
+    array = np.ascontiguousarray(array, dtype=np.float64)
+    if array.shape[1] > _MAX_SAMPLES:
+        raise CodecInputError(f"at most {_MAX_SAMPLES} samples per block, got {array.shape}")
+    return array
 
 
 def encode_values(block: F64, *, level: int = 1) -> bytes:
     """Encode a (rows, n) float64 block into one blob; every value round-trips bit for bit."""
     check_level(level)
-    array = np.asarray(block)
-    if array.ndim != 2 or array.dtype.kind != "f":
-        raise CodecInputError(f"values must be a 2-D float array (rows, n), got {array.dtype} with shape {array.shape}")
-    array = np.ascontiguousarray(array, dtype=np.float64)
-    rows, n = array.shape
-    if rows > _MAX_ROWS or n > _MAX_SAMPLES:
+    array = _checked(block)
+    if array.shape[0] > _MAX_ROWS:
         raise CodecInputError(f"at most {_MAX_ROWS} rows of {_MAX_SAMPLES} samples per block, got {array.shape}")
-    bits = array.view(np.uint64)
-    exceptions = b""
-    descriptors = bytearray(2 * rows)
-    params: list[tuple[int, ...]] = [(0,)] * rows
-    chunks: dict[int, bytes] = {}
-    const = (bits == bits[:, :1]).all(axis=1) if n else np.ones(rows, dtype=bool)
-    if n:
-        for row in np.flatnonzero(const).tolist():
-            params[row] = (int(bits[row, 0]),)
-    varying = np.flatnonzero(~const)
-    xor_rows = varying[:0]
-    if varying.size:
-        # NaN, inf and -0.0 rule DECIMAL out at every k: such rows skip the scan, on to PATCHED or XOR.
-        special = ~np.isfinite(array[varying]) | (bits[varying] == _NEGATIVE_ZERO)
-        dirty = special.any(axis=1)
-        clean = varying[~dirty] if dirty.any() else varying
-        scales, ints = decimal_scales(array[clean])
-        decimal = scales >= 0
-        if decimal.any():
-            decimal_rows = clean[decimal]
-            for row, k in zip(decimal_rows.tolist(), scales[decimal].tolist(), strict=True):
-                descriptors[2 * row + 1] = k
-            _plan_decimal(DECIMAL, decimal_rows, ints[decimal], descriptors, params, chunks)
-        xor_rows = clean[~decimal]
-        if dirty.any():
-            exceptions, left = _patch(array, bits, varying[dirty], special[dirty], descriptors, params, chunks)
-            xor_rows = np.sort(np.concatenate((xor_rows, left)))
-        if xor_rows.size:
-            xored = bits[xor_rows].astype(_LE_U64)
-            xored[:, 1:] ^= bits[xor_rows, :-1]
-            # Shuffle bytes plane-major so the mostly-zero high bytes of the XORs sit together.
-            chunks[XOR] = xored.view(np.uint8).reshape(xor_rows.size, n, 8).transpose(0, 2, 1).tobytes()
-            for row in xor_rows.tolist():
-                descriptors[2 * row] = XOR
-                params[row] = ()
-    flat = [value & MASK64 for row_params in params for value in row_params]
-    content = struct.pack(f"<{len(flat)}Q", *flat) + b"".join(chunks[key] for key in sorted(chunks)) + exceptions
-    frame = compress(content, level) if content else b""
-    return _HEADER.pack(_VERSION, rows, n) + bytes(descriptors) + frame
+    return _Analysis(array).block(0, array.shape[0], level)
+
+
+def encode_value_blocks(matrix: F64, bounds: Sequence[tuple[int, int]], *, level: int = 1) -> list[bytes]:
+    """One blob per (lo, hi) in bounds, each the bytes encode_values(matrix[lo:hi]) gives, with the
+    per-row analysis (kinds, decimals, orders) done once for the whole matrix: a segment's blocks
+    of one timestamp group cost a few vectorised passes instead of a few per block."""
+    check_level(level)
+    array = _checked(matrix)
+    for lo, hi in bounds:
+        if not 0 <= lo <= hi <= array.shape[0] or hi - lo > _MAX_ROWS:
+            raise CodecInputError(f"block rows [{lo}, {hi}) out of range for {array.shape[0]} rows")
+    analysis = _Analysis(array)
+    return [analysis.block(lo, hi, level) for lo, hi in bounds]
 
 
 def _row_bytes(descriptor: int, n: int) -> int:
@@ -276,13 +314,17 @@ class _Layout:
         return [(self.descriptors[2 * row] & 3, self.descriptors[2 * row + 1]) for row in range(self.rows)]
 
 
-def _decode(blob: bytes | memoryview, wanted: list[int] | None) -> F64:
-    """Decode every row (wanted is None) or the distinct rows in `wanted`, in that order."""
+def _decode(blob: bytes | memoryview, wanted: list[int] | None, out: F64 | None = None) -> F64:
+    """Decode every row (wanted is None) or the distinct rows in `wanted`, in that order (into
+    `out` when given: a float64 array of the right shape, rows possibly strided)."""
     layout = _layout_of(blob)
     n = layout.n
     selected = range(layout.rows) if wanted is None else wanted
     position = dict(zip(selected, range(len(selected)), strict=True))
-    out = np.empty((len(selected), n), dtype=np.float64)
+    if out is None:
+        out = np.empty((len(selected), n), dtype=np.float64)
+    elif out.shape != (len(selected), n) or out.dtype != np.float64 or out.strides[1] != 8:
+        raise CodecInputError(f"out must be a float64 array of shape {(len(selected), n)} with contiguous rows")
     params_size = 8 * layout.params_count
     expected = params_size + layout.payload_size
     content = _frame_content(blob, layout)
@@ -316,17 +358,14 @@ def _decode(blob: bytes | memoryview, wanted: list[int] | None) -> F64:
         bases = [layout.param_offsets[members[index]] for index in picked]
         anchors = [np.array([params[base + stage] for base in bases], dtype=np.uint64) for stage in range(order)]
         reference = np.array([params[base + order] for base in bases], dtype=np.uint64)
-        decoded = integrate(shifted, reference, anchors, n).view(np.int64).astype(np.float64)
+        ints = integrate(shifted, reference, anchors, n).view(np.int64)
         scales = [descriptors[2 * members[index] + 1] for index in picked]
-        if len(set(scales)) == 1:
-            if scales[0]:
-                decoded /= POW10[scales[0]]
-        else:
-            decoded /= POW10[scales][:, None]
+        divisor = POW10[scales[0]] if len(set(scales)) == 1 else POW10[scales][:, None]
+        # int64 -> float64, then / 10**k (the encoder's check), straight into the output rows.
         if targets == list(range(targets[0], targets[0] + len(targets))):
-            out[targets[0] : targets[0] + len(targets)] = decoded
+            np.divide(ints, divisor, out=out[targets[0] : targets[0] + len(targets)])
         else:
-            out[targets] = decoded
+            out[targets] = np.divide(ints, divisor)
     if patches is not None:
         rows_of, where, values = patches
         if wanted is None:
@@ -338,7 +377,7 @@ def _decode(blob: bytes | memoryview, wanted: list[int] | None) -> F64:
     return out
 
 
-def _read_exceptions(content: bytes, offset: int, rows: list[int], n: int) -> tuple[IntpArray, IntpArray, U64]:
+def _read_exceptions(content: bytes, offset: int, rows: Sequence[int], n: int) -> tuple[IntpArray, IntpArray, U64]:
     """Parse the exceptions section at the end of the frame: (row, position, bits) of every exception."""
     if offset + 4 * len(rows) > len(content):
         raise CorruptBlobError("value blob frame too short for its exception counts")
@@ -372,7 +411,7 @@ def _layout_of(blob: bytes | memoryview) -> _Layout:
     return _cached_layout(bytes(blob[:header_size]))
 
 
-def _frame_content(blob: bytes | memoryview, layout: _Layout) -> bytes:
+def _frame_content(blob: bytes | memoryview, layout: _Layout | _Location) -> bytes:
     """The decompressed frame of a blob (exceptions section included)."""
     expected = 8 * layout.params_count + layout.payload_size
     frame = memoryview(blob)[layout.frame_offset :]
@@ -386,6 +425,69 @@ def _frame_content(blob: bytes | memoryview, layout: _Layout) -> bytes:
     return decompress(frame, expected)
 
 
+@dataclass(frozen=True, slots=True)
+class _Location:
+    """What _locate finds: the block's length, frame and content sizes, and one row's offsets."""
+
+    n: int
+    frame_offset: int
+    params_count: int
+    payload_size: int
+    param_offset: int
+    payload_offset: int
+    patched: tuple[int, ...]
+    descriptor: int
+    decimals: int
+
+
+@functools.lru_cache(maxsize=4096)
+def _locate(header: bytes, row: int) -> _Location:
+    """Where one row's parameters and payload sit in the frame of a blob with this header (version,
+    rows, n and the descriptors), from one pass over the descriptors that also validates all of them
+    as _Layout does. Cached: the blocks of one field mostly share a handful of headers."""
+    version, rows, n = _HEADER.unpack_from(header)
+    if version != _VERSION:
+        raise CorruptBlobError(f"unknown value blob version {version}")
+    if not 0 <= row < rows:
+        raise CodecInputError(f"row {row!r} out of range for a block of {rows} rows")
+    descriptors = header[_HEADER.size :]
+    mine = descriptors[2 * row]
+    params = payload = param_offset = payload_offset = 0
+    patched: list[int] = []
+    for index in range(rows):
+        descriptor, k = descriptors[2 * index], descriptors[2 * index + 1]
+        kind = descriptor & 3
+        if kind == CONST and descriptor == CONST and k == 0:
+            count, size = 1, 0
+        elif kind == XOR and descriptor == XOR and k == 0:
+            count, size = 0, 8 * n
+        else:
+            order, code = (descriptor >> 2) & 3, (descriptor >> 4) & 7
+            if kind not in (DECIMAL, PATCHED) or k > MAX_DECIMALS or order > 2 or order >= max(n, 1) or code > 4:
+                raise CorruptBlobError(f"invalid descriptor {descriptor:#x}/{k} for row {index}")
+            count, size = order + 1, (n - order) * WIDTHS[code]
+            if kind == PATCHED:
+                patched.append(index)
+        if index < row:
+            param_offset += count
+        # Payloads are grouped by ascending descriptor, rows ascending inside a group.
+        if size and (descriptor < mine or (descriptor == mine and index < row)):
+            payload_offset += size
+        params += count
+        payload += size
+    return _Location(
+        n,
+        len(header),
+        params,
+        payload,
+        param_offset,
+        8 * params + payload_offset,
+        tuple(patched),
+        mine,
+        descriptors[2 * row + 1],
+    )
+
+
 def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: int | None = None) -> F64:
     """Values start..stop (positions in the block, stop exclusive; None: to the end) of one row.
 
@@ -393,71 +495,82 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
     are rebuilt, and only up to `stop` (difference orders 1-2 need the prefix; order 0 and CONST rows
     need nothing before `start`). Bit-identical to decode_values(blob)[row, start:stop].
     """
-    layout = _layout_of(blob)
-    n = layout.n
-    if isinstance(row, bool) or not isinstance(row, int | np.integer) or not 0 <= row < layout.rows:
-        raise CodecInputError(f"row {row!r} out of range for a block of {layout.rows} rows")
+    if isinstance(row, bool) or not isinstance(row, int | np.integer):
+        raise CodecInputError(f"row must be an int, got {row!r}")
+    if len(blob) < _HEADER.size:
+        raise CorruptBlobError(f"value blob shorter than its {_HEADER.size}-byte header")
+    header_size = _HEADER.size + 2 * _HEADER.unpack_from(blob)[1]
+    if len(blob) < header_size:
+        raise CorruptBlobError("value blob too short for its row descriptors")
+    row = int(row)
+    where = _locate(bytes(blob[:header_size]), row)
+    n = where.n
     stop = n if stop is None else stop
     if not 0 <= start <= stop <= n:
         raise CodecInputError(f"positions [{start}, {stop}) out of range for rows of {n} values")
-    content = _frame_content(blob, layout)
-    row = int(row)
-    descriptor, k = layout.descriptors[2 * row], layout.descriptors[2 * row + 1]
+    content = _frame_content(blob, where)
+    descriptor, k = where.descriptor, where.decimals
     kind = descriptor & 3
-    base = layout.param_offsets[row]
-    out = np.empty(stop - start, dtype=np.float64)
+    offset = where.payload_offset
     if kind == CONST:
-        out.view(np.uint64).fill(struct.unpack_from("<Q", content, 8 * base)[0])
-        return out
-    offset = layout.payload_offsets[row]
+        constant = np.empty(stop - start, dtype=np.float64)
+        constant.view(np.uint64).fill(struct.unpack_from("<Q", content, 8 * where.param_offset)[0])
+        return constant
     if kind == XOR:
-        # Byte planes of the XORed bits: rejoin the first `stop` values, then undo the XOR chain.
-        planes = np.frombuffer(content, dtype=np.uint8, count=8 * n, offset=offset).reshape(8, n)
-        joined = np.empty(stop, dtype=_LE_U64)
-        joined.view(np.uint8).reshape(stop, 8)[...] = planes[:, :stop].T
-        out.view(np.uint64)[...] = np.bitwise_xor.accumulate(joined)[start:]
-        return out
+        # The XORed bits of the first `stop` values, rejoined from their byte planes, then unchained.
+        joined = np.frombuffer(_join_planes(content, offset, n, 8, 0, stop), dtype=_LE_U64)
+        result: F64 = np.bitwise_xor.accumulate(joined)[start:].view(np.float64)
+        return result
     order, code, shuffle = (descriptor >> 2) & 3, (descriptor >> 4) & 7, descriptor & _SHUFFLE
     width = WIDTHS[code]
-    length = n - order
-    params = struct.unpack_from(f"<{order + 1}Q", content, 8 * base)
+    params = struct.unpack_from(f"<{order + 1}Q", content, 8 * where.param_offset)
     # Order 0 needs residuals start..stop only; higher orders integrate from the first value.
     first = start if order == 0 else 0
     upto = max(stop - order, first) if order else stop
     count = upto - first
+    residual: NDArray[np.unsignedinteger]
     if width == 0:
-        residual: NDArray[np.unsignedinteger] = np.zeros(count, dtype=np.uint64)
-    elif not shuffle:
-        dtype = width_dtype(width)
-        residual = np.frombuffer(content, dtype=dtype, count=count, offset=offset + width * first)
+        residual = np.zeros(count, dtype=np.uint64)
+    elif not shuffle or width == 1:
+        residual = np.frombuffer(content, dtype=width_dtype(width), count=count, offset=offset + width * first)
     else:
-        planes = np.frombuffer(content, dtype=np.uint8, count=width * length, offset=offset).reshape(width, length)
-        residual = np.empty(count, dtype=width_dtype(width))
-        residual.view(np.uint8).reshape(count, width)[...] = planes[:, first:upto].T
+        residual = np.frombuffer(_join_planes(content, offset, n - order, width, first, upto), dtype=width_dtype(width))
+    # The same wrapping uint64 sums as integrate(): prefix sums of a prefix are exact.
     if order == 0:
-        ints = residual + np.uint64(params[0])
+        ints = np.add(residual, params[0], dtype=np.uint64)
     else:
-        # The same wrapping uint64 sums as integrate(): prefix sums of a prefix are exact.
         ints = np.empty(max(stop, order), dtype=np.uint64)
-        np.add(residual, np.uint64(params[order]), out=ints[order:], casting="unsafe")
+        np.add(residual, params[order], out=ints[order:], dtype=np.uint64)
         for stage in range(order - 1, -1, -1):
             ints[stage] = params[stage]
             tail = ints[stage:]
             np.cumsum(tail, out=tail)
         ints = ints[start:stop]
-    np.copyto(out, ints.view(np.int64), casting="unsafe")
-    if k:
-        out /= POW10[k]
+    # int64 -> float64, then / 10**k: the very operations the encoder checked the values against.
+    out: F64 = np.divide(ints.view(np.int64), POW10[k]) if k else ints.view(np.int64).astype(np.float64)
     if kind == PATCHED:
-        rows_of, where, values = _read_exceptions(content, 8 * layout.params_count + layout.payload_size, layout.patched, n)
-        mine = (rows_of == row) & (where >= start) & (where < stop)
-        out.view(np.uint64)[where[mine] - start] = values[mine]
+        exceptions = _read_exceptions(content, 8 * where.params_count + where.payload_size, where.patched, n)
+        rows_of, positions, values = exceptions
+        mine = (rows_of == row) & (positions >= start) & (positions < stop)
+        out.view(np.uint64)[positions[mine] - start] = values[mine]
     return out
 
 
-def decode_values(blob: bytes | memoryview) -> F64:
-    """Decode a blob from encode_values into a fresh (rows, n) float64 array."""
-    return _decode(blob, None)
+def _join_planes(content: bytes, offset: int, length: int, width: int, first: int, upto: int) -> bytearray:
+    """Values first..upto of a byte-shuffled row (`width` planes of `length` bytes from `offset`), as
+    contiguous little-endian integers: one strided byte copy per plane, no numpy call."""
+    joined = bytearray((upto - first) * width)
+    view = memoryview(content)
+    for plane in range(width):
+        base = offset + plane * length
+        joined[plane::width] = view[base + first : base + upto]
+    return joined
+
+
+def decode_values(blob: bytes | memoryview, *, out: F64 | None = None) -> F64:
+    """Decode a blob from encode_values into a fresh (rows, n) float64 array, or into `out` (a
+    float64 array of that shape whose rows are contiguous, e.g. rows of a larger matrix)."""
+    return _decode(blob, None, out)
 
 
 def decode_value_rows(blob: bytes | memoryview, rows: Sequence[int] | NDArray[np.integer]) -> F64:

@@ -38,6 +38,8 @@ _NEEDS: Final = {
     "rate": frozenset({"first", "last", "inc"}),
 }
 VALUE_FIELDS: Final = ("sum", "min", "max", "first", "last", "inc")
+# Aggregates whose partials combine in any order (up to floating-point rounding of sums).
+_ORDERLESS: Final = frozenset({"avg", "sum", "count", "min", "max"})
 
 
 def needs(agg: str) -> frozenset[str]:
@@ -137,6 +139,8 @@ class Partials:
         out = np.full((n_series, self.n_steps), np.nan)
         if not self.key:
             return out, np.zeros(n_series, dtype=bool)
+        if agg in _ORDERLESS:
+            return self._combine_by_key(out, agg)
         key = np.concatenate(self.key)
         tfirst = np.concatenate(self.tfirst)
         order = np.lexsort((tfirst, key))
@@ -164,6 +168,32 @@ class Partials:
         out.reshape(-1)[key[starts]] = result
         present = np.zeros(n_series, dtype=bool)
         present[key[starts] // self.n_steps] = True
+        return out, present
+
+    def _combine_by_key(self, out: F64, agg: str) -> tuple[F64, NDArray[np.bool_]]:
+        """combine() for aggregates that do not depend on time order: partials are accumulated per
+        (series, step) in the order they were added (segments oldest first, then the head), with
+        no sort."""
+        key = np.concatenate(self.key) if len(self.key) > 1 else self.key[0]
+        size = out.size
+        # With weights bincount sums in float64 (the stubs say int): counts stay exact below 2**53.
+        total: F64 = np.bincount(key, weights=np.concatenate(self.count), minlength=size).astype(np.float64, copy=False)
+        filled: NDArray[np.bool_] = total > 0
+        result: F64
+        if agg == "count":
+            result = total
+        elif agg in ("sum", "avg"):
+            sums: F64 = np.bincount(key, weights=np.concatenate(self.fields["sum"]), minlength=size).astype(
+                np.float64, copy=False
+            )
+            result = sums / np.where(filled, total, 1.0) if agg == "avg" else sums
+        else:
+            name = "min" if agg == "min" else "max"
+            result = np.full(size, np.inf if agg == "min" else -np.inf)
+            (np.minimum if agg == "min" else np.maximum).at(result, key, np.concatenate(self.fields[name]))
+        flat = out.reshape(-1)
+        flat[filled] = result[filled]
+        present: NDArray[np.bool_] = np.any(filled.reshape(out.shape), axis=1)
         return out, present
 
     @staticmethod

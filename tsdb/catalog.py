@@ -33,6 +33,9 @@ MAGIC: Final = b"TSC1"
 VERSION: Final = 1
 HEADER: Final = MAGIC + VERSION.to_bytes(2, "little") + b"\0\0"
 _SELECT_CACHE: Final = 256
+# A selector whose narrowest label leaves at most this many candidates is checked in plain Python
+# (label lookups per candidate); larger ones intersect id arrays with numpy.
+_FILTER_IN_PYTHON: Final = 4096
 # The fleet data model: series are (node, gpu, field). These names decide how a segment groups
 # series (value groups are one field across one node's GPUs); other labels are allowed and kept.
 NODE: Final = "node"
@@ -75,6 +78,8 @@ class Catalog:
         self._names: set[str] = set()
         self._dirty = False
         self._selected: OrderedDict[tuple[object, ...], I64] = OrderedDict()
+        self._single: dict[int, I64] = {}
+        self._order_keys: dict[int, tuple[object, ...]] = {}
         for sid, item in enumerate(labels):
             self._register(sid, item)
 
@@ -181,6 +186,12 @@ class Catalog:
         try:
             # Exact-match selectors (str values) are their own cache key; sets make this fail.
             fast = tuple(sorted(selector.items()))
+            if len(fast) == len(self._names):
+                # A whole label set (it names as many labels as the catalog has names, so a series
+                # with those labels has no other): the narrow query's selector, one dict lookup.
+                sid = self._index.get(fast)  # type: ignore[arg-type]
+                if sid is not None:
+                    return self._one(sid)
             cached = self._selected.get(fast)
         except TypeError:
             fast, cached = None, None
@@ -188,20 +199,60 @@ class Catalog:
             self._selected.move_to_end(fast)
             return cached
         key = _selector_key(selector)
-        result = np.arange(len(self._labels), dtype=np.int64)
-        for name, wanted in key:
-            assert isinstance(name, str) and isinstance(wanted, frozenset)
-            lists = [self._postings.get((name, value), []) for value in wanted]
-            members = np.unique(np.fromiter((s for group in lists for s in group), dtype=np.int64))
-            result = np.intersect1d(result, members, assume_unique=True)
-            if result.size == 0:
-                break
+        result = self._match(key)
         result.setflags(write=False)
         self._selected[key] = result
         if fast is not None and fast != key:
             self._selected[fast] = result
         if len(self._selected) > _SELECT_CACHE:
             self._selected.popitem(last=False)
+        return result
+
+    def _one(self, sid: int) -> I64:
+        """The read-only one-element answer naming series `sid` (kept per series)."""
+        result = self._single.get(sid)
+        if result is None:
+            result = self._single[sid] = np.array([sid], dtype=np.int64)
+            result.setflags(write=False)
+        return result
+
+    def _match(self, key: tuple[tuple[str, frozenset[str]], ...]) -> I64:
+        """Sorted ids of the series matching a normalised selector (see _selector_key)."""
+        if not key:
+            return np.arange(len(self._labels), dtype=np.int64)
+        if (
+            len(key) == len(self._names)
+            and all(len(values) == 1 for _, values in key)
+            and {name for name, _ in key} == self._names
+        ):
+            # Every label name in the catalog is named once: at most the one series with exactly
+            # these labels can match (key is sorted by name, like a canonical label set).
+            sid = self._index.get(tuple((name, next(iter(values))) for name, values in key))
+            return np.array([] if sid is None else [sid], dtype=np.int64)
+
+        def size(item: tuple[str, frozenset[str]]) -> int:
+            return sum(len(self._postings.get((item[0], value), ())) for value in item[1])
+
+        # Start from the label with the fewest candidates; check the others label by label.
+        ordered = sorted(key, key=size)
+        name, wanted = ordered[0]
+        lists = [self._postings.get((name, value), []) for value in wanted]
+        # Postings lists are in id order; a union of several is sorted again.
+        candidates = lists[0] if len(lists) == 1 else sorted({sid for group in lists for sid in group})
+        rest = ordered[1:]
+        if len(candidates) <= _FILTER_IN_PYTHON:
+            labels = self._labels
+            for other, values in rest:
+                candidates = [sid for sid in candidates if labels[sid].get(other) in values]
+            return np.array(candidates, dtype=np.int64)
+        result = np.array(candidates, dtype=np.int64)
+        for other, values in rest:
+            members = np.fromiter(
+                (sid for value in values for sid in self._postings.get((other, value), ())), dtype=np.int64
+            )
+            result = result[np.isin(result, members)]
+            if result.size == 0:
+                break
         return result
 
     def partition_key(self, sid: int) -> tuple[str, str]:
@@ -211,9 +262,13 @@ class Catalog:
 
     def order_key(self, sid: int) -> tuple[object, ...]:
         """Order of series inside a partition: by node, then GPU (numerically), then the other labels."""
-        labels = self._labels[sid]
-        rest = tuple(sorted((k, v) for k, v in labels.items() if k not in (NODE, GPU, FIELD)))
-        return (_natural(labels.get(NODE, "")), _natural(labels.get(GPU, "")), rest)
+        key = self._order_keys.get(sid)
+        if key is None:
+            # Labels never change: each series' key is built once (every flush sorts every series).
+            labels = self._labels[sid]
+            rest = tuple(sorted((k, v) for k, v in labels.items() if k not in (NODE, GPU, FIELD)))
+            key = self._order_keys[sid] = (_natural(labels.get(NODE, "")), _natural(labels.get(GPU, "")), rest)
+        return key
 
 
 def _selector_key(selector: Selector) -> tuple[tuple[str, frozenset[str]], ...]:

@@ -8,7 +8,8 @@ subnormals included); every function is vectorised with numpy, with no per-sampl
 - encode_values / decode_values / decode_value_rows / decode_value_row: a (rows, n) float64 block (typically one field
   across a node's 8 GPUs) in one zstd frame, each row coded CONST, DECIMAL(k), PATCHED (decimal but for
   rare NaN/inf/-0.0 values, kept as exceptions) or XOR, whichever fits. decode_value_row rebuilds a
-  slice of one row only (the narrow query's path).
+  slice of one row only (the narrow query's path); encode_value_blocks codes many blocks of one
+  matrix at once (the segment writer's path).
 
 The formats are described in tsdb/_codec_timestamps.py and tsdb/_codec_values.py.
 """
@@ -25,6 +26,7 @@ from tsdb._codec_values import (
     decode_value_row,
     decode_value_rows,
     decode_values,
+    encode_value_blocks,
     encode_values,
     row_kinds,
 )
@@ -43,6 +45,7 @@ __all__ = [
     "decode_value_rows",
     "decode_values",
     "encode_timestamps",
+    "encode_value_blocks",
     "encode_values",
     "row_kinds",
     "timestamps_header",

@@ -4,7 +4,9 @@ Samples live in two preallocated 2-D numpy buffers indexed [series id, position]
 values); each row is sorted by time and padded with INT64_MAX, so "how many samples before t" is a
 comparison, not a search. A batch is checked completely before anything changes (check), then
 applied (apply). The usual batch (one timestamp for every sample, each series once) takes a
-vectorised fast path; anything else goes through a sort by (series, time).
+vectorised fast path; anything else goes through a sort by (series, time). An id set that keeps
+coming back (a node's push) can skip even that check: a FastBatch remembers, while nothing else
+changes its series, how many samples each holds and the newest time (fast_ready / fast_apply).
 
 Order rules for a sample at time t of series s:
 - t > newest(s): appended.
@@ -396,7 +398,7 @@ class Head:
 
     def window(self, sid: int, start: int, end: int) -> tuple[I64, F64]:
         """Copies of series `sid`'s head samples in [start, end)."""
-        if sid >= self.count.size:
+        if self.samples == 0 or self.oldest >= end or self.max_ts < start or sid >= self.count.size:
             return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
         n = int(self.count[sid])
         row = self.ts[sid, :n]
@@ -428,25 +430,37 @@ class Head:
         if width == 0:
             return Taken([], [], [], end)
         cut = self.count.copy() if end is None else (self.ts[:rows, :width] < end).sum(axis=1)
-        taken = Taken([], [], [], end)
-        for sid in np.flatnonzero(cut).tolist():
-            k = int(cut[sid])
-            taken.sids.append(sid)
-            taken.timestamps.append(self.ts[sid, :k].copy())
-            taken.values.append(self.vals[sid, :k].copy())
-        return taken
+        sids = np.flatnonzero(cut)
+        if sids.size == 0:
+            return Taken([], [], [], end)
+        # One gather per buffer; each series' samples are a view of those copies.
+        deepest = int(cut.max())
+        index = slice(None) if sids.size == rows else sids
+        ts_block = self.ts[index, :deepest].copy()
+        value_block = self.vals[index, :deepest].copy()
+        cuts = cut[sids].tolist()
+        return Taken(
+            sids.tolist(),
+            [ts_block[i, :k] for i, k in enumerate(cuts)],
+            [value_block[i, :k] for i, k in enumerate(cuts)],
+            end,
+        )
 
     def release(self, taken: Taken) -> None:
         """Drop the samples of a peek() that are now sealed, and move the sealed boundary past them."""
         self._version += 1
-        for sid, ts in zip(taken.sids, taken.timestamps, strict=True):
-            k, n = ts.size, int(self.count[sid])
-            rest = n - k
-            if rest:
-                self.ts[sid, :rest] = self.ts[sid, k:n]
-                self.vals[sid, :rest] = self.vals[sid, k:n]
-            self.ts[sid, rest:n] = INT64_MAX
-            self.count[sid] = rest
+        rows = self.count.size
+        width = int(self.count.max(initial=0))
+        drop = np.zeros(rows, dtype=np.int64)
+        drop[taken.sids] = [ts.size for ts in taken.timestamps]
+        # Rows that drop equally many samples shift together (usually one group: every series).
+        for k in set(drop[drop > 0].tolist()):
+            index = slice(None) if k == drop[0] and bool((drop == k).all()) else np.flatnonzero(drop == k)
+            # Past a row's count its timestamps are INT64_MAX, so shifting the whole used width keeps that.
+            self.ts[index, : width - k] = self.ts[index, k:width]
+            self.vals[index, : width - k] = self.vals[index, k:width]
+            self.ts[index, width - k : width] = INT64_MAX
+        self.count -= drop
         self.samples -= taken.samples
         end = taken.end
         if end is None:

@@ -54,7 +54,8 @@ class QueryStats:
     segments_total counts every segment in the store; a segment is skipped when the in-memory
     manifest shows its time range misses the window, so it was never read. bytes_read counts file
     bytes read (segment metadata read on a cache miss, plus data blobs); samples_decoded counts
-    values rebuilt from value blobs (rows asked for x chunk length); head_samples counts samples
+    values rebuilt from value blobs (rows asked for x chunk length; for a narrow query, the samples
+    of the window); head_samples counts samples
     taken from the in-memory head; chunks_decoded counts (series, chunk) pairs decoded;
     chunks_preaggregated counts (series, chunk) pairs answered from directory aggregates alone.
     """

@@ -60,13 +60,21 @@ def _decode_by_timestamp_group(
         lo, hi = _cut(ts, start, end)
         if hi <= lo:
             continue
-        blocks: list[F64] = []
+        # Every value group of the run decodes straight into its rows of one matrix.
+        matrix = np.empty((hi_run - lo_run, ts.size), dtype=np.float64)
         vg_cuts = np.flatnonzero(np.diff(groups[lo_run:hi_run])) + 1 + lo_run
         for a, b in zip([lo_run, *vg_cuts.tolist()], [*vg_cuts.tolist(), hi_run], strict=True):
-            _, block = _decode(reader, int(groups[a]), reader.dir_row[rows[a:b]], stats)
-            blocks.append(block[:, lo:hi])
-        matrix = blocks[0] if len(blocks) == 1 else np.concatenate(blocks)
-        partials.add_block(present[lo_run:hi_run], ts[lo:hi], matrix, start, step)
+            _decode_into(reader, int(groups[a]), reader.dir_row[rows[a:b]], matrix[a - lo_run : b - lo_run], stats)
+        partials.add_block(present[lo_run:hi_run], ts[lo:hi], matrix[:, lo:hi], start, step)
+
+
+def _decode_into(reader: SegmentReader, vg: int, rows: I64, out: F64, stats: QueryStats) -> None:
+    """The wanted rows of one value group, decoded into `out`."""
+    whole = rows.size == reader.vg_rows[vg] and bool((rows == np.arange(rows.size)).all())
+    nbytes = reader.values_into(vg, None if whole else rows, out)
+    stats.bytes_read += nbytes
+    stats.samples_decoded += out.size
+    stats.chunks_decoded += rows.size
 
 
 def _decode(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats) -> tuple[I64, F64]:
@@ -90,10 +98,11 @@ def _cut(ts: I64, start: int, end: int) -> tuple[int, int]:
     return lo, hi
 
 
-def _read_one(
+def read_one(
     sid: int, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
 ) -> tuple[I64, F64]:
-    """read_raw for one series: the narrow query, kept to as few numpy calls as it can be."""
+    """read_raw for one series (the narrow query), kept to as few calls as it can be: its samples in
+    [start, end) from segments then head, as fresh arrays."""
     ts_parts: list[I64] = []
     value_parts: list[F64] = []
     for info in segments:
@@ -118,8 +127,7 @@ def _read_one(
         ts_parts.append(ts)
         value_parts.append(values)
     if len(ts_parts) == 1:
-        # The values are fresh; the timestamps may be a view of a cached column, so copy them.
-        return ts_parts[0].copy(), value_parts[0]
+        return ts_parts[0], value_parts[0]  # fresh arrays, from the segment or the head
     if not ts_parts:
         return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
     # Segments come oldest first and the head is newest, but L0 and L1 files may interleave.
@@ -132,7 +140,7 @@ def read_raw(
 ) -> list[tuple[I64, F64]]:
     """Per series in `sids` (same order), its samples in [start, end) from segments then head."""
     if sids.size == 1:
-        return [_read_one(int(sids[0]), start, end, segments, readers, head, stats)]
+        return [read_one(int(sids[0]), start, end, segments, readers, head, stats)]
     pieces: list[list[tuple[I64, F64]]] = [[] for _ in range(sids.size)]
     for info in segments:
         reader, nbytes = readers.get(info.path)
@@ -186,9 +194,19 @@ def read_range(
     for info in segments:
         reader, nbytes = readers.get(info.path)
         stats.bytes_read += nbytes
-        for chunk in _chunks(reader, start, end):
+        for chunk, (chunk_tmin, chunk_tmax, _, _) in enumerate(reader.chunk_bounds):
+            if chunk_tmin >= end or chunk_tmax < start:
+                continue
             present, rows = reader.select(chunk, sids)
             if present.size == 0:
+                continue
+            first = (chunk_tmin - start) // step
+            if chunk_tmin >= start and chunk_tmax < end and first == (chunk_tmax - start) // step:
+                # The whole chunk lies inside one step, so every series in it does: its directory
+                # aggregates are the answer, decided once for the chunk.
+                stats.chunks_preaggregated += present.size
+                count, tmin, tmax, fields = reader.aggregates(chunk, sids, rows)
+                partials.add(present * n_steps + first if n_steps > 1 or first else present, count, tmin, tmax, fields)
                 continue
             tmin, tmax = reader.dir_tmin[rows], reader.dir_tmax[rows]
             first_step = (tmin - start) // step

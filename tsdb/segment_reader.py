@@ -21,6 +21,11 @@ I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
 
 _decompressor: Final = zstandard.ZstdDecompressor()
+# What series_window returns for a window without samples (never handed to a caller as a result).
+_NO_TIMES: Final = np.empty(0, dtype=np.int64)
+_NO_VALUES: Final = np.empty(0, dtype=np.float64)
+_NO_TIMES.setflags(write=False)
+_NO_VALUES.setflags(write=False)
 
 
 class SegmentReader:
@@ -42,6 +47,10 @@ class SegmentReader:
             self._map.close()
             raise
         self._ts_cache: dict[int, I64] = {}
+        self._grids: dict[int, tuple[int, int, int] | tuple[()]] = {}
+        # Per chunk, the last read-only id array select() was asked about and its answer.
+        self._selected: dict[int, tuple[I64, I64, I64 | slice]] = {}
+        self._aggregates: dict[int, tuple[I64, tuple[I64, I64, I64, dict[str, F64]]]] = {}
         self._verified: set[int] = set()
 
     def _parse(self, size: int) -> None:
@@ -101,12 +110,16 @@ class SegmentReader:
                 strict=True,
             )
         )
-        self._vg_blob = list(zip(*(self.vg_table[k].tolist() for k in ("off", "len", "crc")), strict=True))
+        self._vg_blob: list[tuple[int, int, int]] = list(
+            zip(*(self.vg_table[k].tolist() for k in ("off", "len", "crc")), strict=True)
+        )
         self._vg_ts: list[int] = self.vg_ts.tolist()
         self._dir_sid: list[int] = self.dir_sid.tolist()
         self._dir_vg: list[int] = self.dir_vg.tolist()
         self._dir_row: list[int] = self.dir_row.tolist()
-        self._ts_blob = list(zip(*(self.ts_table[k].tolist() for k in ("off", "len", "crc")), strict=True))
+        self._ts_blob: list[tuple[int, int, int]] = list(
+            zip(*(self.ts_table[k].tolist() for k in ("off", "len", "crc")), strict=True)
+        )
         self.bytes_read = fmt.HEADER.size + fmt.FOOTER.size + meta_len
 
     def close(self) -> None:
@@ -147,31 +160,88 @@ class SegmentReader:
         return at if at < start + count and self._dir_sid[at] == sid else -1
 
     def series_window(self, row: int, start: int, end: int) -> tuple[I64, F64, int]:
-        """One directory row's samples in [start, end): timestamps (a view of the cached column),
-        values (a fresh array, only that slice rebuilt), and the blob bytes read."""
+        """One directory row's samples in [start, end): fresh timestamp and value arrays (only that
+        slice of the row is rebuilt), and the blob bytes read."""
         vg = self._dir_vg[row]
-        ts, nbytes = self.timestamps(self._vg_ts[vg])
-        n = ts.size
-        lo = 0 if n == 0 or ts[0] >= start else int(ts.searchsorted(start))
-        hi = n if n == 0 or ts[n - 1] < end else int(ts.searchsorted(end))
-        if hi <= lo:
-            return ts[:0], np.empty(0, dtype=np.float64), nbytes
+        ts_index = self._vg_ts[vg]
+        grid = self._grids.get(ts_index)
+        nbytes = 0
+        if grid is None:
+            grid, nbytes = self._grid(ts_index)
+        if grid:
+            # A constant stride: the window's positions by arithmetic, nothing decoded.
+            t0, step, count = grid
+            lo = 0 if start <= t0 else min(count, -(-(start - t0) // step))
+            hi = 0 if end <= t0 else min(count, -(-(end - t0) // step))
+            if hi <= lo:
+                return _NO_TIMES, _NO_VALUES, nbytes
+            ts = np.arange(t0 + lo * step, t0 + hi * step, step, dtype=np.int64)
+        else:
+            column, column_bytes = self.timestamps(ts_index)
+            nbytes += column_bytes
+            n = column.size
+            lo = 0 if n == 0 or column[0] >= start else int(column.searchsorted(start))
+            hi = n if n == 0 or column[n - 1] < end else int(column.searchsorted(end))
+            if hi <= lo:
+                return _NO_TIMES, _NO_VALUES, nbytes
+            ts = column[lo:hi].copy()
         off, length, crc = self._vg_blob[vg]
         blob = self._blob(off, length, crc)
         try:
             values = codecs.decode_value_row(blob, self._dir_row[row], lo, hi)
         except codecs.CodecError as exc:
             raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
-        return ts[lo:hi], values, nbytes + length
+        return ts, values, nbytes + length
+
+    def _grid(self, ts_index: int) -> tuple[tuple[int, int, int] | tuple[()], int]:
+        """(t0, step, count) of a timestamp group with a constant positive stride, else (); and the
+        blob bytes read to find out. Remembered per group."""
+        off, length, crc = self._ts_blob[ts_index]
+        blob = self._blob(off, length, crc)
+        try:
+            info = codecs.timestamps_header(blob)
+        except codecs.CodecError as exc:
+            raise CorruptSegmentError(f"{self.path}: timestamp group {ts_index}: {exc}") from exc
+        grid: tuple[int, int, int] | tuple[()] = (
+            (info.t0, info.step, info.count) if info.regular and info.step > 0 else ()
+        )
+        self._grids[ts_index] = grid
+        return grid, length
 
     def select(self, chunk: int, sids: I64) -> tuple[I64, I64 | slice]:
         """Like rows(), but when the chunk holds exactly `sids` (a query over every series) the rows
         come back as a slice, so that every column lookup is a view instead of a gather."""
-        start = int(self.chunk_start[chunk])
-        count = int(self.chunk_count[chunk])
+        memo = self._selected.get(chunk)
+        if memo is not None and memo[0] is sids:
+            # The catalog hands out one array per selector: the same query again, the same rows.
+            return memo[1], memo[2]
+        _, _, start, count = self.chunk_bounds[chunk]
+        found: tuple[I64, I64 | slice]
         if count == sids.size and np.array_equal(self.dir_sid[start : start + count], sids):
-            return np.arange(count, dtype=np.int64), slice(start, start + count)
-        return self.rows(chunk, sids)
+            present = np.arange(count, dtype=np.int64)
+            present.setflags(write=False)
+            found = present, slice(start, start + count)
+        else:
+            found = self.rows(chunk, sids)
+        if not sids.flags.writeable:
+            self._selected[chunk] = (sids, *found)
+        return found
+
+    def aggregates(self, chunk: int, sids: I64, rows: I64 | slice) -> tuple[I64, I64, I64, dict[str, F64]]:
+        """Sample count, first and last time and the pre-aggregates of directory `rows` (what
+        select(chunk, sids) returned), remembered for the last read-only `sids` of each chunk."""
+        memo = self._aggregates.get(chunk)
+        if memo is not None and memo[0] is sids:
+            return memo[1]
+        found = (
+            self.dir_n[rows],
+            self.dir_tmin[rows],
+            self.dir_tmax[rows],
+            {name: column[rows] for name, column in self.dir_stats.items()},
+        )
+        if not sids.flags.writeable:
+            self._aggregates[chunk] = (sids, found)
+        return found
 
     def timestamps(self, ts_index: int) -> tuple[I64, int]:
         """The decoded timestamp column of a group, and the blob bytes read for it (0 when cached)."""
@@ -197,6 +267,19 @@ class SegmentReader:
         except codecs.CodecError as exc:
             raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
         return block, length
+
+    def values_into(self, vg: int, rows: I64 | None, out: F64) -> int:
+        """Decode rows of a value group (all when None) into `out`; returns the blob bytes read."""
+        off, length, crc = self._vg_blob[vg]
+        blob = self._blob(off, length, crc)
+        try:
+            if rows is None:
+                codecs.decode_values(blob, out=out)
+            else:
+                out[...] = codecs.decode_value_rows(blob, rows)
+        except codecs.CodecError as exc:
+            raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
+        return length
 
 
 class ReaderCache:

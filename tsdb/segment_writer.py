@@ -69,19 +69,11 @@ def _row_stats(block: F64) -> dict[str, F64]:
 
 def _timestamp_groups(pieces: list[tuple[int, I64, F64]]) -> list[list[int]]:
     """Indices of pieces grouped by identical timestamp arrays, in order of first appearance."""
-    groups: list[list[int]] = []
-    by_key: dict[tuple[int, int, int, int], list[int]] = {}
+    by_bytes: dict[bytes, list[int]] = {}
     for index, (_, ts, _) in enumerate(pieces):
-        # A cheap key narrows the candidates; equality is then checked in full.
-        key = (ts.size, int(ts[0]), int(ts[-1]), int(ts[ts.size // 2]))
-        for g in by_key.get(key, ()):
-            if np.array_equal(pieces[groups[g][0]][1], ts):
-                groups[g].append(index)
-                break
-        else:
-            by_key.setdefault(key, []).append(len(groups))
-            groups.append([index])
-    return groups
+        # The raw bytes are the exact key (a column is a few kB; hashing it is cheaper than comparing).
+        by_bytes.setdefault(ts.tobytes(), []).append(index)
+    return list(by_bytes.values())
 
 
 class _Builder:
@@ -130,8 +122,10 @@ class _Builder:
             for name, column in _row_stats(matrix).items():
                 entries[name].append(column)
             entries["sid"].append(np.array([pieces[i][0] for i in ordered], dtype=np.int64))
-            for lo, hi in bounds:
-                off, length, crc = self._put(codecs.encode_values(matrix[lo:hi], level=self.level))
+            for (lo, hi), blob in zip(
+                bounds, codecs.encode_value_blocks(matrix, bounds, level=self.level), strict=True
+            ):
+                off, length, crc = self._put(blob)
                 vg_index = len(tables.vg["off"])
                 for name, value in zip(("off", "len", "ts", "crc"), (off, length, ts_index, crc), strict=True):
                     tables.vg[name].append(value)

@@ -37,7 +37,7 @@ from tsdb.head import INT64_MIN, FastBatch, Head, Taken
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
-from tsdb.query import read_range, read_raw
+from tsdb.query import read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
 from tsdb.segment_writer import Grouping, SeriesBatch, fsync_dir, write_segment
 from tsdb.wal import Wal, encode_sids
@@ -167,6 +167,9 @@ class Store:
             files,
             fsync_interval_ms=self.options.fsync_interval_ms,
         )
+        # Files left by an earlier session that hold no unsealed sample (often just the last active
+        # file, empty) go now rather than at the next flush or retention pass.
+        self._wal.drop(self._wal.sealed_files(self.head.boundary, everything=False))
         self._closed = False
         reasons = replay.reasons + ([f"catalog: {catalog_load.reason}"] if catalog_load.reason else [])
         self._recovery = RecoveryReport(
@@ -670,11 +673,20 @@ class Store:
         selector maps a label to a value (exact match) or a collection of values (any of them);
         labels not named match anything; {} selects every series.
         """
-        self._check_open()
-        start, end = self._window(start_ms, end_ms)
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+        if type(start_ms) is int and type(end_ms) is int and start_ms < end_ms:
+            start, end = start_ms, end_ms
+        else:
+            start, end = self._window(start_ms, end_ms)
         sids = self.catalog.select(selector)
         segments = self.manifest.overlapping(start, end) if sids.size else []
         stats = self._stats(segments)
+        if sids.size == 1:
+            # The narrow query: one series, no lists of pieces per series.
+            sid = int(sids[0])
+            ts, vals = read_one(sid, start, end, segments, self._readers, self.head, stats)
+            return QueryResult([Series(self.catalog.labels(sid), sid, ts, vals)] if ts.size else [], stats)
         data = read_raw(sids, start, end, segments, self._readers, self.head, stats)
         labels = self.catalog.labels
         pairs = zip(sids.tolist(), data, strict=True)

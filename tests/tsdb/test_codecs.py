@@ -324,6 +324,39 @@ def test_decode_value_row_covers_every_kind_and_order() -> None:
         codecs.decode_value_row(blob[:-3], 0, 0, 5)
 
 
+@FEW
+@given(
+    hnp.arrays(np.float64, st.tuples(st.integers(1, 20), st.integers(0, 50)), elements=float_elements)
+    | st.builds(
+        lambda ints, places: np.round(np.cumsum(ints, axis=1) / 10**places, places),
+        hnp.arrays(np.int64, st.tuples(st.integers(1, 20), st.integers(2, 50)), elements=st.integers(-(10**6), 10**6)),
+        st.integers(0, 4),
+    ),
+    st.data(),
+)
+def test_encode_value_blocks_equals_encoding_each_block(matrix: NDArray[np.float64], data: st.DataObject) -> None:
+    rows = matrix.shape[0]
+    cuts = sorted(data.draw(st.lists(st.integers(0, rows), max_size=4)))
+    bounds = list(zip([0, *cuts], [*cuts, rows], strict=True))
+    blobs = codecs.encode_value_blocks(matrix, bounds, level=1)
+    assert blobs == [codecs.encode_values(matrix[lo:hi], level=1) for lo, hi in bounds]
+    for (lo, hi), blob in zip(bounds, blobs, strict=True):
+        np.testing.assert_array_equal(bits(codecs.decode_values(blob)), bits(matrix[lo:hi]))
+    with pytest.raises(codecs.CodecInputError):
+        codecs.encode_value_blocks(matrix, [(0, rows + 1)])
+
+
+def test_decode_values_into_rows_of_a_larger_matrix() -> None:
+    block = np.round(np.random.default_rng(17).normal(50, 5, (4, 30)), 2)
+    blob = codecs.encode_values(block)
+    target = np.full((10, 30), np.nan)
+    codecs.decode_values(blob, out=target[3:7])
+    np.testing.assert_array_equal(target[3:7], block)
+    assert np.isnan(target[:3]).all() and np.isnan(target[7:]).all()
+    with pytest.raises(codecs.CodecInputError):
+        codecs.decode_values(blob, out=np.empty((4, 29)))
+
+
 def test_memoryview_and_level() -> None:
     block = np.round(np.random.default_rng(7).normal(50, 5, (8, 720)), 1)
     for level in (-1, 1, 3, 19):
@@ -366,6 +399,9 @@ def test_corrupt_value_blobs_are_refused() -> None:
         with pytest.raises(codecs.CorruptBlobError) as caught:
             codecs.decode_values(case)
         assert isinstance(caught.value, CorruptSegmentError)
+    for case in cases[:-1]:
+        with pytest.raises(codecs.CorruptBlobError):
+            codecs.decode_value_row(case, 0, 0, 5)
 
 
 # --- timestamps ---------------------------------------------------------------------------------

@@ -26,6 +26,12 @@ def check_raw(store: tsdb.Store, fleet: Fleet, start: int, end: int) -> tsdb.Que
         mask = (fleet.timestamps >= start) & (fleet.timestamps < end)
         np.testing.assert_array_equal(got.timestamps, fleet.timestamps[mask])
         np.testing.assert_array_equal(got.values.view(np.uint64), fleet.values[index][mask].view(np.uint64))
+        # The narrow path (one series by its whole label set) answers the same.
+        alone = store.query(labels, start, end).series
+        assert len(alone) == (1 if mask.any() else 0)
+        if alone:
+            np.testing.assert_array_equal(alone[0].timestamps, got.timestamps)
+            np.testing.assert_array_equal(alone[0].values.view(np.uint64), got.values.view(np.uint64))
     return result
 
 
@@ -92,6 +98,23 @@ def test_head_segments_and_compacted_answer_alike(tmp_path: Path) -> None:
             check_raw(store, fleet, start, end)
             for agg in AGGS:
                 check_range(store, fleet, start, end, step, agg)
+
+
+def test_irregular_scrape_times_answer_alike(tmp_path: Path) -> None:
+    fleet = make_fleet(samples=400)
+    jitter = np.random.default_rng(3).integers(-40, 41, fleet.timestamps.size)
+    fleet.timestamps = fleet.timestamps + jitter  # still increasing: 1 s apart, +-40 ms
+    with open_store(tmp_path / "s") as store:
+        ingest(store, fleet, store.series_ids(fleet.labels))
+        for _ in range(2):  # from segments and the head, then from segments alone
+            for start, end, _step in WINDOWS:
+                check_raw(store, fleet, start, end)
+                check_raw(store, fleet, start + 7, end - 7)
+            between = int(fleet.timestamps[5]) + 1, int(fleet.timestamps[6])  # between two scrapes
+            assert store.query({}, *between).series == []
+            assert store.query(fleet.labels[0], *between).series == []
+            store.flush(force=True)
+            assert store.head.samples == 0
 
 
 def test_aligned_steps_come_from_directory_aggregates_without_decoding(tmp_path: Path) -> None:
