@@ -49,9 +49,12 @@ class AnomalyKind(StrEnum):
     UNPRICED_INTERVAL = "UNPRICED_INTERVAL"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class UsageEvent:
     """A GPU handed to (``start``) or taken back from (``stop``) a tenant's allocation."""
+
+    # Slotted: a month of a fleet is millions of events; without an instance dict each is
+    # smaller and its fields are quicker to read (engine.events_to_arrow reads them all).
 
     event_id: str
     tenant_id: str
@@ -63,7 +66,7 @@ class UsageEvent:
     price_class: PriceClass = PriceClass.ON_DEMAND
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Outage:
     """A GPU out of service over ``[start_us, end_us)``: usage inside it is credited."""
 

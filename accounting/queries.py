@@ -2,13 +2,20 @@
 
 Inputs, registered from Arrow by ``engine.py``:
 
-* ``raw_events(seq, event_id, tenant, alloc, gpu, model, is_stop, at_us, is_spot)``: ``seq`` is
-  the input position; tenant, allocation, GPU and model are integer codes of their strings
-  (hashing and sorting integers is several times cheaper than strings; the engine decodes the
-  results), ``event_id`` stays a string because its order breaks ties.
+* ``raw_events(seq, event_id, tenant, alloc, gpu, model, tg, gm, is_stop, at_us, is_spot)``:
+  ``seq`` is the input position; tenant, allocation, GPU and model are integer codes of their
+  strings (hashing and sorting integers is several times cheaper than strings; the engine
+  decodes the results), ``event_id`` stays a string because its order breaks ties. ``tg``
+  numbers the (tenant, GPU, model) triples and ``gm`` the (GPU, model) pairs, densely, so they
+  pack with a time into one sort key (``accounting.packing``).
 * ``raw_outages(seq, gpu, start_us, end_us)`` with the same GPU codes.
-* ``commitments(tenant, model, gpus)``.
+* ``commitments(cid, tenant, model, gpus)``, ``cid`` its row number.
 * variables ``p0`` and ``p1``: the period ``[p0, p1)``.
+
+The sweeps (segments, overage, breaches) order by one packed key, ``group << shift | (t - p0)``,
+instead of ``PARTITION BY group ORDER BY t``: one integer sort key and no partitioning (half the
+CPU time for the bare union, a little less for these smaller sweeps). Sums that can grow with the period (totals,
+per-group seconds) are HUGEINT, so no period length overflows them.
 
 Every window has a unique ORDER BY. With ties, two window functions over "the same" order can
 sort peers differently, and a gaps-and-islands count then glues an interval onto the wrong
@@ -24,6 +31,7 @@ give union, on-demand precedence and credits in one pass.
 from __future__ import annotations
 
 from accounting.facts import PAYLOAD_FIELDS
+from accounting.packing import PackedKey
 
 IN_PERIOD = "(getvariable('p0') <= {0} AND {0} < getvariable('p1'))"
 
@@ -81,7 +89,7 @@ WINDOW w AS (PARTITION BY tenant, alloc, gpu ORDER BY at_us, is_stop, event_id R
 # The interval takes its model and price class from its start.
 PAIRS = """
 CREATE TEMP TABLE pairs AS
-SELECT o.seq AS rid, o.tenant, o.alloc, o.gpu, o.model, o.is_spot,
+SELECT o.seq AS rid, o.tenant, o.alloc, o.gpu, o.model, o.tg, o.gm, o.is_spot,
     o.event_id AS start_id, o.at_us AS start_us, c.event_id AS stop_id, c.at_us AS stop_us,
     GREATEST(o.at_us, getvariable('p0')) AS cs,
     LEAST(COALESCE(c.at_us, getvariable('p1')), getvariable('p1')) AS ce
@@ -170,114 +178,150 @@ FROM raw_outages
 WHERE LEAST(end_us, getvariable('p1')) > GREATEST(start_us, getvariable('p0'))
 """
 
-# Step 4, the sweep per (tenant, GPU): counters of held intervals, on-demand ones, and outages
-# (each outage of a GPU is replayed for every tenant that held it). Tiebreakers are unique:
-# rid and oid are input positions, and the low two bits say which edge of what.
-EDGES = """
+# The (tenant, GPU) pairs with an interval in the period; ``tg`` numbers them (and ``gm`` the
+# GPUs): small integers for the packed keys of the sweeps.
+TENANT_GPUS = "CREATE TEMP TABLE tenant_gpus AS SELECT DISTINCT tg, tenant, gpu, model, gm FROM held"
+
+
+def edges(key: PackedKey) -> str:
+    """Step 4, the sweep per (tenant, GPU): its edges, each with a packed key ``(tg, t)``.
+
+    Counters of held intervals, on-demand ones, and outages (each outage of a GPU is replayed for
+    every tenant that held it); each counter's edges add up to zero per pair. Tiebreakers are
+    unique: rid and oid are input positions, and the low two bits say which edge of what.
+    """
+    return f"""
 CREATE TEMP TABLE edges AS
-WITH tenant_gpus AS (SELECT DISTINCT tenant, gpu, model FROM held)
-SELECT tenant, gpu, model, cs AS t, 1 AS d_held, 1 - is_spot AS d_od, 0 AS d_down, rid * 4 AS tie FROM held
+SELECT {key.pack("tg", "cs")} AS key, 1 AS d_held, 1 - is_spot AS d_od, 0 AS d_down, rid * 4 AS tie FROM held
 UNION ALL
-SELECT tenant, gpu, model, ce, -1, is_spot - 1, 0, rid * 4 + 1 FROM held
+SELECT {key.pack("tg", "ce")}, -1, is_spot - 1, 0, rid * 4 + 1 FROM held
 UNION ALL
-SELECT k.tenant, k.gpu, k.model, o.s, 0, 0, 1, o.oid * 4 + 2 FROM tenant_gpus k JOIN outage_spans o USING (gpu)
+SELECT {key.pack("k.tg", "o.s")}, 0, 0, 1, o.oid * 4 + 2 FROM tenant_gpus k JOIN outage_spans o USING (gpu)
 UNION ALL
-SELECT k.tenant, k.gpu, k.model, o.e, 0, 0, -1, o.oid * 4 + 3 FROM tenant_gpus k JOIN outage_spans o USING (gpu)
+SELECT {key.pack("k.tg", "o.e")}, 0, 0, -1, o.oid * 4 + 3 FROM tenant_gpus k JOIN outage_spans o USING (gpu)
 """
 
-# The stretches a tenant held a GPU, each with its counters. Ties yield zero-length stretches,
-# dropped here, so the order among tied edges cannot change a total.
-SEGMENTS = """
+
+def segments(key: PackedKey) -> str:
+    """The stretches a tenant held a GPU, each with its counters, in one pass over all pairs.
+
+    No PARTITION BY: the running sums restart at zero at every pair's first edge, because each
+    pair's edges add up to zero, and a stretch reaching into the next pair starts at the last
+    edge of a pair, where nothing is held (dropped). Ties yield zero-length stretches, dropped
+    too, so the order among tied edges cannot change a total; ``tie`` makes it unique anyway.
+    """
+    return f"""
 CREATE TEMP TABLE segments AS
-SELECT * FROM (
-    SELECT tenant, gpu, model, t AS seg_start, LEAD(t) OVER w AS seg_end,
-        SUM(d_held) OVER w AS n_held, SUM(d_od) OVER w AS n_od, SUM(d_down) OVER w AS n_down
-    FROM edges
-    WINDOW w AS (PARTITION BY tenant, gpu, model ORDER BY t, tie ROWS UNBOUNDED PRECEDING)
-)
-WHERE seg_end > seg_start AND n_held > 0
+SELECT k.tenant, k.gpu, k.model, k.gm, s.tg, s.seg_start, s.seg_end, s.n_held, s.n_od, s.n_down
+FROM (
+    SELECT {key.group("key")} AS tg, {key.time("key")} AS seg_start, {key.time("next_key")} AS seg_end,
+        n_held, n_od, n_down
+    FROM (
+        SELECT key, LEAD(key) OVER w AS next_key,
+            SUM(d_held) OVER w AS n_held, SUM(d_od) OVER w AS n_od, SUM(d_down) OVER w AS n_down
+        FROM edges
+        WINDOW w AS (ORDER BY key, tie ROWS UNBOUNDED PRECEDING)
+    )
+    WHERE n_held > 0 AND next_key > key
+) s
+JOIN tenant_gpus k USING (tg)
 """
+
 
 # Per tenant and GPU: the overlap counted once, the credit, and on-demand precedence over spot.
 PER_GPU = """
 CREATE TEMP TABLE per_gpu AS
 SELECT tenant, gpu, model,
-    SUM((n_held - 1) * (seg_end - seg_start))::BIGINT AS overlap_us,
-    SUM(CASE WHEN n_down > 0 THEN seg_end - seg_start ELSE 0 END)::BIGINT AS credited_us,
-    SUM(CASE WHEN n_down = 0 AND n_od > 0 THEN seg_end - seg_start ELSE 0 END)::BIGINT AS on_demand_us,
-    SUM(CASE WHEN n_down = 0 AND n_od = 0 THEN seg_end - seg_start ELSE 0 END)::BIGINT AS spot_us
+    SUM((n_held - 1) * (seg_end - seg_start))::HUGEINT AS overlap_us,
+    SUM(CASE WHEN n_down > 0 THEN seg_end - seg_start ELSE 0 END)::HUGEINT AS credited_us,
+    SUM(CASE WHEN n_down = 0 AND n_od > 0 THEN seg_end - seg_start ELSE 0 END)::HUGEINT AS on_demand_us,
+    SUM(CASE WHEN n_down = 0 AND n_od = 0 THEN seg_end - seg_start ELSE 0 END)::HUGEINT AS spot_us
 FROM segments
 GROUP BY ALL
 """
 
 # A group gets a line when it has an interval, even if credits leave it nothing to bill.
 USAGE = """
-SELECT g.tenant, g.model, g.is_spot, SUM(CASE WHEN g.is_spot = 1 THEN p.spot_us ELSE p.on_demand_us END)::BIGINT
+SELECT g.tenant, g.model, g.is_spot, SUM(CASE WHEN g.is_spot = 1 THEN p.spot_us ELSE p.on_demand_us END)::HUGEINT
 FROM (SELECT DISTINCT tenant, gpu, model, is_spot FROM held) g
 JOIN per_gpu p USING (tenant, gpu, model)
 GROUP BY ALL
 """
 
-CREDITED = "SELECT tenant, SUM(credited_us)::BIGINT FROM per_gpu GROUP BY ALL"
+CREDITED = "SELECT tenant, SUM(credited_us)::HUGEINT FROM per_gpu GROUP BY ALL"
 
 TOTALS = """
-SELECT (SELECT COALESCE(SUM(ce - cs), 0)::BIGINT FROM held), (SELECT COALESCE(SUM(overlap_us), 0)::BIGINT FROM per_gpu)
+SELECT (SELECT COALESCE(SUM(ce - cs), 0)::HUGEINT FROM held),
+    (SELECT COALESCE(SUM(overlap_us), 0)::HUGEINT FROM per_gpu)
 """
 
-# Step 6: n(t) is the count of a tenant's GPUs of the model with billed on-demand time at t.
-# A GPU's stretches are disjoint, so (t, gpu, d) is unique within a (tenant, model).
-OVERAGE = """
+
+def overage(key: PackedKey) -> str:
+    """Step 6: n(t), the count of a tenant's GPUs of the model with billed on-demand time at t,
+    swept per commitment (``cid``, its row) on one packed key, and max(0, n(t) - R) integrated.
+
+    A GPU's stretches are disjoint, so (key, gpu, d) is unique. A commitment's last edge has
+    n(t) = 0, so the length reaching into the next commitment is multiplied by nothing.
+    """
+    return f"""
 WITH billed AS (
-    SELECT s.tenant, s.model, s.gpu, s.seg_start, s.seg_end
-    FROM segments s SEMI JOIN commitments c USING (tenant, model)
+    SELECT c.cid, s.gpu, s.seg_start, s.seg_end
+    FROM segments s JOIN commitments c USING (tenant, model)
     WHERE s.n_od > 0 AND s.n_down = 0
 ), edges AS (
-    SELECT tenant, model, gpu, seg_start AS t, 1 AS d FROM billed
+    SELECT {key.pack("cid", "seg_start")} AS key, gpu, 1 AS d FROM billed
     UNION ALL
-    SELECT tenant, model, gpu, seg_end, -1 FROM billed
+    SELECT {key.pack("cid", "seg_end")}, gpu, -1 FROM billed
 ), counted AS (
-    SELECT tenant, model, LEAD(t) OVER w - t AS len, SUM(d) OVER w AS n_gpus
+    SELECT {key.group("key")} AS cid, LEAD(key) OVER w - key AS len, SUM(d) OVER w AS n_gpus
     FROM edges
-    WINDOW w AS (PARTITION BY tenant, model ORDER BY t, gpu, d ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (ORDER BY key, gpu, d ROWS UNBOUNDED PRECEDING)
 )
-SELECT c.tenant, c.model, COALESCE(SUM(GREATEST(u.n_gpus - c.gpus, 0) * u.len) FILTER (WHERE u.len > 0), 0)::BIGINT
-FROM commitments c LEFT JOIN counted u USING (tenant, model)
+SELECT c.tenant, c.model,
+    COALESCE(SUM((u.n_gpus - c.gpus) * u.len) FILTER (WHERE u.n_gpus > c.gpus AND u.len > 0), 0)::HUGEINT
+FROM commitments c LEFT JOIN counted u USING (cid)
 GROUP BY ALL
 """
 
-# Step 5. First the GPUs where one tenant's stretch starts before another's has ended (a
-# tenant's own stretches never overlap, so any overlap is between tenants); (seg_start,
-# tenant) is unique per GPU. Only there, a second sweep over the held stretches counts tenants;
-# two or more at once is a breach.
-BREACHES = """
+
+def breaches(key: PackedKey) -> str:
+    """Step 5, on packed ``(gm, t)`` keys. First the GPUs where one tenant's stretch starts before
+    another's has ended (a tenant's own stretches never overlap, so any overlap is between
+    tenants; (key, tenant) is unique). Only there, a sweep over the held stretches counts
+    tenants; two or more at once is a breach. Breach stretches lie between consecutive edges:
+    each held stretch contains one or misses it.
+    """
+    return f"""
 CREATE TEMP TABLE breaches AS
 WITH shared AS (
-    SELECT DISTINCT gpu, model FROM (
-        SELECT gpu, model, seg_start < MAX(seg_end) OVER (
-            PARTITION BY gpu, model ORDER BY seg_start, tenant ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-        ) AS overlaps_earlier
-        FROM segments
+    SELECT DISTINCT gm FROM (
+        SELECT gm, sk < MAX(ek) OVER (ORDER BY sk, tenant ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+            AS overlaps_earlier
+        FROM (SELECT gm, tenant, {key.pack("gm", "seg_start")} AS sk, {key.pack("gm", "seg_end")} AS ek FROM segments)
     )
     WHERE overlaps_earlier
 ), cover AS (
-    SELECT tenant, gpu, model, seg_start, seg_end FROM segments SEMI JOIN shared USING (gpu, model)
+    SELECT tenant, gpu, model, gm, seg_start, seg_end FROM segments SEMI JOIN shared USING (gm)
 ), edges AS (
-    SELECT gpu, model, tenant, seg_start AS t, 1 AS d FROM cover
+    SELECT {key.pack("gm", "seg_start")} AS key, tenant, 1 AS d FROM cover
     UNION ALL
-    SELECT gpu, model, tenant, seg_end, -1 FROM cover
+    SELECT {key.pack("gm", "seg_end")}, tenant, -1 FROM cover
 ), counted AS (
-    SELECT gpu, model, t AS b_start, LEAD(t) OVER w AS b_end, SUM(d) OVER w AS n_tenants
+    SELECT key, LEAD(key) OVER w AS next_key, SUM(d) OVER w AS n_tenants
     FROM edges
-    WINDOW w AS (PARTITION BY gpu, model ORDER BY t, tenant, d ROWS UNBOUNDED PRECEDING)
+    WINDOW w AS (ORDER BY key, tenant, d ROWS UNBOUNDED PRECEDING)
+), stretches AS (
+    SELECT {key.group("key")} AS gm, {key.time("key")} AS b_start, {key.time("next_key")} AS b_end
+    FROM counted
+    WHERE n_tenants >= 2 AND next_key > key
 )
-SELECT b.gpu, b.model, b.b_start, b.b_end, c.tenant
-FROM counted b
--- Breach stretches lie between consecutive edges: each held stretch contains one or misses it.
-JOIN cover c ON c.gpu = b.gpu AND c.model = b.model AND c.seg_start <= b.b_start AND b.b_end <= c.seg_end
-WHERE b.n_tenants >= 2 AND b.b_end > b.b_start
+SELECT c.gpu, c.model, b.b_start, b.b_end, c.tenant
+FROM stretches b
+JOIN cover c ON c.gm = b.gm AND c.seg_start <= b.b_start AND b.b_end <= c.seg_end
 """
 
-BREACH_SECONDS = "SELECT tenant, gpu, model, SUM(b_end - b_start)::BIGINT FROM breaches GROUP BY ALL"
+
+BREACH_SECONDS = "SELECT tenant, gpu, model, SUM(b_end - b_start)::HUGEINT FROM breaches GROUP BY ALL"
 
 BREACH_PARTNERS = """
 SELECT DISTINCT a.tenant, a.gpu, a.model, o.tenant
@@ -312,27 +356,31 @@ SELECT h.tenant, h.model, h.is_spot, h.start_id, h.stop_id
 FROM held h SEMI JOIN unpriced_groups g USING (tenant, model, is_spot)
 """
 
-# A bare table ``{table}`` of (gpu_id, start_us, end_us): the union per GPU in one sorted pass.
-# Sorted by start, an interval adds exactly its part beyond the latest end before it (everything
-# from its start up to that end is already covered). The sum does not depend on the order among
-# equal starts; ``rowid`` makes the order unique anyway.
-UNION_BY_GPU = """
-SELECT gpu_id, SUM(GREATEST(end_us - GREATEST(start_us, COALESCE(prev_end, start_us)), 0))::BIGINT AS union_us
+
+def union_by_group(table: str, key: PackedKey) -> str:
+    """The union per group of ``table(g, start_us, end_us, rid)`` in one sorted pass.
+
+    Sorted by start, an interval adds exactly its part beyond the latest end before it
+    (everything from its start up to that end is already covered). One packed key instead of
+    ``PARTITION BY g ORDER BY start_us``: the running maximum of packed ends never carries into
+    the next group. The sum does not depend on the order among equal starts; ``rid`` (unique)
+    makes the order unique anyway.
+    """
+    return f"""
+SELECT {key.group("sk")} AS g, SUM(GREATEST(ek - GREATEST(sk, COALESCE(reach, sk)), 0))::BIGINT AS union_us
 FROM (
-    SELECT gpu_id, start_us, end_us, MAX(end_us) OVER (
-        PARTITION BY gpu_id ORDER BY start_us, end_us, rowid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-    ) AS prev_end
-    FROM {table}
+    SELECT sk, ek, MAX(ek) OVER (ORDER BY sk, rid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS reach
+    FROM (SELECT {key.pack("g", "start_us")} AS sk, {key.pack("g", "end_us")} AS ek, rid FROM {table})
 )
-GROUP BY gpu_id
+GROUP BY 1
 """
 
-# |usage & outages| = |usage| + |outages| - |usage | outages|, each a union by UNION_BY_GPU,
-# on the GPUs that have an outage.
-INTERSECTION_BY_GPU = f"""
-SELECT o.gpu_id, (COALESCE(u.union_us, 0) + o.union_us - b.union_us)::BIGINT AS intersection_us
-FROM ({UNION_BY_GPU.format(table="bare_outages")}) o
-LEFT JOIN ({UNION_BY_GPU.format(table="bare_usage")}) u USING (gpu_id)
-JOIN ({UNION_BY_GPU.format(table="bare_both")}) b USING (gpu_id)
-ORDER BY o.gpu_id
+
+def intersection_by_group(table: str, key: PackedKey) -> str:
+    """Per group g, ``U(3 g) + U(3 g + 1) - U(3 g + 2)`` from the unions of ``table``'s groups:
+    |a & b| by inclusion-exclusion when groups 3 g, 3 g + 1 and 3 g + 2 hold a, b and both."""
+    return f"""
+SELECT g // 3 AS g, SUM(CASE WHEN g % 3 = 2 THEN -union_us ELSE union_us END)::BIGINT AS intersection_us
+FROM ({union_by_group(table, key)})
+GROUP BY 1
 """
