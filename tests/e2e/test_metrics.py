@@ -49,9 +49,8 @@ def only(result: MetricsResult) -> Series:
 async def settle() -> None:
     """Wait until the wall clock is a few ms past now, so samples stamped ``now - 3`` fall after
     every instant the server recorded before this call (the store's resolution is 1 ms)."""
-    target = time.time_ns() + 5_000_000
+    target = time.time_ns() + 6_000_000
     await asyncio.sleep(max(0, target - time.time_ns()) / 1e9)
-    assert now_ms() >= target // 1_000_000
 
 
 # Round trip --------------------------------------------------------------------------------------
