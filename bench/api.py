@@ -57,22 +57,17 @@ def _without_database() -> None:
     import secrets
 
     from services.allocations import commands
-    from services.allocations.repository import AllocationView
-    from services.store.models import AllocationRow, OperationRow
+    from services.allocations.repository import Allocation, AllocationView
+    from services.operations.repository import Operation
 
     def view(allocation_id: str, state: str) -> AllocationView:
-        row = AllocationRow(
-            allocation_id=allocation_id, tenant_id="bench", gpu_model="H100", node_count=1, state=state, created_us=1
-        )
-        return AllocationView(row, ("bench-0000",))
+        return AllocationView(Allocation(allocation_id, "bench", "H100", 1, state, created_us=1), ("bench-0000",))
 
     async def create(store: object, request: object) -> AllocationView:
         return view("alloc-" + secrets.token_hex(10), "ACTIVE")
 
-    async def cancel(store: object, principal: object, allocation_id: str) -> tuple[OperationRow, AllocationView]:
-        operation = OperationRow(
-            operation_id="op-bench", tenant_id="bench", kind="x", target_id=allocation_id, created_us=2
-        )
+    async def cancel(store: object, principal: object, allocation_id: str) -> tuple[Operation, AllocationView]:
+        operation = Operation("op-bench", "bench", "x", allocation_id, False, None, 2, None)
         return operation, view(allocation_id, "CANCELLING")
 
     commands.create = create  # type: ignore[assignment]  # a stand-in with the same call shape

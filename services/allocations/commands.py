@@ -8,15 +8,14 @@ fail with a unique violation, which sends them round the loop to find the record
 
 from __future__ import annotations
 
+import dataclasses
 import secrets
 from dataclasses import dataclass
-
-from sqlalchemy.exc import IntegrityError
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
 from services.allocations.placement import Candidate, first_fit
-from services.allocations.repository import AllocationFilter, AllocationView
+from services.allocations.repository import Allocation, AllocationFilter, AllocationView
 from services.allocations.states import AllocationState
 from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
@@ -25,10 +24,10 @@ from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
+from services.operations.repository import Operation
 from services.paging import Cursor
-from services.store import core
 from services.store.engine import Store
-from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, OperationRow, table_of
+from services.store.tx import Conflict, Tx, run_in_session
 from services.tenants import repository as tenants_repo
 from services.usage import repository as usage
 from services.usage.repository import Hold, UsageKind
@@ -68,10 +67,12 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
         CREATE_METHOD,
         {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
     )
+    locking = store.dialect == "postgresql"
     for _ in range(_MAX_ATTEMPTS):
+        allocation_id = "alloc-" + secrets.token_hex(10)
         try:
-            return await _create_once(store, request, fingerprint)
-        except (IntegrityError, Aborted):
+            return await store.transact(_create(request, fingerprint, allocation_id, locking=locking))
+        except (Conflict, Aborted):
             # Lost a race (a key, a node) to a concurrent transaction: look again.
             continue
     if request.request_id:
@@ -83,91 +84,72 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
     )
 
 
-async def _create_once(store: Store, request: AllocationRequest, fingerprint: str) -> AllocationView:
-    allocation_id = "alloc-" + secrets.token_hex(10)
-    async with store.write() as session:
-        if request.request_id:
-            key = await repo.idempotency_key(session, request.tenant_id, CREATE_METHOD, request.request_id)
-            if key is not None:
-                recorded_fingerprint, allocation_id = key
-                if recorded_fingerprint != fingerprint:
-                    raise idempotency.reused(request.request_id)
-                return await repo.get_view(session, allocation_id, tenant_id=request.tenant_id)
-        await tenants_repo.require(session, request.tenant_id)
-        now = now_us()
-        if request.request_id:
-            # Claim the key before placing anything: concurrent duplicates queue here.
-            await core.execute(
-                session,
-                table_of(IdempotencyKeyRow)
-                .insert()
-                .values(
-                    tenant_id=request.tenant_id,
-                    method=CREATE_METHOD,
-                    request_id=request.request_id,
-                    fingerprint=fingerprint,
-                    result_id=allocation_id,
-                    created_us=now,
-                ),
-            )
-        free = await nodes_repo.free_nodes(
-            session, request.gpu_model, limit=request.node_count, skip_locked=store.dialect == "postgresql"
+def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *, locking: bool) -> Tx[AllocationView]:
+    if request.request_id:
+        key = yield from repo.idempotency_key(request.tenant_id, CREATE_METHOD, request.request_id)
+        if key is not None:
+            recorded_fingerprint, recorded_id = key
+            if recorded_fingerprint != fingerprint:
+                raise idempotency.reused(request.request_id)
+            return (yield from repo.get_view(recorded_id, tenant_id=request.tenant_id))
+    yield from tenants_repo.require(request.tenant_id)
+    now = now_us()
+    if request.request_id:
+        # Claim the key before placing anything: on PostgreSQL concurrent duplicates queue here.
+        yield from repo.claim_idempotency_key(
+            request.tenant_id,
+            CREATE_METHOD,
+            request.request_id,
+            fingerprint=fingerprint,
+            result_id=allocation_id,
+            now_us=now,
+        )
+    free = yield from nodes_repo.free_nodes(
+        request.gpu_model, limit=request.node_count, locking=locking, skip_locked=True
+    )
+    chosen = first_fit([Candidate(*n) for n in free], request.node_count)
+    if chosen is None and locking:
+        # SKIP LOCKED also passes over nodes a concurrent transaction holds and may yet
+        # release: before refusing, wait for those locks and look again.
+        free = yield from nodes_repo.free_nodes(
+            request.gpu_model, limit=request.node_count, locking=locking, skip_locked=False
         )
         chosen = first_fit([Candidate(*n) for n in free], request.node_count)
-        if chosen is None and store.dialect == "postgresql":
-            # SKIP LOCKED also passes over nodes a concurrent transaction holds and may yet
-            # release: before refusing, wait for those locks and look again.
-            free = await nodes_repo.free_nodes(session, request.gpu_model, limit=request.node_count, skip_locked=False)
-            chosen = first_fit([Candidate(*n) for n in free], request.node_count)
-        if chosen is None:
-            available = await nodes_repo.count_free(session, request.gpu_model)
-            raise ResourceExhausted(
-                reason="INSUFFICIENT_CAPACITY",
-                message=(
-                    f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free; "
-                    "nothing was allocated"
-                ),
-                metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
-            )
-        row = AllocationRow(
-            allocation_id=allocation_id,
-            tenant_id=request.tenant_id,
-            gpu_model=request.gpu_model,
-            node_count=request.node_count,
-            state=AllocationState.ACTIVE,
-            created_us=now,
+    if chosen is None:
+        available = yield from nodes_repo.count_free(request.gpu_model)
+        raise ResourceExhausted(
+            reason="INSUFFICIENT_CAPACITY",
+            message=(
+                f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free; "
+                "nothing was allocated"
+            ),
+            metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
         )
-        await core.execute(session, table_of(AllocationRow).insert().values(**row.model_dump()))
-        await nodes_repo.apply_many(
-            session,
-            [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
-            reason=allocation_id,
-            actor=request.actor or f"tenant:{request.tenant_id}",
-            now_us=now,
-            uncordoned_only=True,
-        )
-        await core.execute(
-            session,
-            table_of(AssignmentRow).insert(),
-            [
-                {
-                    "allocation_id": allocation_id,
-                    "node_id": node_id,
-                    "tenant_id": request.tenant_id,
-                    "position": position,
-                    "assigned_us": now,
-                }
-                for position, node_id in enumerate(chosen)
-            ],
-        )
-        holds = [Hold(request.tenant_id, allocation_id, request.gpu_model, node_id) for node_id in chosen]
-        await usage.record(session, UsageKind.START, holds, at_us=now)
-        return AllocationView(row, tuple(chosen))
+    row = Allocation(
+        allocation_id=allocation_id,
+        tenant_id=request.tenant_id,
+        gpu_model=request.gpu_model,
+        node_count=request.node_count,
+        state=AllocationState.ACTIVE.value,
+        created_us=now,
+    )
+    # The live-assignment index refuses a node already held, whatever the code above did.
+    yield from repo.insert(row, chosen)
+    yield from nodes_repo.apply_many(
+        [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
+        reason=allocation_id,
+        actor=request.actor or f"tenant:{request.tenant_id}",
+        now_us=now,
+        uncordoned_only=True,
+    )
+    holds = [Hold(request.tenant_id, allocation_id, request.gpu_model, node_id) for node_id in chosen]
+    yield from usage.record(UsageKind.START, holds, at_us=now)
+    return AllocationView(row, tuple(chosen))
 
 
 async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:
     async with store.read() as session:
-        return await repo.get_view(session, allocation_id, tenant_id=tenant_scope(principal))
+        return await run_in_session(session, repo.get_view(allocation_id, tenant_id=tenant_scope(principal)))
 
 
 async def list_page(
@@ -175,48 +157,56 @@ async def list_page(
 ) -> tuple[list[AllocationView], Cursor | None]:
     """One page and the cursor after it (None on the last page)."""
     async with store.read() as session:
-        rows = await repo.list_page(session, flt, cursor=cursor, limit=page_size + 1)
+        rows = await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=page_size + 1))
         more = len(rows) > page_size
         rows = rows[:page_size]
-        page = await repo.views(session, rows)
+        page = await run_in_session(session, repo.views(rows))
     after = Cursor(rows[-1].created_us, rows[-1].allocation_id) if more else None
     return page, after
 
 
-async def cancel(store: Store, principal: Principal, allocation_id: str) -> tuple[OperationRow, AllocationView]:
+async def cancel(store: Store, principal: Principal, allocation_id: str) -> tuple[Operation, AllocationView]:
     """Accept a cancel: the allocation turns CANCELLING and its nodes start scrubbing.
 
     Returns the cancel Operation, which the releaser completes once every node is released,
     and the allocation as it is now. Cancelling again returns the same Operation, done or not.
     """
-    async with store.write() as session:
-        row = await repo.get_row(session, allocation_id, tenant_id=tenant_scope(principal), for_update=True)
-        existing = await ops_repo.for_target(session, CANCEL_KIND, allocation_id)
-        if existing is not None:
-            return existing, (await repo.views(session, [row]))[0]
-        now = now_us()
-        operation = OperationRow(
-            operation_id="op-" + secrets.token_hex(10),
-            tenant_id=row.tenant_id,
-            kind=CANCEL_KIND,
-            target_id=allocation_id,
-            created_us=now,
+    operation_id = "op-" + secrets.token_hex(10)
+    locking = store.dialect == "postgresql"
+    return await store.transact(_cancel(principal, allocation_id, operation_id, locking=locking))
+
+
+def _cancel(
+    principal: Principal, allocation_id: str, operation_id: str, *, locking: bool
+) -> Tx[tuple[Operation, AllocationView]]:
+    row = yield from repo.get_row(allocation_id, tenant_id=tenant_scope(principal), locking=locking)
+    existing = yield from ops_repo.for_target(CANCEL_KIND, allocation_id)
+    if existing is not None:
+        return existing, (yield from repo.views([row]))[0]
+    now = now_us()
+    if row.state == AllocationState.CANCELLED:
+        # Its operation was deleted after it finished: answer with a finished one again.
+        done, done_us = True, row.released_us
+    else:
+        done, done_us = False, None
+        held = yield from repo.held_nodes([allocation_id], locking=locking)
+        yield from nodes_repo.apply_many(
+            [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held],
+            reason=f"{allocation_id} cancelled",
+            actor=principal.actor,
+            now_us=now,
         )
-        held = await repo.held_nodes(session, [allocation_id])
-        if row.state == AllocationState.CANCELLED:
-            # Its operation was deleted after it finished: answer with a finished one again.
-            operation.done, operation.done_us = True, row.released_us
-        else:
-            row.state = AllocationState.CANCELLING
-            row.cancel_us = now
-            await nodes_repo.apply_many(
-                session,
-                [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held],
-                reason=f"{allocation_id} cancelled",
-                actor=principal.actor,
-                now_us=now,
-            )
-        session.add(row)
-        session.add(operation)
-        view = (await repo.views(session, [row]))[0]
-        return operation, view
+        yield from repo.mark_cancelling(allocation_id, now_us=now)
+        row = dataclasses.replace(row, state=AllocationState.CANCELLING.value, cancel_us=now)
+    operation = Operation(
+        operation_id=operation_id,
+        tenant_id=row.tenant_id,
+        kind=CANCEL_KIND,
+        target_id=allocation_id,
+        done=done,
+        error_message=None,
+        created_us=now,
+        done_us=done_us,
+    )
+    yield from ops_repo.insert(operation)
+    return operation, (yield from repo.views([row]))[0]

@@ -15,7 +15,6 @@ import structlog
 
 from services.allocations import repository as repo
 from services.allocations.commands import CANCEL_KIND
-from services.allocations.states import AllocationState
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.nodes import repository as nodes_repo
@@ -23,6 +22,7 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
+from services.store.tx import Tx
 from services.usage import repository as usage
 from services.usage.repository import Hold, UsageKind
 
@@ -60,48 +60,49 @@ class Releaser:
 
     async def release_due(self) -> int | None:
         """Release every allocation whose scrub is done; return when the next one is due."""
+        locking = self._store.dialect == "postgresql"
         while True:
-            async with self._store.read() as session:
-                due = await repo.cancels_due(session, scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH)
-            if due:
-                await self._release(due)
-            if len(due) < BATCH:
-                break
-        async with self._store.read() as session:
-            oldest = await repo.oldest_cancel_us(session)
-        return None if oldest is None else oldest + self._scrub_us
+            released, oldest = await self._store.transact(
+                release_batch(scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH, locking=locking)
+            )
+            if released:
+                log.info("allocations_released", count=len(released), allocation_ids=released)
+                self._done.notify()
+            if len(released) < BATCH:
+                return None if oldest is None else oldest + self._scrub_us
 
-    async def _release(self, allocation_ids: list[str]) -> None:
-        """Release a batch with a fixed number of set-based statements in one transaction:
-        under load, releases must not queue behind creates one write at a time, or capacity
-        drains faster than it returns."""
-        async with self._store.write() as session:
-            now = now_us()
-            # Another replica may have finished some of them since they were read.
-            rows = await repo.lock_in_state(session, allocation_ids, AllocationState.CANCELLING)
-            if not rows:
-                return
-            ids = [r.allocation_id for r in rows]
-            by_id = {r.allocation_id: r for r in rows}
-            held = await repo.held_nodes(session, ids)
-            drained = await nodes_repo.drain_pending(session, [h.node_id for h in held])
-            moves = [
-                nodes_repo.Move(
-                    h.node_id,
-                    NodeState(h.node_state),
-                    NodeEvent.FINISH_SCRUB_DRAINED if h.node_id in drained else NodeEvent.FINISH_SCRUB,
-                    reason=f"scrubbed after {h.allocation_id}",
-                )
-                for h in held
-            ]
-            await nodes_repo.apply_many(session, moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
-            await repo.finish_cancel(session, ids, now_us=now)
-            # Billing stops here, when the nodes are back: not at the cancel request.
-            holds = [
-                Hold(by_id[h.allocation_id].tenant_id, h.allocation_id, by_id[h.allocation_id].gpu_model, h.node_id)
-                for h in held
-            ]
-            await usage.record(session, UsageKind.STOP, holds, at_us=now)
-            await ops_repo.complete(session, CANCEL_KIND, ids, now_us=now)
-        log.info("allocations_released", count=len(ids), allocation_ids=ids)
-        self._done.notify()
+
+def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[tuple[list[str], int | None]]:
+    """Release up to ``limit`` allocations whose scrub is done, with a fixed number of
+    set-based statements: under load, releases must not queue behind creates one at a time,
+    or capacity drains faster than it returns.
+
+    Returns the released ids and when the oldest allocation still CANCELLING was cancelled.
+    """
+    due = yield from repo.lock_cancels_due(scrubbed_before_us=scrubbed_before_us, limit=limit, locking=locking)
+    if due:
+        now = now_us()
+        ids = [d.allocation_id for d in due]
+        by_id = {d.allocation_id: d for d in due}
+        held = yield from repo.held_nodes(ids, locking=locking)
+        drained = yield from nodes_repo.drain_pending([h.node_id for h in held])
+        moves = [
+            nodes_repo.Move(
+                h.node_id,
+                NodeState(h.node_state),
+                NodeEvent.FINISH_SCRUB_DRAINED if h.node_id in drained else NodeEvent.FINISH_SCRUB,
+                reason=f"scrubbed after {h.allocation_id}",
+            )
+            for h in held
+        ]
+        yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
+        yield from repo.finish_cancel(ids, now_us=now)
+        # Billing stops here, when the nodes are back: not at the cancel request.
+        holds = [
+            Hold(by_id[h.allocation_id].tenant_id, h.allocation_id, by_id[h.allocation_id].gpu_model, h.node_id)
+            for h in held
+        ]
+        yield from usage.record(UsageKind.STOP, holds, at_us=now)
+        yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
+    oldest = yield from repo.oldest_cancel_us()
+    return [d.allocation_id for d in due], oldest

@@ -1,28 +1,43 @@
-"""Persistence of allocations, their node assignments and idempotency keys."""
+"""Persistence of allocations, their node assignments and idempotency keys.
+
+Functions returning ``Tx`` are transaction steps (store/tx.py): compose them with
+``yield from`` and run the whole with ``Store.transact`` or ``run_in_session``. Rows come back
+as plain ``Allocation`` records: building an SQLModel instance costs more than the whole
+SQLite statement that read it (bench/api.py's profile), and nothing here needs the ORM.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import func, tuple_
-from sqlalchemy import select as sa_select
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
-
 from services.allocations.states import AllocationState
 from services.errors import NotFound
 from services.paging import Cursor
-from services.store import core
-from services.store.models import AllocationRow, AssignmentRow, IdempotencyKeyRow, NodeRow, table_of
+from services.store.tx import Sql, Tx, expand, for_update
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
+class Allocation:
+    """One row of the ``allocations`` table (store/models.py defines the table)."""
+
+    allocation_id: str
+    tenant_id: str
+    gpu_model: str
+    node_count: int
+    state: str
+    created_us: int
+    cancel_us: int | None = None
+    released_us: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationView:
     """An allocation with its nodes in placement order."""
 
-    row: AllocationRow
+    row: Allocation
     node_ids: tuple[str, ...]
 
 
@@ -32,66 +47,110 @@ class AllocationFilter:
     state: AllocationState | None = None
 
 
-async def get_row(
-    session: AsyncSession, allocation_id: str, *, tenant_id: str | None, for_update: bool = False
-) -> AllocationRow:
-    """The allocation if it exists and, when ``tenant_id`` is given, belongs to that tenant.
+_COLUMNS = "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us"
+
+
+def _row(values: Sequence[Any]) -> Allocation:
+    return Allocation(*values)
+
+
+def get_row(allocation_id: str, *, tenant_id: str | None, locking: bool = False) -> Tx[Allocation]:
+    """The allocation if it exists and, when ``tenant_id`` is given, belongs to that tenant;
+    locked for the transaction when ``locking`` (PostgreSQL).
 
     Another tenant's allocation is NOT_FOUND, exactly like one that does not exist, so ids
     cannot be probed across tenants.
     """
-    query = select(AllocationRow).where(AllocationRow.allocation_id == allocation_id)
+    sql = f"SELECT {_COLUMNS} FROM allocations WHERE allocation_id = :id"
+    params: dict[str, Any] = {"id": allocation_id}
     if tenant_id is not None:
-        query = query.where(AllocationRow.tenant_id == tenant_id)
-    if for_update:
-        query = query.with_for_update()
-    row = (await session.exec(query)).first()
-    if row is None:
+        sql += " AND tenant_id = :tenant"
+        params["tenant"] = tenant_id
+    found = (yield Sql(sql + for_update(locking), params)).first()
+    if found is None:
         raise NotFound.of("allocation", allocation_id, field_path="allocation_id")
-    return row
+    return _row(found)
 
 
-async def get_rows(session: AsyncSession, allocation_ids: Sequence[str]) -> list[AllocationRow]:
+def get_rows(allocation_ids: Sequence[str]) -> Tx[list[Allocation]]:
     """The allocations with these ids (any tenant), in no particular order."""
-    query = select(AllocationRow).where(col(AllocationRow.allocation_id).in_(list(allocation_ids)))
-    return list((await session.exec(query)).all())
-
-
-async def views(session: AsyncSession, rows: Sequence[AllocationRow]) -> list[AllocationView]:
-    ids = [r.allocation_id for r in rows]
-    if not ids:
+    if not allocation_ids:
         return []
-    nodes: dict[str, list[str]] = {i: [] for i in ids}
-    query = (
-        select(AssignmentRow.allocation_id, AssignmentRow.node_id)
-        .where(col(AssignmentRow.allocation_id).in_(ids))
-        .order_by(col(AssignmentRow.allocation_id), col(AssignmentRow.position))
+    ids, params = expand("id", allocation_ids)
+    result = yield Sql(f"SELECT {_COLUMNS} FROM allocations WHERE allocation_id IN ({ids})", params)
+    return [_row(r) for r in result.rows]
+
+
+def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
+    """Attach each allocation's nodes, in placement order, with one query."""
+    if not rows:
+        return []
+    ids, params = expand("id", [r.allocation_id for r in rows])
+    result = yield Sql(
+        f"SELECT allocation_id, node_id FROM assignments WHERE allocation_id IN ({ids})"
+        " ORDER BY allocation_id, position",
+        params,
     )
-    for allocation_id, node_id in (await session.exec(query)).all():
+    nodes: dict[str, list[str]] = {r.allocation_id: [] for r in rows}
+    for allocation_id, node_id in result.rows:
         nodes[allocation_id].append(node_id)
     return [AllocationView(r, tuple(nodes[r.allocation_id])) for r in rows]
 
 
-async def get_view(session: AsyncSession, allocation_id: str, *, tenant_id: str | None) -> AllocationView:
-    return (await views(session, [await get_row(session, allocation_id, tenant_id=tenant_id)]))[0]
+def get_view(allocation_id: str, *, tenant_id: str | None) -> Tx[AllocationView]:
+    row = yield from get_row(allocation_id, tenant_id=tenant_id)
+    return (yield from views([row]))[0]
 
 
-async def list_page(
-    session: AsyncSession, flt: AllocationFilter, *, cursor: Cursor | None, limit: int
-) -> list[AllocationRow]:
+def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
+    """Store a new allocation and its live assignments, in placement order."""
+    yield Sql(
+        f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
+        " :state, :created_us, :cancel_us, :released_us)",
+        dataclasses.asdict(row),
+    )
+    yield Sql(
+        "INSERT INTO assignments (allocation_id, node_id, tenant_id, position, assigned_us)"
+        " VALUES (:allocation_id, :node_id, :tenant_id, :position, :assigned_us)",
+        rows=[
+            {
+                "allocation_id": row.allocation_id,
+                "node_id": node_id,
+                "tenant_id": row.tenant_id,
+                "position": position,
+                "assigned_us": row.created_us,
+            }
+            for position, node_id in enumerate(node_ids)
+        ],
+    )
+
+
+def mark_cancelling(allocation_id: str, *, now_us: int) -> Tx[None]:
+    yield Sql(
+        "UPDATE allocations SET state = :state, cancel_us = :now WHERE allocation_id = :id",
+        {"state": AllocationState.CANCELLING.value, "now": now_us, "id": allocation_id},
+    )
+
+
+def list_page(flt: AllocationFilter, *, cursor: Cursor | None, limit: int) -> Tx[list[Allocation]]:
     """Newest first by (created_us, allocation_id): immutable, with a unique tiebreaker."""
-    query = select(AllocationRow)
+    where: list[str] = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit}
     if flt.tenant_id is not None:
-        query = query.where(AllocationRow.tenant_id == flt.tenant_id)
+        where.append("tenant_id = :tenant")
+        params["tenant"] = flt.tenant_id
     if flt.state is not None:
-        query = query.where(AllocationRow.state == flt.state)
+        where.append("state = :state")
+        params["state"] = flt.state.value
     if cursor is not None:
-        query = query.where(
-            tuple_(col(AllocationRow.created_us), col(AllocationRow.allocation_id))
-            < tuple_(cursor.created_us, cursor.last_id)
-        )
-    query = query.order_by(col(AllocationRow.created_us).desc(), col(AllocationRow.allocation_id).desc())
-    return list((await session.exec(query.limit(limit))).all())
+        where.append("(created_us, allocation_id) < (:after_us, :after_id)")
+        params.update(after_us=cursor.created_us, after_id=cursor.last_id)
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM allocations WHERE {' AND '.join(where)}"
+        " ORDER BY created_us DESC, allocation_id DESC LIMIT :limit",
+        params,
+    )
+    return [_row(r) for r in result.rows]
 
 
 @dataclass(frozen=True)
@@ -103,75 +162,87 @@ class HeldNode:
     node_state: str
 
 
-async def lock_in_state(
-    session: AsyncSession, allocation_ids: Sequence[str], state: AllocationState
-) -> list[AllocationRow]:
-    """Those of ``allocation_ids`` still in ``state``, locked for the transaction."""
-    query = (
-        select(AllocationRow)
-        .where(col(AllocationRow.allocation_id).in_(list(allocation_ids)), AllocationRow.state == state)
-        .order_by(col(AllocationRow.allocation_id))
-        .with_for_update()
+@dataclass(frozen=True)
+class DueCancel:
+    """A CANCELLING allocation whose nodes' scrub is done."""
+
+    allocation_id: str
+    tenant_id: str
+    gpu_model: str
+
+
+def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[list[DueCancel]]:
+    """Up to ``limit`` CANCELLING allocations cancelled at or before ``scrubbed_before_us``,
+    oldest first, locked; on PostgreSQL rows another replica is releasing are skipped."""
+    result = yield Sql(
+        "SELECT allocation_id, tenant_id, gpu_model FROM allocations"
+        " WHERE state = :state AND cancel_us <= :before ORDER BY cancel_us, allocation_id LIMIT :limit"
+        + for_update(locking, skip_locked=True),
+        {"state": AllocationState.CANCELLING.value, "before": scrubbed_before_us, "limit": limit},
     )
-    return list((await session.exec(query)).all())
+    return [DueCancel(*r) for r in result.rows]
 
 
-async def held_nodes(session: AsyncSession, allocation_ids: Sequence[str]) -> list[HeldNode]:
+def held_nodes(allocation_ids: Sequence[str], *, locking: bool) -> Tx[list[HeldNode]]:
     """Every node the allocations still hold, with its state, locked for the transaction."""
-    query = (
-        select(AssignmentRow.allocation_id, NodeRow.node_id, NodeRow.state)
-        .join(NodeRow, col(AssignmentRow.node_id) == col(NodeRow.node_id))
-        .where(col(AssignmentRow.allocation_id).in_(list(allocation_ids)), col(AssignmentRow.released_us).is_(None))
-        .order_by(col(AssignmentRow.allocation_id), col(AssignmentRow.position))
-        .with_for_update()
+    if not allocation_ids:
+        return []
+    ids, params = expand("id", allocation_ids)
+    result = yield Sql(
+        "SELECT a.allocation_id, n.node_id, n.state FROM assignments a JOIN nodes n ON n.node_id = a.node_id"
+        f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL ORDER BY a.allocation_id, a.position"
+        + for_update(locking),
+        params,
     )
-    return [HeldNode(*row) for row in (await session.exec(query)).all()]
+    return [HeldNode(*r) for r in result.rows]
 
 
-async def finish_cancel(session: AsyncSession, allocation_ids: Sequence[str], *, now_us: int) -> None:
+def finish_cancel(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:
     """End the allocations' live assignments and mark them CANCELLED at ``now_us``."""
-    ids = list(allocation_ids)
-    assignments = table_of(AssignmentRow)
-    await core.execute(
-        session,
-        assignments.update()
-        .where(assignments.c.allocation_id.in_(ids), assignments.c.released_us.is_(None))
-        .values(released_us=now_us),
+    ids, params = expand("id", allocation_ids)
+    yield Sql(
+        f"UPDATE assignments SET released_us = :now WHERE allocation_id IN ({ids}) AND released_us IS NULL",
+        {**params, "now": now_us},
     )
-    allocations = table_of(AllocationRow)
-    await core.execute(
-        session,
-        allocations.update()
-        .where(allocations.c.allocation_id.in_(ids))
-        .values(state=AllocationState.CANCELLED.value, released_us=now_us),
+    yield Sql(
+        f"UPDATE allocations SET state = :state, released_us = :now WHERE allocation_id IN ({ids})",
+        {**params, "now": now_us, "state": AllocationState.CANCELLED.value},
     )
 
 
-async def cancels_due(session: AsyncSession, *, scrubbed_before_us: int, limit: int) -> list[str]:
-    """CANCELLING allocations cancelled at or before ``scrubbed_before_us``, oldest first."""
-    query = (
-        select(AllocationRow.allocation_id)
-        .where(AllocationRow.state == AllocationState.CANCELLING, col(AllocationRow.cancel_us) <= scrubbed_before_us)
-        .order_by(col(AllocationRow.cancel_us))
-        .limit(limit)
-    )
-    return list((await session.exec(query)).all())
-
-
-async def oldest_cancel_us(session: AsyncSession) -> int | None:
+def oldest_cancel_us() -> Tx[int | None]:
     """When the oldest still-CANCELLING allocation was cancelled, or None if there is none."""
-    query = select(func.min(AllocationRow.cancel_us)).where(AllocationRow.state == AllocationState.CANCELLING)
-    oldest: int | None = (await session.exec(query)).one()
-    return oldest
-
-
-async def idempotency_key(
-    session: AsyncSession, tenant_id: str, method: str, request_id: str
-) -> tuple[str, str] | None:
-    """The (fingerprint, result id) recorded for a key, or None."""
-    keys = table_of(IdempotencyKeyRow)
-    query = sa_select(keys.c.fingerprint, keys.c.result_id).where(
-        keys.c.tenant_id == tenant_id, keys.c.method == method, keys.c.request_id == request_id
+    result = yield Sql(
+        "SELECT MIN(cancel_us) FROM allocations WHERE state = :state", {"state": AllocationState.CANCELLING.value}
     )
-    row: Sequence[Any] | None = (await core.execute(session, query)).first()
-    return None if row is None else (str(row[0]), str(row[1]))
+    found = result.first()
+    return None if found is None or found[0] is None else int(found[0])
+
+
+def idempotency_key(tenant_id: str, method: str, request_id: str) -> Tx[tuple[str, str] | None]:
+    """The (fingerprint, result id) recorded for a key, or None."""
+    result = yield Sql(
+        "SELECT fingerprint, result_id FROM idempotency_keys"
+        " WHERE tenant_id = :tenant AND method = :method AND request_id = :request_id",
+        {"tenant": tenant_id, "method": method, "request_id": request_id},
+    )
+    found = result.first()
+    return None if found is None else (str(found[0]), str(found[1]))
+
+
+def claim_idempotency_key(
+    tenant_id: str, method: str, request_id: str, *, fingerprint: str, result_id: str, now_us: int
+) -> Tx[None]:
+    """Record the key; a concurrent claim of the same key fails with ``Conflict``."""
+    yield Sql(
+        "INSERT INTO idempotency_keys (tenant_id, method, request_id, fingerprint, result_id, created_us)"
+        " VALUES (:tenant, :method, :request_id, :fingerprint, :result_id, :now)",
+        {
+            "tenant": tenant_id,
+            "method": method,
+            "request_id": request_id,
+            "fingerprint": fingerprint,
+            "result_id": result_id,
+            "now": now_us,
+        },
+    )

@@ -4,18 +4,15 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from sqlalchemy import func
-from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.errors import Aborted, NotFound
 from services.nodes.inventory import GpuModel, Inventory
 from services.nodes.transitions import NodeEvent, NodeState, next_state
-from services.store import core
-from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow, table_of
+from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow
+from services.store.tx import Sql, Tx, expand, for_update
 
 
 @dataclass(frozen=True)
@@ -136,15 +133,14 @@ class Move:
     reason: str | None = None
 
 
-async def apply_many(
-    session: AsyncSession,
+def apply_many(
     moves: Sequence[Move],
     *,
     reason: str,
     actor: str,
     now_us: int,
     uncordoned_only: bool = False,
-) -> None:
+) -> Tx[None]:
     """Move several nodes through the transition table in a few statements (the hot path of
     placement and release), recording an event for each.
 
@@ -158,22 +154,24 @@ async def apply_many(
     groups: dict[tuple[NodeState, NodeState], list[str]] = {}
     for move, target in zip(moves, targets, strict=True):
         groups.setdefault((move.state, target), []).append(move.node_id)
-    nodes = table_of(NodeRow)
-    for (before, after), ids in groups.items():
-        guard = nodes.c.node_id.in_(ids) & (nodes.c.state == before)
-        if uncordoned_only:
-            guard = guard & nodes.c.cordoned.is_(False)
-        result = await core.execute(session, nodes.update().where(guard).values(state=after, state_changed_us=now_us))
-        if result.rowcount != len(ids):
+    for (before, after), node_ids in groups.items():
+        ids, params = expand("id", node_ids)
+        guard = " AND cordoned = FALSE" if uncordoned_only else ""
+        result = yield Sql(
+            f"UPDATE nodes SET state = :after, state_changed_us = :now WHERE node_id IN ({ids}) AND state = :before"
+            + guard,
+            {**params, "after": after.value, "before": before.value, "now": now_us},
+        )
+        if result.rowcount != len(node_ids):
             raise Aborted(
                 reason="NODE_CHANGED_CONCURRENTLY",
                 message="a node changed state while this request ran; retry it",
-                metadata={"node_ids": ",".join(ids)},
+                metadata={"node_ids": ",".join(node_ids)},
             )
-    await core.execute(
-        session,
-        table_of(NodeEventRow).insert(),
-        [
+    yield Sql(
+        "INSERT INTO node_events (node_id, event, from_state, to_state, reason, actor, at_us)"
+        " VALUES (:node_id, :event, :from_state, :to_state, :reason, :actor, :at_us)",
+        rows=[
             {
                 "node_id": m.node_id,
                 "event": m.event.value,
@@ -213,48 +211,44 @@ async def events(session: AsyncSession, node_id: str, *, after_seq: int | None, 
     return list((await session.exec(query)).all())
 
 
-async def free_nodes(
-    session: AsyncSession, gpu_model: GpuModel, *, limit: int, skip_locked: bool
-) -> list[tuple[str, str, str, str]]:
+def free_nodes(
+    gpu_model: GpuModel, *, limit: int, locking: bool, skip_locked: bool
+) -> Tx[list[tuple[str, str, str, str]]]:
     """Up to ``limit`` READY, uncordoned nodes of a model as (id, zone, rack, leaf), in
-    placement order, locked for the transaction.
+    placement order, locked for the
+    transaction on PostgreSQL (``locking``).
 
-    ``skip_locked`` (PostgreSQL) passes over rows other transactions hold, so concurrent
-    placements never wait on each other; without it the query waits for those locks and
-    re-checks the rows. On SQLite locking is a no-op: the writer already holds the database's
-    single write lock.
+    ``skip_locked`` passes over rows other transactions hold, so concurrent placements never
+    wait on each other; without it the query waits for those locks and re-checks the rows. On
+    SQLite there is nothing to lock: the writer holds the database's single write lock.
     """
-    nodes = table_of(NodeRow)
-    query = (
-        sa_select(nodes.c.node_id, nodes.c.zone, nodes.c.rack, nodes.c.leaf_switch)
-        .where(
-            nodes.c.gpu_model == gpu_model,
-            nodes.c.state == NodeState.READY,
-            nodes.c.cordoned.is_(False),
-        )
-        .order_by(nodes.c.zone, nodes.c.rack, nodes.c.leaf_switch, nodes.c.node_id)
-        .limit(limit)
+    result = yield Sql(
+        "SELECT node_id, zone, rack, leaf_switch FROM nodes"
+        " WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE"
+        " ORDER BY zone, rack, leaf_switch, node_id LIMIT :limit" + for_update(locking, skip_locked=skip_locked),
+        {"model": gpu_model.value, "ready": NodeState.READY.value, "limit": limit},
     )
-    query = query.with_for_update(skip_locked=skip_locked)
-    rows: list[Sequence[Any]] = list((await core.execute(session, query)).all())
-    return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in rows]
+    return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in result.rows]
 
 
-async def drain_pending(session: AsyncSession, node_ids: Sequence[str]) -> set[str]:
+def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:
     """Which of ``node_ids`` were drained while held, and leave service after their scrub."""
     if not node_ids:
         return set()
-    query = select(NodeRow.node_id).where(col(NodeRow.node_id).in_(list(node_ids)), col(NodeRow.drain_pending))
-    drained = set((await session.exec(query)).all())
+    ids, params = expand("id", node_ids)
+    result = yield Sql(f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND drain_pending = TRUE", params)
+    drained = {str(r[0]) for r in result.rows}
     if drained:
-        nodes = table_of(NodeRow)
-        await core.execute(session, nodes.update().where(nodes.c.node_id.in_(drained)).values(drain_pending=False))
+        ids, params = expand("id", sorted(drained))
+        yield Sql(f"UPDATE nodes SET drain_pending = FALSE WHERE node_id IN ({ids})", params)
     return drained
 
 
-async def count_free(session: AsyncSession, gpu_model: GpuModel) -> int:
+def count_free(gpu_model: GpuModel) -> Tx[int]:
     """How many nodes of a model are placeable now (for capacity error messages)."""
-    query = sa_select(func.count()).where(
-        col(NodeRow.gpu_model) == gpu_model, col(NodeRow.state) == NodeState.READY, col(NodeRow.cordoned).is_(False)
+    result = yield Sql(
+        "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE",
+        {"model": gpu_model.value, "ready": NodeState.READY.value},
     )
-    return int((await core.execute(session, query)).scalar_one())
+    found = result.first()
+    return 0 if found is None else int(found[0])

@@ -12,8 +12,8 @@ from services.allocations.proto import allocation_to_proto
 from services.allocations.repository import AllocationView
 from services.allocations.states import AllocationState
 from services.convert import ALLOCATION_STATE_TO_PROTO, timestamp
-from services.operations.repository import name_of
-from services.store.models import OperationRow
+from services.operations.repository import Operation, name_of
+from services.store.tx import run_in_session
 
 
 def _pack(message: allocation_pb2.Allocation | allocation_pb2.CancelAllocationMetadata) -> AnyProto:
@@ -25,13 +25,13 @@ def _pack(message: allocation_pb2.Allocation | allocation_pb2.CancelAllocationMe
 class OperationBuilder:
     """Reads what an operation is about and renders it with metadata and, once done, response."""
 
-    async def build_in(self, session: AsyncSession, rows: list[OperationRow]) -> list[operations_pb2.Operation]:
+    async def build_in(self, session: AsyncSession, rows: list[Operation]) -> list[operations_pb2.Operation]:
         """Render operations, reading their allocations in ``session`` (the rows' snapshot)."""
-        targets = await allocations_repo.get_rows(session, [r.target_id for r in rows])
-        views = {v.row.allocation_id: v for v in await allocations_repo.views(session, targets)}
+        targets = await run_in_session(session, allocations_repo.get_rows([r.target_id for r in rows]))
+        views = {v.row.allocation_id: v for v in await run_in_session(session, allocations_repo.views(targets))}
         return [self.render(row, views[row.target_id]) for row in rows]
 
-    def render(self, row: OperationRow, view: AllocationView) -> operations_pb2.Operation:
+    def render(self, row: Operation, view: AllocationView) -> operations_pb2.Operation:
         """The Operation for ``row``, whose target allocation is ``view``."""
         released = len(view.node_ids) if row.done else 0
         metadata = allocation_pb2.CancelAllocationMetadata(

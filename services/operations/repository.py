@@ -1,17 +1,15 @@
-"""Persistence of long-running operations."""
+"""Persistence of long-running operations, as transaction steps (store/tx.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-
-from sqlalchemy import tuple_
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from dataclasses import dataclass
+from typing import Any
 
 from services.errors import NotFound
 from services.paging import Cursor
-from services.store import core
-from services.store.models import OperationRow, table_of
+from services.store.tx import Sql, Tx, expand
 
 NAME_PREFIX = "operations/"
 
@@ -27,40 +25,82 @@ def id_from_name(name: str) -> str | None:
     return name.removeprefix(NAME_PREFIX) or None
 
 
-async def get_row(session: AsyncSession, operation_id: str, *, tenant_id: str | None) -> OperationRow:
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """One row of the ``operations`` table (store/models.py defines the table)."""
+
+    operation_id: str
+    tenant_id: str
+    kind: str
+    target_id: str
+    done: bool
+    error_message: str | None
+    created_us: int
+    done_us: int | None
+
+
+_COLUMNS = "operation_id, tenant_id, kind, target_id, done, error_message, created_us, done_us"
+
+
+def _operation(values: Sequence[Any]) -> Operation:
+    operation_id, tenant_id, kind, target_id, done, error_message, created_us, done_us = values
+    # SQLite hands booleans back as 0/1.
+    return Operation(operation_id, tenant_id, kind, target_id, bool(done), error_message, created_us, done_us)
+
+
+def get_row(operation_id: str, *, tenant_id: str | None) -> Tx[Operation]:
     """The operation, NOT_FOUND when it does not exist or belongs to another tenant."""
-    row = await session.get(OperationRow, operation_id)
-    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
+    result = yield Sql(f"SELECT {_COLUMNS} FROM operations WHERE operation_id = :id", {"id": operation_id})
+    found = result.first()
+    if found is None or (tenant_id is not None and found[1] != tenant_id):
         raise NotFound.of("operation", name_of(operation_id), field_path="name")
-    return row
+    return _operation(found)
 
 
-async def for_target(session: AsyncSession, kind: str, target_id: str) -> OperationRow | None:
-    query = select(OperationRow).where(OperationRow.kind == kind, OperationRow.target_id == target_id)
-    return (await session.exec(query)).first()
+def delete(operation_id: str) -> Tx[None]:
+    yield Sql("DELETE FROM operations WHERE operation_id = :id", {"id": operation_id})
 
 
-async def complete(session: AsyncSession, kind: str, target_ids: Sequence[str], *, now_us: int) -> None:
-    """Mark the ``kind`` operations of ``target_ids`` done at ``now_us``."""
-    operations = table_of(OperationRow)
-    await core.execute(
-        session,
-        operations.update()
-        .where(operations.c.kind == kind, operations.c.target_id.in_(list(target_ids)))
-        .values(done=True, done_us=now_us),
+def for_target(kind: str, target_id: str) -> Tx[Operation | None]:
+    """The ``kind`` operation about ``target_id``, if one was started."""
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM operations WHERE kind = :kind AND target_id = :target",
+        {"kind": kind, "target": target_id},
+    )
+    found = result.first()
+    return None if found is None else _operation(found)
+
+
+def insert(row: Operation) -> Tx[None]:
+    yield Sql(
+        f"INSERT INTO operations ({_COLUMNS}) VALUES (:operation_id, :tenant_id, :kind, :target_id, :done,"
+        " :error_message, :created_us, :done_us)",
+        dataclasses.asdict(row),
     )
 
 
-async def list_page(
-    session: AsyncSession, *, tenant_id: str | None, cursor: Cursor | None, limit: int
-) -> list[OperationRow]:
-    query = select(OperationRow)
+def complete(kind: str, target_ids: Sequence[str], *, now_us: int) -> Tx[None]:
+    """Mark the ``kind`` operations of ``target_ids`` done at ``now_us``."""
+    ids, params = expand("id", target_ids)
+    yield Sql(
+        f"UPDATE operations SET done = TRUE, done_us = :now WHERE kind = :kind AND target_id IN ({ids})",
+        {**params, "now": now_us, "kind": kind},
+    )
+
+
+def list_page(*, tenant_id: str | None, cursor: Cursor | None, limit: int) -> Tx[list[Operation]]:
+    """Newest first by (created_us, operation_id): immutable, with a unique tiebreaker."""
+    where: list[str] = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit}
     if tenant_id is not None:
-        query = query.where(OperationRow.tenant_id == tenant_id)
+        where.append("tenant_id = :tenant")
+        params["tenant"] = tenant_id
     if cursor is not None:
-        query = query.where(
-            tuple_(col(OperationRow.created_us), col(OperationRow.operation_id))
-            < tuple_(cursor.created_us, cursor.last_id)
-        )
-    query = query.order_by(col(OperationRow.created_us).desc(), col(OperationRow.operation_id).desc())
-    return list((await session.exec(query.limit(limit))).all())
+        where.append("(created_us, operation_id) < (:after_us, :after_id)")
+        params.update(after_us=cursor.created_us, after_id=cursor.last_id)
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM operations WHERE {' AND '.join(where)}"
+        " ORDER BY created_us DESC, operation_id DESC LIMIT :limit",
+        params,
+    )
+    return [_operation(r) for r in result.rows]

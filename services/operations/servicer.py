@@ -20,6 +20,7 @@ from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
 from services.paging import Cursor, PageTokens
 from services.store.engine import Store
+from services.store.tx import Tx, run_in_session
 from services.validation import ID_PATTERN, Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -48,7 +49,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     ) -> operations_pb2.Operation:
         operation_id = _operation_id(request.name)
         async with self._store.read() as session:
-            row = await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
+            row = await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
             return (await self._builder.build_in(session, [row]))[0]
 
     async def WaitOperation(
@@ -72,7 +73,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         while True:
             seen = self._changed.generation
             async with self._store.read() as session:
-                row = await repo.get_row(session, operation_id, tenant_id=scope)
+                row = await run_in_session(session, repo.get_row(operation_id, tenant_id=scope))
                 left = deadline - time.monotonic()
                 if row.done or left <= 0:
                     return (await self._builder.build_in(session, [row]))[0]
@@ -91,7 +92,8 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
         async with self._store.read() as session:
-            rows = await repo.list_page(session, tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
+            page = repo.list_page(tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
+            rows = await run_in_session(session, page)
             token = ""
             if len(rows) > size:
                 rows = rows[:size]
@@ -102,24 +104,27 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
         """Forget a finished operation; an unfinished one cannot be deleted."""
         operation_id = _operation_id(request.name)
-        async with self._store.write() as session:
-            row = await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
-            if not row.done:
-                raise FailedPrecondition(
-                    reason="OPERATION_NOT_DONE",
-                    message=f"{request.name} is still running; wait for it before deleting it",
-                    metadata={"field": "name"},
-                )
-            await session.delete(row)
+        await self._store.transact(_delete_done(operation_id, tenant_id=tenant_scope(current_principal())))
         return Empty()
 
     async def CancelOperation(self, request: operations_pb2.CancelOperationRequest, context: Context) -> Empty:
         """A cancel-allocation operation is itself the cancel: it cannot be called off."""
         operation_id = _operation_id(request.name)
         async with self._store.read() as session:
-            await repo.get_row(session, operation_id, tenant_id=tenant_scope(current_principal()))
+            await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
         raise FailedPrecondition(
             reason="OPERATION_NOT_CANCELLABLE",
             message=f"{request.name} releases nodes and cannot be cancelled",
             metadata={"field": "name"},
         )
+
+
+def _delete_done(operation_id: str, *, tenant_id: str | None) -> Tx[None]:
+    row = yield from repo.get_row(operation_id, tenant_id=tenant_id)
+    if not row.done:
+        raise FailedPrecondition(
+            reason="OPERATION_NOT_DONE",
+            message=f"{repo.name_of(operation_id)} is still running; wait for it before deleting it",
+            metadata={"field": "name"},
+        )
+    yield from repo.delete(operation_id)

@@ -7,6 +7,10 @@ IMMEDIATE (taking the write lock up front, so writers queue in-process instead o
 "database is locked"); reads use a separate pool with plain deferred transactions, which WAL
 lets run beside the writer. On PostgreSQL one pool serves both and row locks
 (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
+
+Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
+SQLite to the writer thread (store/writer.py), which runs each in one hop and commits them in
+groups; on PostgreSQL through a session like any other write.
 """
 
 from __future__ import annotations
@@ -14,7 +18,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
@@ -24,6 +28,10 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
+from services.store.tx import Tx, run_in_session
+from services.store.writer import SqliteWriter
+
+T = TypeVar("T")
 
 SQLITE_BUSY_TIMEOUT_MS = 10_000
 # Arbitrary, fixed: the PostgreSQL advisory lock that serializes schema migrations.
@@ -46,8 +54,11 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
 class Store:
     """The control plane's database: a write and a read session factory over one schema."""
 
-    def __init__(self, url: str, write_engine: AsyncEngine, read_engine: AsyncEngine) -> None:
+    def __init__(
+        self, url: str, write_engine: AsyncEngine, read_engine: AsyncEngine, writer: SqliteWriter | None = None
+    ) -> None:
         self.url = url
+        self._writer = writer
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
@@ -72,16 +83,20 @@ class Store:
             read_engine = create_async_engine(url, async_creator=creator, pool_size=4, max_overflow=4)
             _configure_sqlite(write_engine, immediate=True)
             _configure_sqlite(read_engine, immediate=False)
+            writer: SqliteWriter | None = SqliteWriter(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
         else:
             write_engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
             read_engine = write_engine
-        store = cls(url, write_engine, read_engine)
+            writer = None
+        store = cls(url, write_engine, read_engine, writer)
         async with write_engine.begin() as connection:
             if write_engine.dialect.name == "postgresql":
                 # Replicas starting together must not run the same migration twice; the lock
                 # is held until this transaction commits.
                 await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
             await connection.run_sync(upgrade_to_head)
+        if writer is not None:
+            writer.start()
         return store
 
     @asynccontextmanager
@@ -90,6 +105,17 @@ class Store:
         async with self._writes() as session, session.begin():
             yield session
 
+    async def transact(self, tx: Tx[T]) -> T:
+        """Run a transaction written as SQL steps (store/tx.py) and commit it; retry-free.
+
+        Raises what ``tx`` raises (nothing of it is kept), or ``tx.Conflict`` when a
+        constraint refused a write.
+        """
+        if self._writer is not None:
+            return await self._writer.run(tx)
+        async with self.write() as session:
+            return await run_in_session(session, tx)
+
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A read-only transaction over a consistent snapshot."""
@@ -97,6 +123,8 @@ class Store:
             yield session
 
     async def close(self) -> None:
+        if self._writer is not None:
+            await self._writer.close()
         await self._write_engine.dispose()
         if self._read_engine is not self._write_engine:
             await self._read_engine.dispose()

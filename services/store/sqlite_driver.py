@@ -131,18 +131,23 @@ def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
+def open_connection(path: str, *, timeout: float) -> sqlite3.Connection:
+    """A sqlite3 connection to ``path`` in WAL mode, with foreign keys on and
+    ``synchronous=FULL`` (an acknowledged commit survives power loss, not only a process
+    crash), in autocommit mode: whoever uses it issues BEGIN / BEGIN IMMEDIATE itself."""
+    connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    _use_wal(connection, timeout)
+    connection.execute("PRAGMA foreign_keys=ON")
+    connection.execute("PRAGMA synchronous=FULL")
+    return connection
+
+
 def connector(path: str, *, timeout: float) -> Callable[[], OneHopConnection]:
-    """An ``async_creator`` for SQLAlchemy that opens ``path`` with one-hop cursors, in WAL
-    mode, with foreign keys on and ``synchronous=FULL`` (an acknowledged commit survives power
-    loss, not only a process crash)."""
+    """An ``async_creator`` for SQLAlchemy that opens ``path`` (see ``open_connection``) with
+    one-hop cursors."""
 
     def connect() -> sqlite3.Connection:
-        # isolation_level=None: SQLAlchemy's "begin" event issues BEGIN / BEGIN IMMEDIATE itself.
-        connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
-        _use_wal(connection, timeout)
-        connection.execute("PRAGMA foreign_keys=ON")
-        connection.execute("PRAGMA synchronous=FULL")
-        return connection
+        return open_connection(path, timeout=timeout)
 
     def create() -> OneHopConnection:
         connection = OneHopConnection(connect, 64)

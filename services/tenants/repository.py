@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from sqlalchemy import select as sa_select
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.errors import NotFound
-from services.store import core
-from services.store.models import TenantRow, table_of
+from services.store.models import TenantRow
+from services.store.tx import Sql, Tx
 
 
 async def get(session: AsyncSession, tenant_id: str, *, field_path: str = "tenant_id") -> TenantRow:
@@ -18,12 +17,10 @@ async def get(session: AsyncSession, tenant_id: str, *, field_path: str = "tenan
     return row
 
 
-async def require(session: AsyncSession, tenant_id: str, *, field_path: str = "tenant_id") -> None:
-    """NOT_FOUND unless the tenant exists; one Core query, for hot paths that need no row."""
-    tenants = table_of(TenantRow)
-    query = sa_select(tenants.c.tenant_id).where(tenants.c.tenant_id == tenant_id)
-    found = (await core.execute(session, query)).first()
-    if found is None:
+def require(tenant_id: str, *, field_path: str = "tenant_id") -> Tx[None]:
+    """NOT_FOUND unless the tenant exists; one query, for hot paths that need no row."""
+    result = yield Sql("SELECT 1 FROM tenants WHERE tenant_id = :tenant", {"tenant": tenant_id})
+    if result.first() is None:
         raise NotFound.of("tenant", tenant_id, field_path=field_path)
 
 

@@ -11,13 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Any
 
-from sqlalchemy import select as sa_select
-from sqlmodel.ext.asyncio.session import AsyncSession
-
-from services.store import core
-from services.store.models import GpuRow, UsageEventRow, table_of
+from services.store.tx import Sql, Tx, expand
 
 CONTROL_PLANE_SOURCE = "control-plane"
 
@@ -41,16 +36,15 @@ class Hold:
     node_id: str
 
 
-async def record(session: AsyncSession, kind: UsageKind, holds: Sequence[Hold], *, at_us: int) -> None:
+def record(kind: UsageKind, holds: Sequence[Hold], *, at_us: int) -> Tx[None]:
     """One event of ``kind`` at ``at_us`` for every GPU of every held node."""
     if not holds:
         return
     by_node = {h.node_id: h for h in holds}
-    gpus = table_of(GpuRow)
-    query = sa_select(gpus.c.node_id, gpus.c.gpu_uuid).where(gpus.c.node_id.in_(list(by_node)))
-    rows: list[Sequence[Any]] = list((await core.execute(session, query)).all())
+    ids, params = expand("id", by_node)
+    result = yield Sql(f"SELECT node_id, gpu_uuid FROM gpus WHERE node_id IN ({ids})", params)
     events = []
-    for node_id, gpu_uuid in rows:
+    for node_id, gpu_uuid in result.rows:
         hold = by_node[str(node_id)]
         events.append(
             {
@@ -66,4 +60,9 @@ async def record(session: AsyncSession, kind: UsageKind, holds: Sequence[Hold], 
                 "recorded_us": at_us,
             }
         )
-    await core.execute(session, table_of(UsageEventRow).insert(), events)
+    yield Sql(
+        "INSERT INTO usage_events (event_id, tenant_id, allocation_id, node_id, gpu_uuid, gpu_model, kind, at_us,"
+        " source, recorded_us) VALUES (:event_id, :tenant_id, :allocation_id, :node_id, :gpu_uuid, :gpu_model,"
+        " :kind, :at_us, :source, :recorded_us)",
+        rows=events,
+    )
