@@ -48,6 +48,8 @@ class AllocationFilter:
 
 
 _COLUMNS = "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us"
+# Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
+_FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
 
 def _row(values: Sequence[Any]) -> Allocation:
@@ -107,7 +109,7 @@ def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
         " :state, :created_us, :cancel_us, :released_us)",
-        dataclasses.asdict(row),
+        {name: getattr(row, name) for name in _FIELDS},
     )
     yield Sql(
         "INSERT INTO assignments (allocation_id, node_id, tenant_id, position, assigned_us)"

@@ -96,7 +96,7 @@ class Store:
                 await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
             await connection.run_sync(upgrade_to_head)
         if writer is not None:
-            writer.start()
+            await writer.start()
         return store
 
     @asynccontextmanager

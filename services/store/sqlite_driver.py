@@ -131,11 +131,14 @@ def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-def open_connection(path: str, *, timeout: float) -> sqlite3.Connection:
+def open_connection(path: str, *, timeout: float, shared: bool = False) -> sqlite3.Connection:
     """A sqlite3 connection to ``path`` in WAL mode, with foreign keys on and
     ``synchronous=FULL`` (an acknowledged commit survives power loss, not only a process
-    crash), in autocommit mode: whoever uses it issues BEGIN / BEGIN IMMEDIATE itself."""
-    connection = sqlite3.connect(path, timeout=timeout, isolation_level=None)
+    crash), in autocommit mode: whoever uses it issues BEGIN / BEGIN IMMEDIATE itself.
+
+    ``shared``: the caller uses it from more than one thread, one at a time.
+    """
+    connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=not shared)
     _use_wal(connection, timeout)
     connection.execute("PRAGMA foreign_keys=ON")
     connection.execute("PRAGMA synchronous=FULL")

@@ -1,24 +1,30 @@
-"""The SQLite writer: one thread, one connection, whole transactions in one hop, group commit.
+"""The SQLite writer: one connection, whole transactions without per-statement hops, group commit.
 
-Hot-path transactions (store/tx.py) are queued here from the event loop. The thread takes
-every transaction waiting, runs them one after another inside one ``BEGIN IMMEDIATE`` (each
-in its own savepoint, so one that fails leaves no trace and does not disturb the others),
-commits once, and only then answers their callers: nothing is acknowledged before it is
-durable (``synchronous=FULL``), and under load a single fsync covers many requests.
+Hot-path transactions (store/tx.py) are queued here. A pump task owned by the writer takes
+every transaction waiting, opens one ``BEGIN IMMEDIATE`` on the writer's thread, runs the
+transactions' statements one after another (each in its own savepoint, so one that fails
+leaves no trace and does not disturb the others), commits once on the thread, and only then
+answers their callers: nothing is acknowledged before it is durable (``synchronous=FULL``),
+and under load one fsync covers many requests.
 
-Why a thread of its own: SQLite has one write lock per database, so one writer loses no
-parallelism, and running the transaction's statements as plain ``sqlite3`` calls on that
-thread costs a few microseconds each, where each statement through SQLAlchemy's async engine
-costs a round trip through the event loop and the driver's thread (bench/store_path.py).
+Where each part runs, and why:
+
+- ``BEGIN IMMEDIATE`` and ``COMMIT`` run on the writer's thread: they are the calls that wait
+  (for another connection's write lock, up to the busy timeout; for fsync).
+- The statements run on the event loop. Each is a few microseconds of CPU on SQLite's page
+  cache, and the connection is idle meanwhile, so handing each to a thread would cost more
+  than the statement: a thread round trip, and two threads trading the GIL on every
+  ``sqlite3`` call (bench/api.py measured that at several milliseconds per request under
+  load). The group's statements are bounded (``MAX_GROUP`` transactions of a few
+  statements each), so the loop is never held for long.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import queue
 import sqlite3
-import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -30,7 +36,7 @@ from services.store.tx import Tx, run_on_connection
 log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
-# Transactions per commit at most: bounds how long one commit keeps the others waiting.
+# Transactions per commit at most: bounds how long one group holds the loop and the lock.
 MAX_GROUP = 64
 
 
@@ -42,74 +48,79 @@ class WriterClosed(RuntimeError):
 class _Job:
     tx: Tx[Any]
     future: asyncio.Future[Any]
-    loop: asyncio.AbstractEventLoop
     outcome: tuple[bool, Any] = (False, None)
 
 
 class SqliteWriter:
-    """Owns the writer thread; ``start`` once, ``run`` transactions, ``close`` to stop."""
+    """Owns the write connection, its thread and the pump task; ``start`` inside the event
+    loop, ``run`` transactions, ``close`` to finish what is queued and stop."""
 
     def __init__(self, path: str, *, timeout: float) -> None:
         self._path = path
         self._timeout = timeout
-        self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=self._serve, name="gpucloud-sqlite-writer", daemon=True)
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-sqlite-writer")
+        self._connection: sqlite3.Connection | None = None
+        self._queue: list[_Job] = []
+        self._wake = asyncio.Event()
+        self._pump: asyncio.Task[None] | None = None
         self._closed = False
 
-    def start(self) -> None:
-        self._thread.start()
+    async def start(self) -> None:
+        self._connection = await self._on_thread(self._open)
+        self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="sqlite-writer")
 
     async def run(self, tx: Tx[T]) -> T:
         """Run ``tx`` in a write transaction; return its result once committed."""
-        if self._closed:
+        if self._closed or self._pump is None:
             tx.close()
             raise WriterClosed("the store is closed")
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[T] = loop.create_future()
-        self._jobs.put(_Job(tx, future, loop))
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Job(tx, future))
+        self._wake.set()
         return await future
 
     async def close(self) -> None:
-        """Run what is queued, then stop the thread."""
+        """Run what is queued, then close the connection and stop the thread."""
         if self._closed:
             return
         self._closed = True
-        self._jobs.put(None)
-        await asyncio.to_thread(self._thread.join)
+        self._wake.set()
+        if self._pump is not None:
+            await self._pump
+        if self._connection is not None:
+            await self._on_thread(self._connection.close)
+        self._thread.shutdown(wait=False)
 
-    # -- the writer thread ---------------------------------------------------------------
+    def _open(self) -> sqlite3.Connection:
+        return sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
 
-    def _serve(self) -> None:
-        connection = sqlite_driver.open_connection(self._path, timeout=self._timeout)
+    async def _on_thread(self, function: Any, *args: Any) -> Any:
+        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+
+    async def _run_pump(self) -> None:
+        while True:
+            if not self._queue:
+                if self._closed:
+                    return
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+            try:
+                await self._commit_group(group)
+            finally:
+                _settle(group)
+
+    async def _commit_group(self, group: list[_Job]) -> None:
+        connection = self._connection
+        assert connection is not None
         try:
-            stopping = False
-            while not stopping:
-                first = self._jobs.get()
-                if first is None:
-                    break
-                group = [first]
-                while len(group) < MAX_GROUP:
-                    try:
-                        job = self._jobs.get_nowait()
-                    except queue.Empty:
-                        break
-                    if job is None:
-                        stopping = True
-                        break
-                    group.append(job)
-                self._commit_group(connection, group)
-        finally:
-            connection.close()
-
-    def _commit_group(self, connection: sqlite3.Connection, group: list[_Job]) -> None:
-        try:
-            connection.execute("BEGIN IMMEDIATE")
+            await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
             if len(group) == 1:
                 # Alone: the transaction itself is the savepoint.
                 group[0].outcome = _attempt(connection, group[0].tx)
                 if not group[0].outcome[0]:
                     connection.execute("ROLLBACK")
-                    _answer(group)
                     return
             else:
                 for job in group:
@@ -118,16 +129,21 @@ class SqliteWriter:
                     if not job.outcome[0]:
                         connection.execute("ROLLBACK TO job")
                     connection.execute("RELEASE job")
-            connection.execute("COMMIT")
+            await self._on_thread(connection.execute, "COMMIT")
         except sqlite3.Error as error:
             # BEGIN, a savepoint or COMMIT failed (locked past the busy timeout, disk full, I/O
             # error): nothing of the group is durable, so nobody hears "done".
             log.warning("sqlite_group_failed", error=str(error), transactions=len(group))
             if connection.in_transaction:
-                connection.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):
+                    await self._on_thread(connection.execute, "ROLLBACK")
             for job in group:
                 job.outcome = (False, error)
-        _answer(group)
+        except BaseException:
+            # Cancelled mid-commit (shutdown): the outcome is unknown, so nobody hears "done".
+            for job in group:
+                job.outcome = (False, WriterClosed("the store closed while the transaction committed"))
+            raise
 
 
 def _attempt(connection: sqlite3.Connection, tx: Tx[Any]) -> tuple[bool, Any]:
@@ -135,22 +151,12 @@ def _attempt(connection: sqlite3.Connection, tx: Tx[Any]) -> tuple[bool, Any]:
     try:
         return True, run_on_connection(connection, tx)
     except sqlite3.Error as error:
-        if isinstance(error, sqlite3.OperationalError) and not connection.in_transaction:
+        if not connection.in_transaction:
             # SQLite rolled the whole transaction back (e.g. SQLITE_FULL): the group is lost.
             raise
         return False, error
-    except Exception as error:
+    except Exception as error:  # handed to the caller, who raises it
         return False, error
-
-
-def _answer(group: list[_Job]) -> None:
-    by_loop: dict[asyncio.AbstractEventLoop, list[_Job]] = {}
-    for job in group:
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, jobs in by_loop.items():
-        # A loop that has closed raises RuntimeError: its callers are gone.
-        with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(_settle, jobs)
 
 
 def _settle(jobs: list[_Job]) -> None:
