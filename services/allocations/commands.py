@@ -30,7 +30,7 @@ from services.store.engine import Store
 from services.store.tx import Conflict, Tx, run_in_session
 from services.tenants import repository as tenants_repo
 from services.usage import repository as usage
-from services.usage.repository import Hold, UsageKind
+from services.usage.repository import UsageKind
 
 CREATE_METHOD = "CreateAllocation"
 CANCEL_KIND = "cancel-allocation"
@@ -142,8 +142,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
         now_us=now,
         uncordoned_only=True,
     )
-    holds = [Hold(request.tenant_id, allocation_id, request.gpu_model, node_id) for node_id in chosen]
-    yield from usage.record(UsageKind.START, holds, at_us=now)
+    yield from usage.record(UsageKind.START, [allocation_id], at_us=now)
     return AllocationView(row, tuple(chosen))
 
 
@@ -187,6 +186,7 @@ def _cancel(
     if row.state == AllocationState.CANCELLED:
         # Its operation was deleted after it finished: answer with a finished one again.
         done, done_us = True, row.released_us
+        view = (yield from repo.views([row]))[0]
     else:
         done, done_us = False, None
         held = yield from repo.held_nodes([allocation_id], locking=locking)
@@ -198,6 +198,8 @@ def _cancel(
         )
         yield from repo.mark_cancelling(allocation_id, now_us=now)
         row = dataclasses.replace(row, state=AllocationState.CANCELLING.value, cancel_us=now)
+        # Not cancelled yet, so every node it was given is still held, in placement order.
+        view = AllocationView(row, tuple(h.node_id for h in held))
     operation = Operation(
         operation_id=operation_id,
         tenant_id=row.tenant_id,
@@ -209,4 +211,4 @@ def _cancel(
         done_us=done_us,
     )
     yield from ops_repo.insert(operation)
-    return operation, (yield from repo.views([row]))[0]
+    return operation, view

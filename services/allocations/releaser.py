@@ -24,7 +24,7 @@ from services.operations import repository as ops_repo
 from services.store.engine import Store
 from services.store.tx import Tx
 from services.usage import repository as usage
-from services.usage.repository import Hold, UsageKind
+from services.usage.repository import UsageKind
 
 log = structlog.get_logger(__name__)
 
@@ -82,8 +82,7 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
     due = yield from repo.lock_cancels_due(scrubbed_before_us=scrubbed_before_us, limit=limit, locking=locking)
     if due:
         now = now_us()
-        ids = [d.allocation_id for d in due]
-        by_id = {d.allocation_id: d for d in due}
+        ids = due
         held = yield from repo.held_nodes(ids, locking=locking)
         drained = yield from nodes_repo.drain_pending([h.node_id for h in held])
         moves = [
@@ -96,13 +95,9 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
             for h in held
         ]
         yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
-        yield from repo.finish_cancel(ids, now_us=now)
         # Billing stops here, when the nodes are back: not at the cancel request.
-        holds = [
-            Hold(by_id[h.allocation_id].tenant_id, h.allocation_id, by_id[h.allocation_id].gpu_model, h.node_id)
-            for h in held
-        ]
-        yield from usage.record(UsageKind.STOP, holds, at_us=now)
+        yield from usage.record(UsageKind.STOP, ids, at_us=now)
+        yield from repo.finish_cancel(ids, now_us=now)
         yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
     oldest = yield from repo.oldest_cancel_us()
-    return [d.allocation_id for d in due], oldest
+    return due, oldest

@@ -164,25 +164,16 @@ class HeldNode:
     node_state: str
 
 
-@dataclass(frozen=True)
-class DueCancel:
-    """A CANCELLING allocation whose nodes' scrub is done."""
-
-    allocation_id: str
-    tenant_id: str
-    gpu_model: str
-
-
-def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[list[DueCancel]]:
-    """Up to ``limit`` CANCELLING allocations cancelled at or before ``scrubbed_before_us``,
+def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[list[str]]:
+    """The ids of up to ``limit`` CANCELLING allocations cancelled at or before ``scrubbed_before_us``,
     oldest first, locked; on PostgreSQL rows another replica is releasing are skipped."""
     result = yield Sql(
-        "SELECT allocation_id, tenant_id, gpu_model FROM allocations"
-        " WHERE state = :state AND cancel_us <= :before ORDER BY cancel_us, allocation_id LIMIT :limit"
+        "SELECT allocation_id FROM allocations WHERE state = :state AND cancel_us <= :before"
+        " ORDER BY cancel_us, allocation_id LIMIT :limit"
         + for_update(locking, skip_locked=True),
         {"state": AllocationState.CANCELLING.value, "before": scrubbed_before_us, "limit": limit},
     )
-    return [DueCancel(*r) for r in result.rows]
+    return [str(r[0]) for r in result.rows]
 
 
 def held_nodes(allocation_ids: Sequence[str], *, locking: bool) -> Tx[list[HeldNode]]:

@@ -9,7 +9,6 @@ second copy, so a GPU is never billed twice for one hold.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from enum import StrEnum
 
 from services.store.tx import Sql, Tx, expand
@@ -22,47 +21,22 @@ class UsageKind(StrEnum):
     STOP = "stop"
 
 
-def event_id(allocation_id: str, gpu_uuid: str, kind: UsageKind) -> str:
-    return f"{allocation_id}/{gpu_uuid}/{kind}"
+def record(kind: UsageKind, allocation_ids: Sequence[str], *, at_us: int) -> Tx[None]:
+    """One event of ``kind`` at ``at_us`` for every GPU of every node the allocations hold.
 
-
-@dataclass(frozen=True)
-class Hold:
-    """A node held by (or returned from) a tenant's allocation."""
-
-    tenant_id: str
-    allocation_id: str
-    gpu_model: str
-    node_id: str
-
-
-def record(kind: UsageKind, holds: Sequence[Hold], *, at_us: int) -> Tx[None]:
-    """One event of ``kind`` at ``at_us`` for every GPU of every held node."""
-    if not holds:
+    Placement calls it after writing the assignments, the releaser before ending them. One
+    INSERT ... SELECT: the rows never travel through Python.
+    """
+    if not allocation_ids:
         return
-    by_node = {h.node_id: h for h in holds}
-    ids, params = expand("id", by_node)
-    result = yield Sql(f"SELECT node_id, gpu_uuid FROM gpus WHERE node_id IN ({ids})", params)
-    events = []
-    for node_id, gpu_uuid in result.rows:
-        hold = by_node[str(node_id)]
-        events.append(
-            {
-                "event_id": event_id(hold.allocation_id, str(gpu_uuid), kind),
-                "tenant_id": hold.tenant_id,
-                "allocation_id": hold.allocation_id,
-                "node_id": hold.node_id,
-                "gpu_uuid": str(gpu_uuid),
-                "gpu_model": hold.gpu_model,
-                "kind": kind.value,
-                "at_us": at_us,
-                "source": CONTROL_PLANE_SOURCE,
-                "recorded_us": at_us,
-            }
-        )
+    ids, params = expand("id", allocation_ids)
     yield Sql(
         "INSERT INTO usage_events (event_id, tenant_id, allocation_id, node_id, gpu_uuid, gpu_model, kind, at_us,"
-        " source, recorded_us) VALUES (:event_id, :tenant_id, :allocation_id, :node_id, :gpu_uuid, :gpu_model,"
-        " :kind, :at_us, :source, :recorded_us)",
-        rows=events,
+        " source, recorded_us)"
+        " SELECT a.allocation_id || '/' || g.gpu_uuid || '/' || :kind, al.tenant_id, a.allocation_id, a.node_id,"
+        " g.gpu_uuid, al.gpu_model, :kind, :at, :source, :at"
+        " FROM assignments a JOIN allocations al ON al.allocation_id = a.allocation_id"
+        " JOIN gpus g ON g.node_id = a.node_id"
+        f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL",
+        {**params, "kind": kind.value, "at": at_us, "source": CONTROL_PLANE_SOURCE},
     )
