@@ -105,17 +105,24 @@ class SqliteWriter:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            group, self._queue = self._queue[:MAX_GROUP], self._queue[MAX_GROUP:]
+            group: list[_Job] = []
             try:
                 await self._commit_group(group)
             finally:
                 _settle(group)
 
+    def _take(self, group: list[_Job]) -> None:
+        group.extend(self._queue[:MAX_GROUP])
+        del self._queue[:MAX_GROUP]
+
     async def _commit_group(self, group: list[_Job]) -> None:
+        """Begin, then take every transaction waiting into ``group`` (those that arrived
+        while BEGIN waited for the lock ride along), run them, commit."""
         connection = self._connection
         assert connection is not None
         try:
             await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
+            self._take(group)
             if len(group) == 1:
                 # Alone: the transaction itself is the savepoint.
                 group[0].outcome = _attempt(connection, group[0].tx)
@@ -133,6 +140,8 @@ class SqliteWriter:
         except sqlite3.Error as error:
             # BEGIN, a savepoint or COMMIT failed (locked past the busy timeout, disk full, I/O
             # error): nothing of the group is durable, so nobody hears "done".
+            if not group:
+                self._take(group)
             log.warning("sqlite_group_failed", error=str(error), transactions=len(group))
             if connection.in_transaction:
                 with contextlib.suppress(sqlite3.Error):
