@@ -169,8 +169,7 @@ def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> T
     oldest first, locked; on PostgreSQL rows another replica is releasing are skipped."""
     result = yield Sql(
         "SELECT allocation_id FROM allocations WHERE state = :state AND cancel_us <= :before"
-        " ORDER BY cancel_us, allocation_id LIMIT :limit"
-        + for_update(locking, skip_locked=True),
+        " ORDER BY cancel_us, allocation_id LIMIT :limit" + for_update(locking, skip_locked=True),
         {"state": AllocationState.CANCELLING.value, "before": scrubbed_before_us, "limit": limit},
     )
     return [str(r[0]) for r in result.rows]

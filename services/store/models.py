@@ -45,7 +45,8 @@ class TokenRow(SQLModel, table=True):
 
 class NodeRow(SQLModel, table=True):
     __tablename__ = "nodes"
-    __table_args__ = (Index("ix_nodes_placement", "gpu_model", "state", "node_id"),)
+    # Placement's read order (services/nodes/repository.py free_nodes), so LIMIT stops early.
+    __table_args__ = (Index("ix_nodes_placement", "gpu_model", "state", "zone", "rack", "leaf_switch", "node_id"),)
 
     node_id: str = Field(primary_key=True, max_length=63)
     gpu_model: str = Field(max_length=16)
@@ -91,7 +92,8 @@ class AllocationRow(SQLModel, table=True):
         # The keyset order of ListAllocations: immutable create time, unique id tiebreaker.
         Index("ix_allocations_tenant_order", "tenant_id", "created_us", "allocation_id"),
         Index("ix_allocations_order", "created_us", "allocation_id"),
-        Index("ix_allocations_state", "state"),
+        # The releaser's read: CANCELLING allocations, oldest cancel first.
+        Index("ix_allocations_state", "state", "cancel_us"),
     )
 
     allocation_id: str = Field(primary_key=True, max_length=40)
