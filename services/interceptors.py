@@ -58,6 +58,9 @@ def _pack(message: Any) -> AnyProto:
 class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
+        # The wrapped handler of each method, built once: the servicer's handler for a method
+        # is the same object on every call, and building a handler per call showed in profiles.
+        self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
 
     async def intercept_service(
         self,
@@ -69,19 +72,23 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
         if handler is None or policy.is_public(method):
             # Unknown methods stay UNIMPLEMENTED; health and reflection need no token.
             return handler
+        cached = self._wrapped.get(method)
+        if cached is not None and cached[0] is handler:
+            return cached[1]
         if handler.unary_unary is None:
             # Only unary calls are authenticated here: a streaming method must not slip past.
-            return _refuse_streaming(handler, method)
-        metadata = handler_call_details.invocation_metadata
-        # Every servicer here is async, so the unary behaviour is a coroutine function.
-        behaviour = self._wrap(method, metadata, cast(Handler, handler.unary_unary))
-        return grpc.unary_unary_rpc_method_handler(
-            behaviour,
-            request_deserializer=handler.request_deserializer,
-            response_serializer=handler.response_serializer,
-        )
+            wrapped = _refuse_streaming(handler, method)
+        else:
+            # Every servicer here is async, so the unary behaviour is a coroutine function.
+            wrapped = grpc.unary_unary_rpc_method_handler(
+                self._wrap(method, cast(Handler, handler.unary_unary)),
+                request_deserializer=handler.request_deserializer,
+                response_serializer=handler.response_serializer,
+            )
+        self._wrapped[method] = (handler, wrapped)
+        return wrapped
 
-    def _wrap(self, method: str, metadata: Any, inner: Handler) -> Handler:
+    def _wrap(self, method: str, inner: Handler) -> Handler:
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
             request_id = getattr(request, "request_id", "") or ""
@@ -89,7 +96,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             code = "OK"
             structlog.contextvars.clear_contextvars()
             try:
-                principal = await self._authenticator.authenticate(metadata)
+                principal = await self._authenticator.authenticate(context.invocation_metadata())
                 _authorize(method, principal)
                 set_current_principal(principal)
                 structlog.contextvars.bind_contextvars(

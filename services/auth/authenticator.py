@@ -7,7 +7,7 @@ revoking a token therefore takes effect within ``CACHE_SECONDS``.
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from services.auth import repository
 from services.auth.principal import Principal
@@ -18,7 +18,7 @@ CACHE_SECONDS = 5.0
 _CACHE_LIMIT = 10_000
 
 
-def bearer_token(metadata: Sequence[tuple[str, str | bytes]] | None) -> str | None:
+def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
     """The token of an ``authorization`` header, or None."""
     for key, value in metadata or ():
         if key == "authorization":
@@ -37,7 +37,7 @@ class Authenticator:
         self._store = store
         self._cache: dict[str, tuple[float, Principal]] = {}
 
-    async def authenticate(self, metadata: Sequence[tuple[str, str | bytes]] | None) -> Principal:
+    async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
         token = bearer_token(metadata)
         if token is None:
             raise Unauthenticated(
