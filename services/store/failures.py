@@ -1,15 +1,20 @@
 """Which database failures a caller may retry, expressed as domain errors.
 
 The interceptor asks ``translate`` about any exception a handler did not handle: a lost
-connection or an exhausted pool is UNAVAILABLE (retry the call), a PostgreSQL deadlock or
-serialization failure is ABORTED (retry the sequence); anything else stays INTERNAL.
+connection, an exhausted pool or a SQLite database locked past the busy timeout is
+UNAVAILABLE (retry the call); a PostgreSQL deadlock or serialization failure, or a constraint
+that refused a write because a concurrent transaction got there first (``tx.Conflict``), is
+ABORTED (retry the sequence); anything else stays INTERNAL.
 """
 
 from __future__ import annotations
 
+import sqlite3
+
 from sqlalchemy import exc
 
 from services.errors import Aborted, ApiError, Unavailable
+from services.store.tx import Conflict
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
@@ -17,6 +22,11 @@ _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
+    if isinstance(error, Conflict):
+        return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
+    if isinstance(error, sqlite3.OperationalError):
+        # Raised by the SQLite writer (store/writer.py), which uses sqlite3 directly.
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy or unreachable; retry")
     if isinstance(error, exc.DBAPIError):
         sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
         if sqlstate in _RETRY_SQLSTATES:

@@ -64,6 +64,8 @@ class SqliteWriter:
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
         self._closed = False
+        # Groups committed so far: transactions per commit is how well group commit works.
+        self.commits = 0
 
     async def start(self) -> None:
         self._connection = await self._on_thread(self._open)
@@ -137,6 +139,7 @@ class SqliteWriter:
                         connection.execute("ROLLBACK TO job")
                     connection.execute("RELEASE job")
             await self._on_thread(connection.execute, "COMMIT")
+            self.commits += 1
         except sqlite3.Error as error:
             # BEGIN, a savepoint or COMMIT failed (locked past the busy timeout, disk full, I/O
             # error): nothing of the group is durable, so nobody hears "done".

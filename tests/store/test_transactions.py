@@ -1,0 +1,144 @@
+"""Transactions written as SQL steps (store/tx.py) and the SQLite writer that groups them."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from services.errors import ApiError, Unavailable
+from services.store import failures
+from services.store.engine import Store
+from services.store.tx import Conflict, Sql, Tx, run_in_session
+from services.store.writer import SqliteWriter, WriterClosed
+
+
+def add_tenant(tenant_id: str, *, then_fail: bool = False) -> Tx[str]:
+    yield Sql(
+        "INSERT INTO tenants (tenant_id, display_name, created_us) VALUES (:id, '', 1)",
+        {"id": tenant_id},
+    )
+    if then_fail:
+        raise ValueError(f"{tenant_id} failed after writing")
+    return tenant_id
+
+
+def tenant_ids() -> Tx[list[str]]:
+    result = yield Sql("SELECT tenant_id FROM tenants ORDER BY tenant_id")
+    return [str(row[0]) for row in result.rows]
+
+
+async def read_tenants(store: Store) -> list[str]:
+    async with store.read() as session:
+        return await run_in_session(session, tenant_ids())
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(database_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_a_failing_transaction_leaves_no_trace_and_spares_the_others(store: Store) -> None:
+    """Submitted together (one group on SQLite, one transaction each on PostgreSQL): the one
+    that raises after writing is undone, the others commit."""
+    results = await asyncio.gather(
+        store.transact(add_tenant("a")),
+        store.transact(add_tenant("b", then_fail=True)),
+        store.transact(add_tenant("c")),
+        return_exceptions=True,
+    )
+    assert results[0] == "a"
+    assert isinstance(results[1], ValueError)
+    assert results[2] == "c"
+    assert await read_tenants(store) == ["a", "c"]
+
+
+async def test_a_unique_violation_is_a_conflict_and_changes_nothing(store: Store) -> None:
+    await store.transact(add_tenant("a"))
+
+    def add_two() -> Tx[None]:
+        yield from add_tenant("z")
+        yield from add_tenant("a")
+
+    with pytest.raises(Conflict):
+        await store.transact(add_two())
+    assert await read_tenants(store) == ["a"]
+
+
+def test_a_conflict_escaping_a_handler_is_aborted_for_the_client() -> None:
+    error = failures.translate(Conflict("UNIQUE constraint failed: tenants.tenant_id"))
+    assert isinstance(error, ApiError)
+    assert error.code == "ABORTED"
+
+
+@pytest.fixture
+async def sqlite_file(tmp_path: Path) -> str:
+    path = str(tmp_path / "writer.db")
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")  # creates the schema
+    await store.close()
+    return path
+
+
+async def test_writer_groups_what_arrives_together_into_one_commit(sqlite_file: str) -> None:
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    try:
+        before = writer.commits
+        names = [f"t{i}" for i in range(10)]
+        assert await asyncio.gather(*(writer.run(add_tenant(n)) for n in names)) == names
+        assert writer.commits - before == 1
+    finally:
+        await writer.close()
+    with sqlite3.connect(sqlite_file) as raw:
+        assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")] == sorted(names)
+
+
+async def test_writer_answers_only_after_the_commit_is_visible_to_others(sqlite_file: str) -> None:
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    try:
+        await writer.run(add_tenant("durable"))
+        # A separate connection sees it at once: the answer came after COMMIT, not before.
+        with sqlite3.connect(sqlite_file) as raw:
+            assert raw.execute("SELECT count(*) FROM tenants WHERE tenant_id = 'durable'").fetchone() == (1,)
+    finally:
+        await writer.close()
+
+
+async def test_writer_locked_out_past_its_timeout_fails_the_group_then_recovers(sqlite_file: str) -> None:
+    """Another process holding the write lock longer than the busy timeout: the waiting
+    transactions fail (UNAVAILABLE for a client), none is half-applied, the next one runs."""
+    writer = SqliteWriter(sqlite_file, timeout=0.2)
+    await writer.start()
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        with pytest.raises(sqlite3.OperationalError) as raised:
+            await writer.run(add_tenant("blocked"))
+        translated = failures.translate(raised.value)
+        assert isinstance(translated, Unavailable)
+        holder.execute("ROLLBACK")
+        assert await writer.run(add_tenant("after")) == "after"
+        rows = [r[0] for r in holder.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
+        assert rows == ["after"]
+    finally:
+        holder.close()
+        await writer.close()
+
+
+async def test_writer_close_runs_what_is_queued_and_then_refuses(sqlite_file: str) -> None:
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    queued = [asyncio.ensure_future(writer.run(add_tenant(f"q{i}"))) for i in range(5)]
+    await asyncio.sleep(0)  # let them reach the queue
+    await writer.close()
+    assert [await q for q in queued] == [f"q{i}" for i in range(5)]
+    with pytest.raises(WriterClosed):
+        await writer.run(add_tenant("late"))
