@@ -19,9 +19,11 @@ import hmac
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from services.clock import now_us
 from services.errors import InvalidArgument
+from services.store.tx import Sql
 
 VERSION = 1
 TOKEN_TTL_US = 3 * 24 * 3600 * 1_000_000
@@ -35,6 +37,22 @@ class Cursor:
 
     created_us: int
     last_id: str
+
+
+def newest_first(select: str, id_column: str, filters: Mapping[str, Any], *, cursor: Cursor | None, limit: int) -> Sql:
+    """One page of ``select`` (``SELECT ... FROM table``) newest first by (created_us,
+    ``id_column``), keeping rows whose columns equal ``filters`` (a None value filters
+    nothing) and starting after ``cursor``."""
+    where: list[str] = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit}
+    for column, value in filters.items():
+        if value is not None:
+            where.append(f"{column} = :f_{column}")
+            params[f"f_{column}"] = value
+    if cursor is not None:
+        where.append(f"(created_us, {id_column}) < (:after_us, :after_id)")
+        params.update(after_us=cursor.created_us, after_id=cursor.last_id)
+    return Sql(f"{select} WHERE {' AND '.join(where)} ORDER BY created_us DESC, {id_column} DESC LIMIT :limit", params)
 
 
 def query_hash(scope: Mapping[str, str | int]) -> str:

@@ -15,7 +15,7 @@ from typing import Any
 
 from services.allocations.states import AllocationState
 from services.errors import NotFound
-from services.paging import Cursor
+from services.paging import Cursor, newest_first
 from services.store.tx import Sql, Tx, expand, for_update
 
 
@@ -136,23 +136,15 @@ def mark_cancelling(allocation_id: str, *, now_us: int) -> Tx[None]:
 
 def list_page(flt: AllocationFilter, *, cursor: Cursor | None, limit: int) -> Tx[list[Allocation]]:
     """Newest first by (created_us, allocation_id): immutable, with a unique tiebreaker."""
-    where: list[str] = ["TRUE"]
-    params: dict[str, Any] = {"limit": limit}
-    if flt.tenant_id is not None:
-        where.append("tenant_id = :tenant")
-        params["tenant"] = flt.tenant_id
-    if flt.state is not None:
-        where.append("state = :state")
-        params["state"] = flt.state.value
-    if cursor is not None:
-        where.append("(created_us, allocation_id) < (:after_us, :after_id)")
-        params.update(after_us=cursor.created_us, after_id=cursor.last_id)
-    result = yield Sql(
-        f"SELECT {_COLUMNS} FROM allocations WHERE {' AND '.join(where)}"
-        " ORDER BY created_us DESC, allocation_id DESC LIMIT :limit",
-        params,
+    state = None if flt.state is None else flt.state.value
+    page = newest_first(
+        f"SELECT {_COLUMNS} FROM allocations",
+        "allocation_id",
+        {"tenant_id": flt.tenant_id, "state": state},
+        cursor=cursor,
+        limit=limit,
     )
-    return [_row(r) for r in result.rows]
+    return [_row(r) for r in (yield page).rows]
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from services.errors import NotFound
-from services.paging import Cursor
+from services.paging import Cursor, newest_first
 from services.store.tx import Sql, Tx, expand
 
 NAME_PREFIX = "operations/"
@@ -92,17 +92,7 @@ def complete(kind: str, target_ids: Sequence[str], *, now_us: int) -> Tx[None]:
 
 def list_page(*, tenant_id: str | None, cursor: Cursor | None, limit: int) -> Tx[list[Operation]]:
     """Newest first by (created_us, operation_id): immutable, with a unique tiebreaker."""
-    where: list[str] = ["TRUE"]
-    params: dict[str, Any] = {"limit": limit}
-    if tenant_id is not None:
-        where.append("tenant_id = :tenant")
-        params["tenant"] = tenant_id
-    if cursor is not None:
-        where.append("(created_us, operation_id) < (:after_us, :after_id)")
-        params.update(after_us=cursor.created_us, after_id=cursor.last_id)
-    result = yield Sql(
-        f"SELECT {_COLUMNS} FROM operations WHERE {' AND '.join(where)}"
-        " ORDER BY created_us DESC, operation_id DESC LIMIT :limit",
-        params,
+    page = newest_first(
+        f"SELECT {_COLUMNS} FROM operations", "operation_id", {"tenant_id": tenant_id}, cursor=cursor, limit=limit
     )
-    return [_operation(r) for r in result.rows]
+    return [_operation(r) for r in (yield page).rows]

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from alembic.script import ScriptDirectory
@@ -24,15 +23,6 @@ from services.store.models import (
 
 NOW = 1_800_000_000_000_000
 CONCURRENT = 20
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def _seed(store: Store, *, allocations: int) -> list[str]:

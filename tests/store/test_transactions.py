@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import sqlite3
-from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -34,15 +33,6 @@ def tenant_ids() -> Tx[list[str]]:
 async def read_tenants(store: Store) -> list[str]:
     async with store.read() as session:
         return await run_in_session(session, tenant_ids())
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def test_a_failing_transaction_leaves_no_trace_and_spares_the_others(store: Store) -> None:
