@@ -28,6 +28,7 @@ from gpucloud.v1 import (
     tenant_pb2,
     tenant_pb2_grpc,
 )
+from services.allocations.janitor import KeyJanitor
 from services.allocations.releaser import Releaser
 from services.allocations.servicer import AllocationServicer
 from services.auth.authenticator import Authenticator
@@ -148,6 +149,7 @@ class ControlPlane:
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
         self._workers.start(releaser.run(), name="releaser")
+        self._workers.start(KeyJanitor(store).run(), name="idempotency-janitor")
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
         self._workers.start(maintenance.run(), name="metrics-maintenance")
 

@@ -7,7 +7,8 @@ request is refused with IDEMPOTENCY_KEY_REUSED and executes nothing.
 What is recorded: the first successful result (its id), in the same transaction as the work,
 so a replay after a crash or a restart still finds it. What is not: validation failures and
 capacity errors (RESOURCE_EXHAUSTED), so that a retry after capacity frees up can succeed.
-Keys are kept for at least ``RETENTION_HOURS``.
+Keys are kept for at least ``RETENTION_HOURS``, then pruned (janitor.py): a retry after that
+is a new request.
 """
 
 from __future__ import annotations

@@ -230,3 +230,16 @@ def claim_idempotency_key(
             "now": now_us,
         },
     )
+
+
+def prune_idempotency_keys(*, created_before_us: int, limit: int) -> Tx[int]:
+    """Forget up to ``limit`` keys recorded before ``created_before_us``, oldest first; return
+    how many. Bounded, so a backlog is pruned in short transactions that never hold the
+    writer (or the event loop, on SQLite) for long."""
+    result = yield Sql(
+        "DELETE FROM idempotency_keys WHERE (tenant_id, method, request_id) IN"
+        " (SELECT tenant_id, method, request_id FROM idempotency_keys WHERE created_us < :before"
+        " ORDER BY created_us LIMIT :limit)",
+        {"before": created_before_us, "limit": limit},
+    )
+    return result.rowcount

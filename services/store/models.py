@@ -134,6 +134,8 @@ class IdempotencyKeyRow(SQLModel, table=True):
     """The first outcome of a request_id, replayed to every retry of it."""
 
     __tablename__ = "idempotency_keys"
+    # The janitor's read: the oldest keys first (services/allocations/janitor.py).
+    __table_args__ = (Index("ix_idempotency_keys_created", "created_us"),)
 
     tenant_id: str = Field(primary_key=True, max_length=63)
     method: str = Field(primary_key=True, max_length=64)

@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 import structlog
@@ -48,7 +48,7 @@ class WriterClosed(RuntimeError):
 class _Job:
     tx: Tx[Any]
     future: asyncio.Future[Any]
-    outcome: tuple[bool, Any] = (False, None)
+    outcome: tuple[bool, Any] = field(default_factory=lambda: (False, WriterClosed("the transaction was not run")))
 
 
 class SqliteWriter:
@@ -110,8 +110,21 @@ class SqliteWriter:
             group: list[_Job] = []
             try:
                 await self._commit_group(group)
+            except Exception as error:
+                # A bug here must not stop the pump (every later caller would wait forever) nor
+                # leave its transaction open under the next group.
+                log.exception("sqlite_writer_failed", transactions=len(group))
+                for job in group:
+                    job.outcome = (False, error)
+                await self._roll_back()
             finally:
                 _settle(group)
+
+    async def _roll_back(self) -> None:
+        connection = self._connection
+        if connection is not None and connection.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                await self._on_thread(connection.execute, "ROLLBACK")
 
     def _take(self, group: list[_Job]) -> None:
         group.extend(self._queue[:MAX_GROUP])
@@ -146,9 +159,7 @@ class SqliteWriter:
             if not group:
                 self._take(group)
             log.warning("sqlite_group_failed", error=str(error), transactions=len(group))
-            if connection.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    await self._on_thread(connection.execute, "ROLLBACK")
+            await self._roll_back()
             for job in group:
                 job.outcome = (False, error)
         except BaseException:

@@ -132,3 +132,31 @@ async def test_writer_close_runs_what_is_queued_and_then_refuses(sqlite_file: st
     assert [await q for q in queued] == [f"q{i}" for i in range(5)]
     with pytest.raises(WriterClosed):
         await writer.run(add_tenant("late"))
+
+
+async def test_writer_survives_a_fault_of_its_own(sqlite_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An unexpected error inside the writer fails that group's callers; later calls still run."""
+    from services.store import writer as writer_module
+
+    real_attempt = writer_module._attempt
+    calls = 0
+
+    def faulty_attempt(connection: sqlite3.Connection, tx: Tx[object]) -> tuple[bool, object]:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            tx.close()
+            raise RuntimeError("injected fault")
+        return real_attempt(connection, tx)
+
+    monkeypatch.setattr(writer_module, "_attempt", faulty_attempt)
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    try:
+        with pytest.raises(RuntimeError, match="injected fault"):
+            await writer.run(add_tenant("first"))
+        assert await writer.run(add_tenant("second")) == "second"
+    finally:
+        await writer.close()
+    with sqlite3.connect(sqlite_file) as raw:
+        assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants")] == ["second"]
