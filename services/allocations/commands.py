@@ -1,9 +1,13 @@
 """Creating, reading, listing and cancelling allocations: one transaction each.
 
+Create and cancel are written as SQL steps (store/tx.py) and run with ``Store.transact``: on
+SQLite in the writer's group commit, on PostgreSQL in a session.
+
 A create claims its idempotency key first, in the same transaction as the placement, so
 concurrent calls with one key serialize on the key's primary key: one places nodes, the others
 replay its result. On PostgreSQL the losers' inserts wait for the winner's commit and then
-fail with a unique violation, which sends them round the loop to find the recorded result.
+fail with a unique violation (``tx.Conflict``), which sends them round the loop to find the
+recorded result.
 """
 
 from __future__ import annotations

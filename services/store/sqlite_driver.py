@@ -1,4 +1,10 @@
-"""An aiosqlite connection whose cursors do one thread round trip per statement.
+"""SQLite connections: how every one is opened, and an aiosqlite connection whose cursors do
+one thread round trip per statement.
+
+``open_connection`` sets the pragmas every connection needs (WAL, foreign keys,
+``synchronous=FULL``, in-memory temporary journals); the SQLite writer (store/writer.py) uses
+it directly, the SQLAlchemy engines (reads, and the writes that are not on the hot path)
+through ``connector``.
 
 aiosqlite runs every cursor call on the connection's thread: creating the cursor, executing,
 fetching and closing are four round trips between the event loop and that thread for each
