@@ -9,12 +9,15 @@ lets run beside the writer. On PostgreSQL one pool serves both and row locks
 (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
 
 Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
-SQLite to the writer thread (store/writer.py), which runs each in one hop and commits them in
-groups; on PostgreSQL through a session like any other write.
+SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL through a
+session like any other write. On SQLite the writer and ``write()`` share an asyncio lock held
+for the whole transaction, so the process's two write connections take turns in order
+instead of polling each other through the busy handler.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -55,10 +58,17 @@ class Store:
     """The control plane's database: a write and a read session factory over one schema."""
 
     def __init__(
-        self, url: str, write_engine: AsyncEngine, read_engine: AsyncEngine, writer: SqliteWriter | None = None
+        self,
+        url: str,
+        write_engine: AsyncEngine,
+        read_engine: AsyncEngine,
+        writer: SqliteWriter | None = None,
+        write_lock: asyncio.Lock | None = None,
     ) -> None:
         self.url = url
         self._writer = writer
+        # SQLite only: shared with the writer, so its two write connections take turns.
+        self._write_lock = write_lock
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
@@ -83,12 +93,15 @@ class Store:
             read_engine = create_async_engine(url, async_creator=creator, pool_size=4, max_overflow=4)
             _configure_sqlite(write_engine, immediate=True)
             _configure_sqlite(read_engine, immediate=False)
-            writer: SqliteWriter | None = SqliteWriter(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+            write_lock: asyncio.Lock | None = asyncio.Lock()
+            writer: SqliteWriter | None = SqliteWriter(
+                parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, lock=write_lock
+            )
         else:
             write_engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
             read_engine = write_engine
-            writer = None
-        store = cls(url, write_engine, read_engine, writer)
+            writer, write_lock = None, None
+        store = cls(url, write_engine, read_engine, writer, write_lock)
         async with write_engine.begin() as connection:
             if write_engine.dialect.name == "postgresql":
                 # Replicas starting together must not run the same migration twice; the lock
@@ -102,7 +115,11 @@ class Store:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A read-write transaction, committed on success and rolled back on any error."""
-        async with self._writes() as session, session.begin():
+        if self._write_lock is None:
+            async with self._writes() as session, session.begin():
+                yield session
+            return
+        async with self._write_lock, self._writes() as session, session.begin():
             yield session
 
     async def transact(self, tx: Tx[T]) -> T:

@@ -15,18 +15,25 @@ from sqlalchemy import exc
 
 from services.errors import Aborted, ApiError, Unavailable
 from services.store.tx import Conflict
+from services.store.writer import WriterClosed
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+# Primary result codes (the low byte of an extended one).
+_SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
-    if isinstance(error, sqlite3.OperationalError):
-        # Raised by the SQLite writer (store/writer.py), which uses sqlite3 directly.
-        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy or unreachable; retry")
+    sqlite_code = getattr(error, "sqlite_errorcode", None)
+    if isinstance(error, sqlite3.OperationalError) and sqlite_code is not None and sqlite_code & 0xFF in _SQLITE_BUSY:
+        # From the SQLite writer (store/writer.py), which uses sqlite3 directly: another
+        # process held the database past the busy timeout.
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy; retry")
+    if isinstance(error, WriterClosed):
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if isinstance(error, exc.DBAPIError):
         sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
         if sqlstate in _RETRY_SQLSTATES:

@@ -55,9 +55,13 @@ class SqliteWriter:
     """Owns the write connection, its thread and the pump task; ``start`` inside the event
     loop, ``run`` transactions, ``close`` to finish what is queued and stop."""
 
-    def __init__(self, path: str, *, timeout: float) -> None:
+    def __init__(self, path: str, *, timeout: float, lock: asyncio.Lock | None = None) -> None:
         self._path = path
         self._timeout = timeout
+        # Held from BEGIN to COMMIT. The store shares it with its other SQLite writes, so the
+        # two write connections take turns in the process (first come, first served) instead
+        # of polling each other through SQLite's busy handler.
+        self._lock = lock or asyncio.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-sqlite-writer")
         self._connection: sqlite3.Connection | None = None
         self._queue: list[_Job] = []
@@ -70,10 +74,15 @@ class SqliteWriter:
     async def start(self) -> None:
         self._connection = await self._on_thread(self._open)
         self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="sqlite-writer")
+        self._pump.add_done_callback(self._pump_stopped)
 
     async def run(self, tx: Tx[T]) -> T:
-        """Run ``tx`` in a write transaction; return its result once committed."""
-        if self._closed or self._pump is None:
+        """Run ``tx`` in a write transaction; return its result once committed.
+
+        A caller that stops waiting (cancelled) before its transaction starts is dropped from
+        the queue; once the transaction has started it commits or fails with its group.
+        """
+        if self._closed or self._pump is None or self._pump.done():
             tx.close()
             raise WriterClosed("the store is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
@@ -83,15 +92,27 @@ class SqliteWriter:
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and stop the thread."""
-        if self._closed:
+        if self._closed and (self._pump is None or self._pump.done()) and self._connection is None:
             return
         self._closed = True
         self._wake.set()
-        if self._pump is not None:
-            await self._pump
-        if self._connection is not None:
-            await self._on_thread(self._connection.close)
-        self._thread.shutdown(wait=False)
+        try:
+            if self._pump is not None and not self._pump.done():
+                await self._pump
+        finally:
+            connection, self._connection = self._connection, None
+            if connection is not None:
+                # Closing rolls back a transaction a cancelled pump may have left open.
+                await self._on_thread(connection.close)
+            self._thread.shutdown(wait=False)
+
+    def _pump_stopped(self, pump: asyncio.Task[None]) -> None:
+        """However the pump ended (closed, cancelled, crashed), fail whatever still waits."""
+        self._closed = True
+        waiting, self._queue = self._queue, []
+        for job in waiting:
+            job.tx.close()
+        _settle(waiting)
 
     def _open(self) -> sqlite3.Connection:
         return sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
@@ -127,17 +148,30 @@ class SqliteWriter:
                 await self._on_thread(connection.execute, "ROLLBACK")
 
     def _take(self, group: list[_Job]) -> None:
-        group.extend(self._queue[:MAX_GROUP])
-        del self._queue[:MAX_GROUP]
+        while self._queue and len(group) < MAX_GROUP:
+            job = self._queue.pop(0)
+            if job.future.cancelled():
+                # Its caller gave up before it started (deadline, client gone): it must not
+                # commit unseen, so it does not run at all.
+                job.tx.close()
+                continue
+            group.append(job)
 
     async def _commit_group(self, group: list[_Job]) -> None:
         """Begin, then take every transaction waiting into ``group`` (those that arrived
         while BEGIN waited for the lock ride along), run them, commit."""
+        async with self._lock:
+            await self._commit_group_locked(group)
+
+    async def _commit_group_locked(self, group: list[_Job]) -> None:
         connection = self._connection
         assert connection is not None
         try:
             await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
             self._take(group)
+            if not group:
+                connection.execute("ROLLBACK")  # every caller had given up: nothing to do
+                return
             if len(group) == 1:
                 # Alone: the transaction itself is the savepoint.
                 group[0].outcome = _attempt(connection, group[0].tx)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
 from pathlib import Path
 
@@ -160,3 +161,64 @@ async def test_writer_survives_a_fault_of_its_own(sqlite_file: str, monkeypatch:
         await writer.close()
     with sqlite3.connect(sqlite_file) as raw:
         assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants")] == ["second"]
+
+
+async def test_a_caller_that_gave_up_before_its_turn_is_not_committed(sqlite_file: str) -> None:
+    """A create whose client went away while it queued must not commit unseen."""
+    lock = asyncio.Lock()
+    writer = SqliteWriter(sqlite_file, timeout=5, lock=lock)
+    await writer.start()
+    try:
+        async with lock:  # another write holds the database: the caller queues
+            abandoned = asyncio.ensure_future(writer.run(add_tenant("abandoned")))
+            await asyncio.sleep(0)
+            abandoned.cancel()
+        assert await writer.run(add_tenant("kept")) == "kept"
+        assert abandoned.cancelled()
+    finally:
+        await writer.close()
+    with sqlite3.connect(sqlite_file) as raw:
+        assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants")] == ["kept"]
+
+
+async def test_a_stopped_pump_fails_waiting_callers_instead_of_leaving_them_hanging(sqlite_file: str) -> None:
+    lock = asyncio.Lock()
+    writer = SqliteWriter(sqlite_file, timeout=5, lock=lock)
+    await writer.start()
+    async with lock:
+        waiting = asyncio.ensure_future(writer.run(add_tenant("waiting")))
+        await asyncio.sleep(0)
+        pump = writer._pump
+        assert pump is not None
+        pump.cancel()  # as an event loop's teardown would
+        with contextlib.suppress(asyncio.CancelledError):
+            await pump
+    with pytest.raises(WriterClosed):
+        await asyncio.wait_for(waiting, 10)  # bounded: without the fix it would hang
+    with pytest.raises(WriterClosed):
+        await asyncio.wait_for(writer.run(add_tenant("late")), 10)
+    await writer.close()  # closes the connection even though the pump is gone
+
+
+def sqlite_error(sql: str) -> sqlite3.OperationalError:
+    """A real error from SQLite, with its error code, for ``sql`` on an empty database."""
+    with sqlite3.connect(":memory:") as raw:
+        try:
+            raw.execute(sql)
+        except sqlite3.OperationalError as error:
+            return error
+    raise AssertionError(f"{sql!r} did not fail")
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        (WriterClosed("the store is closed"), "UNAVAILABLE"),
+        (Conflict("UNIQUE constraint failed"), "ABORTED"),
+        # A bug, not a busy database: retrying cannot help.
+        (sqlite_error("SELECT x FROM nowhere"), None),
+    ],
+)
+def test_which_database_failures_a_client_may_retry(error: BaseException, code: str | None) -> None:
+    translated = failures.translate(error)
+    assert (translated.code if translated is not None else None) == code
