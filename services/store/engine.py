@@ -9,8 +9,8 @@ lets run beside the writer. On PostgreSQL one pool serves both and row locks
 (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
 
 Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
-SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL through a
-session like any other write. On SQLite the writer and ``write()`` share an asyncio lock held
+SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL on a pooled
+asyncpg connection, one asyncpg transaction each. On SQLite the writer and ``write()`` share an asyncio lock held
 for the whole transaction, so the process's two write connections take turns in order
 instead of polling each other through the busy handler.
 """
@@ -31,7 +31,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
-from services.store.tx import Tx, run_in_session
+from services.store.tx import Tx, run_on_asyncpg
 from services.store.writer import SqliteWriter
 
 T = TypeVar("T")
@@ -130,8 +130,13 @@ class Store:
         """
         if self._writer is not None:
             return await self._writer.run(tx)
-        async with self.write() as session:
-            return await run_in_session(session, tx)
+        async with self._write_engine.connect() as connection:
+            # The pooled asyncpg connection, in a transaction of asyncpg's own: SQLAlchemy
+            # begins its transactions lazily, on its first statement, which never comes here.
+            raw = (await connection.get_raw_connection()).driver_connection
+            assert raw is not None
+            async with raw.transaction():
+                return await run_on_asyncpg(raw, tx)
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

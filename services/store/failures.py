@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sqlite3
 
+import asyncpg
 from sqlalchemy import exc
 
 from services.errors import Aborted, ApiError, Unavailable
@@ -25,6 +26,11 @@ _SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
+    if isinstance(error, asyncpg.PostgresError) and getattr(error, "sqlstate", None) in _RETRY_SQLSTATES:
+        # From Store.transact on PostgreSQL, which uses asyncpg directly.
+        return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
+    if isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | ConnectionError):
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
     sqlite_code = getattr(error, "sqlite_errorcode", None)

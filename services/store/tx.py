@@ -17,11 +17,14 @@ clause only for PostgreSQL.
 
 from __future__ import annotations
 
+import functools
+import re
 import sqlite3
 from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+import asyncpg
 from sqlalchemy import exc, text
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -96,7 +99,7 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
 
 
 async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
-    """Drive ``tx`` inside an SQLAlchemy async session's transaction."""
+    """Drive ``tx`` inside an SQLAlchemy async session's transaction (reads, and SQLite)."""
     connection = await session.connection()
     try:
         statement = next(tx)
@@ -110,6 +113,55 @@ async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
                 raise Conflict(str(error.orig)) from error
             rows: list[Sequence[Any]] = list(result.all()) if result.returns_rows else []
             statement = tx.send(Rows(rows, result.rowcount))
+    except StopIteration as done:
+        value: T = done.value
+        return value
+    finally:
+        tx.close()
+
+
+# A ``:name`` bind; not ``::type`` casts.
+_NAMED_BIND = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
+
+
+@functools.lru_cache(maxsize=512)
+def numbered(sql: str) -> tuple[str, tuple[str, ...]]:
+    """``sql`` with ``:name`` binds as asyncpg's ``$n``, and the names in ``$n`` order."""
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in names:
+            names.append(name)
+        return f"${names.index(name) + 1}"
+
+    return _NAMED_BIND.sub(number, sql), tuple(names)
+
+
+async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
+    """Drive ``tx`` on an asyncpg connection the caller has put inside a transaction.
+
+    Binds are renumbered once per statement text. Used for PostgreSQL writes: SQLAlchemy's
+    per-statement pipeline costs more than a round trip to a local server.
+    """
+    try:
+        statement = next(tx)
+        while True:
+            sql, names = numbered(statement.text)
+            try:
+                if statement.rows is not None:
+                    await raw.executemany(sql, [[row[n] for n in names] for row in statement.rows])
+                    result = Rows([], len(statement.rows))
+                elif sql.lstrip().startswith("SELECT"):
+                    records = await raw.fetch(sql, *(statement.params[n] for n in names))
+                    result = Rows(list(records), len(records))
+                else:
+                    status: str = await raw.execute(sql, *(statement.params[n] for n in names))
+                    # "UPDATE 3", "DELETE 0", "INSERT 0 16": the count is the last word.
+                    result = Rows([], int(status.rsplit(" ", 1)[-1]))
+            except asyncpg.IntegrityConstraintViolationError as error:
+                raise Conflict(str(error)) from error
+            statement = tx.send(result)
     except StopIteration as done:
         value: T = done.value
         return value

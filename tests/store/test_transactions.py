@@ -7,12 +7,13 @@ import contextlib
 import sqlite3
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from services.errors import ApiError, Unavailable
 from services.store import failures
 from services.store.engine import Store
-from services.store.tx import Conflict, Sql, Tx, run_in_session
+from services.store.tx import Conflict, Sql, Tx, numbered, run_in_session
 from services.store.writer import SqliteWriter, WriterClosed
 
 
@@ -217,8 +218,17 @@ def sqlite_error(sql: str) -> sqlite3.OperationalError:
         (Conflict("UNIQUE constraint failed"), "ABORTED"),
         # A bug, not a busy database: retrying cannot help.
         (sqlite_error("SELECT x FROM nowhere"), None),
+        (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), "ABORTED"),
+        (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), "UNAVAILABLE"),
+        (asyncpg.exceptions.UndefinedColumnError("column x does not exist"), None),
     ],
 )
 def test_which_database_failures_a_client_may_retry(error: BaseException, code: str | None) -> None:
     translated = failures.translate(error)
     assert (translated.code if translated is not None else None) == code
+
+
+def test_binds_are_renumbered_for_asyncpg_once_per_name() -> None:
+    sql, names = numbered("SELECT :a || '/' || x::text, :b FROM t WHERE y = :a LIMIT :limit")
+    assert sql == "SELECT $1 || '/' || x::text, $2 FROM t WHERE y = $1 LIMIT $3"
+    assert names == ("a", "b", "limit")
