@@ -1,13 +1,13 @@
 """Transactions as generators of SQL: written once, run on either database in one piece.
 
 A hot-path transaction (create, cancel, release) is a generator that yields ``Sql`` and is
-sent back ``Rows``; it does no I/O itself (the "sans-I/O" style of h11). Two runners drive it:
+sent back ``Rows``; it does no I/O itself (the "sans-I/O" style of h11). Three runners drive it:
 
-- ``run_on_connection`` on a plain ``sqlite3`` connection, inside the SQLite writer thread
-  (store/writer.py): the whole transaction runs in one hop off the event loop, at the cost of
-  raw sqlite3 calls (a few microseconds a statement) instead of SQLAlchemy's async pipeline
-  (about 120 us a statement, bench/store_path.py).
-- ``run_in_session`` on an SQLAlchemy async session (PostgreSQL), one await per statement.
+- ``run_on_connection`` on a plain ``sqlite3`` connection, inside the SQLite writer's group
+  (store/writer.py): raw sqlite3 calls, a few microseconds a statement, instead of
+  SQLAlchemy's async pipeline (about 120 us a statement, bench/store_path.py).
+- ``run_on_asyncpg`` on PostgreSQL's driver connection, one await per statement.
+- ``run_in_session`` on an SQLAlchemy async session: reads on either database.
 
 Steps compose with ``yield from``, so a repository function that returns ``Tx[T]`` is a piece
 of any transaction. SQL is written in the dialect both databases accept (``:name`` binds,
