@@ -96,6 +96,8 @@ class ControlPlane:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._workers = Workers()
+        # The metrics housekeeping worker, once started: a pass can also be run on demand.
+        self.metrics_maintenance: Maintenance | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -152,6 +154,7 @@ class ControlPlane:
         self._workers.start(KeyJanitor(store).run(), name="idempotency-janitor")
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
         self._workers.start(maintenance.run(), name="metrics-maintenance")
+        self.metrics_maintenance = maintenance
 
         await server.start()
         for name in ("", *SERVICE_NAMES):

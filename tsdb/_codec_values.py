@@ -189,7 +189,8 @@ class _Analysis:
             first = source[members[0]]
             assert first is not None
             matrix = self.matrices[first[0]]
-            at = [source[row][1] for row in members]  # type: ignore[index]
+            # Every member has a source (rows without one were left out above).
+            at = [entry[1] for entry in (source[row] for row in members) if entry is not None]
             contiguous = at[-1] - at[0] == len(at) - 1
             group = matrix[at[0] : at[-1] + 1] if contiguous else matrix[at]
             if descriptor == XOR:

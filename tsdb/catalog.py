@@ -16,7 +16,7 @@ from collections import OrderedDict
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final
+from typing import Final, cast
 
 import numpy as np
 from numpy.typing import NDArray
@@ -189,7 +189,8 @@ class Catalog:
             if len(fast) == len(self._names):
                 # A whole label set (it names as many labels as the catalog has names, so a series
                 # with those labels has no other): the narrow query's selector, one dict lookup.
-                sid = self._index.get(fast)  # type: ignore[arg-type]
+                # With a non-str value the key is still hashable and simply matches nothing.
+                sid = self._index.get(cast(LabelKey, fast))
                 if sid is not None:
                     return self._one(sid)
             cached = self._selected.get(fast)

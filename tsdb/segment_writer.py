@@ -14,6 +14,7 @@ import zlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import zstandard
@@ -41,7 +42,8 @@ class Grouping:
     """How the writer arranges series: partition (never mixed in a value group) and order inside it."""
 
     partition: Callable[[int], object]
-    order: Callable[[int], object]
+    # A sort key: tuples of comparable parts (the catalog's order_key).
+    order: Callable[[int], tuple[Any, ...]]
 
 
 @dataclass(slots=True)
@@ -110,7 +112,7 @@ class _Builder:
             ordered: list[int] = []
             bounds: list[tuple[int, int]] = []
             for part in partitions.values():
-                part.sort(key=lambda i: self.grouping.order(pieces[i][0]))  # type: ignore[arg-type,return-value]
+                part.sort(key=lambda i: self.grouping.order(pieces[i][0]))
                 bounds += [
                     (len(ordered) + lo, min(len(ordered) + lo + fmt.GROUP_ROWS, len(ordered) + len(part)))
                     for lo in range(0, len(part), fmt.GROUP_ROWS)

@@ -77,10 +77,14 @@ class SqliteWriter:
         self._pump.add_done_callback(self._pump_stopped)
 
     async def run(self, tx: Tx[T]) -> T:
-        """Run ``tx`` in a write transaction; return its result once committed.
+        """Run ``tx`` in a write transaction; return its result once committed."""
+        return await self.submit(tx)
 
-        A caller that stops waiting (cancelled) before its transaction starts is dropped from
-        the queue; once the transaction has started it commits or fails with its group.
+    def submit(self, tx: Tx[T]) -> asyncio.Future[T]:
+        """Queue ``tx`` now; the future resolves once it is committed (or fails).
+
+        A caller that cancels the future before its transaction starts drops it from the
+        queue; once the transaction has started it commits or fails with its group.
         """
         if self._closed or self._pump is None or self._pump.done():
             tx.close()
@@ -88,7 +92,7 @@ class SqliteWriter:
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
         self._queue.append(_Job(tx, future))
         self._wake.set()
-        return await future
+        return future
 
     async def close(self) -> None:
         """Run what is queued, then close the connection and stop the thread."""

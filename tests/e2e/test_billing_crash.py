@@ -177,12 +177,12 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         # The operations and the allocations agree on when billing stopped.
         assert all(op.done for op in finished)
         assert [op.release_time for op in finished] == [a.release_time for a in final]
+        released = [(a, a.release_time) for a in final if a.release_time is not None]
+        assert len(released) == len(final)
         expected = sum(
             (
-                us_to_seconds(datetime_to_us(a.release_time) - datetime_to_us(a.create_time))  # type: ignore[arg-type]
-                * GPUS_PER_NODE
-                * a.node_count
-                for a in final
+                us_to_seconds(datetime_to_us(release) - datetime_to_us(a.create_time)) * GPUS_PER_NODE * a.node_count
+                for a, release in released
             ),
             Decimal(0),
         )

@@ -113,7 +113,9 @@ async def test_a_resent_batch_adds_nothing_and_a_repeated_time_with_another_valu
     assert only(stored).values.tolist() == [1.0]
 
 
-async def test_stats_show_a_window_skipping_sealed_segments_outside_it(operator: AsyncClient) -> None:
+async def test_stats_show_a_window_skipping_sealed_segments_outside_it(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
     """Samples fourteen, ten and six hours ago seal into separate segments; a window around one of
     them opens one segment and skips the others."""
     await register_ready_nodes(operator, 1)
@@ -121,38 +123,34 @@ async def test_stats_show_a_window_skipping_sealed_segments_outside_it(operator:
     now = now_ms()
     old = [now - 14 * hour, now - 10 * hour, now - 6 * hour]
     await operator.write_samples([push("node-000", t, 1.0) for t in [*old, now]])
-    stats = None
-    for _ in range(200):  # the head seals complete windows on append and on the maintenance pass
-        stats = (await operator.query_metrics(start=old[1] - 60_000, end=old[1] + 60_000)).stats
-        if stats.segments_total >= 3:
-            break
-        await asyncio.sleep(0.05)
-    assert stats is not None and stats.segments_total >= 3
+    # The head seals complete windows on append and on the maintenance pass: run one now.
+    maintenance = control_plane.plane.metrics_maintenance
+    assert maintenance is not None
+    await maintenance.run_once()
+    stats = (await operator.query_metrics(start=old[1] - 60_000, end=old[1] + 60_000)).stats
+    assert stats.segments_total >= 3
     assert stats.segments_opened == 1
     assert stats.segments_skipped == stats.segments_total - 1
     assert stats.points_returned == 2 and stats.head_samples == 0 and stats.samples_decoded >= 2
 
 
 async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: Path, database_url: str) -> None:
-    """With a 4 h retention and a fast maintenance pass, segments ten and fourteen hours old are
-    deleted whole by the worker while the recent samples stay readable."""
+    """With a 4 h retention, the maintenance worker's pass deletes segments ten and fourteen hours
+    old whole while the recent samples stay readable."""
     hour = 3_600_000
     now = now_ms()
     times = [now - 14 * hour, now - 10 * hour, now - 1000]
-    overrides = {"metrics_retention_seconds": 4 * 3600.0, "metrics_maintenance_seconds": 0.05}
+    overrides = {"metrics_retention_seconds": 4 * 3600.0}
     async with (
         running_control_plane(tmp_path / "data", database_url, **overrides) as plane,
         plane.client() as operator,
     ):
         await register_ready_nodes(operator, 1)
         await operator.write_samples([push("node-000", t, 1.0) for t in times])
-        result = None
-        for _ in range(200):
-            result = await operator.query_metrics(start=times[0], end=now + 1, fields=["power_w"])
-            if only(result).timestamps_ms.tolist() == times[-1:]:
-                break
-            await asyncio.sleep(0.05)
-        assert result is not None
+        maintenance = plane.plane.metrics_maintenance
+        assert maintenance is not None
+        await maintenance.run_once()  # the worker's pass, run now instead of waited for
+        result = await operator.query_metrics(start=times[0], end=now + 1, fields=["power_w"])
         assert only(result).timestamps_ms.tolist() == times[-1:]
         assert result.stats.segments_total == 0  # the files are gone, not just filtered out
 

@@ -128,8 +128,7 @@ async def test_writer_locked_out_past_its_timeout_fails_the_group_then_recovers(
 async def test_writer_close_runs_what_is_queued_and_then_refuses(sqlite_file: str) -> None:
     writer = SqliteWriter(sqlite_file, timeout=5)
     await writer.start()
-    queued = [asyncio.ensure_future(writer.run(add_tenant(f"q{i}"))) for i in range(5)]
-    await asyncio.sleep(0)  # let them reach the queue
+    queued = [writer.submit(add_tenant(f"q{i}")) for i in range(5)]
     await writer.close()
     assert [await q for q in queued] == [f"q{i}" for i in range(5)]
     with pytest.raises(WriterClosed):
@@ -171,8 +170,7 @@ async def test_a_caller_that_gave_up_before_its_turn_is_not_committed(sqlite_fil
     await writer.start()
     try:
         async with lock:  # another write holds the database: the caller queues
-            abandoned = asyncio.ensure_future(writer.run(add_tenant("abandoned")))
-            await asyncio.sleep(0)
+            abandoned = writer.submit(add_tenant("abandoned"))
             abandoned.cancel()
         assert await writer.run(add_tenant("kept")) == "kept"
         assert abandoned.cancelled()
@@ -187,8 +185,7 @@ async def test_a_stopped_pump_fails_waiting_callers_instead_of_leaving_them_hang
     writer = SqliteWriter(sqlite_file, timeout=5, lock=lock)
     await writer.start()
     async with lock:
-        waiting = asyncio.ensure_future(writer.run(add_tenant("waiting")))
-        await asyncio.sleep(0)
+        waiting = writer.submit(add_tenant("waiting"))
         pump = writer._pump
         assert pump is not None
         pump.cancel()  # as an event loop's teardown would

@@ -4,12 +4,16 @@ out-of-order window, argument checks, and a closed or doubly opened store."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 import tsdb
 from tests.tsdb.helpers import T0
+
+# A label set with a non-str value, which the store must refuse (typed Any on purpose).
+NOT_A_STR_LABEL: dict[str, Any] = {"node": 1}
 
 
 def open_store(path: Path, **options: int) -> tsdb.Store:
@@ -102,7 +106,7 @@ def test_bad_arguments_are_value_errors_and_change_nothing(tmp_path: Path) -> No
             lambda: store.append([sid], [T0, T0 + 1], [1.0]),
             lambda: store.append([sid], [float(T0)], [1.0]),
             lambda: store.series_id({}),
-            lambda: store.series_id({"node": 1}),  # type: ignore[dict-item]
+            lambda: store.series_id(NOT_A_STR_LABEL),
             lambda: store.series_id({"": "x"}),
         ):
             with pytest.raises(ValueError):

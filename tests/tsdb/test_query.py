@@ -3,7 +3,9 @@ and after compaction; pruning by time opens only the segments a window touches."
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -160,8 +162,8 @@ def test_selectors_by_exact_label_and_by_set(tmp_path: Path) -> None:
         ingest(store, fleet, store.series_ids(fleet.labels))
         window = (T0, T0 + 60_000)
 
-        def labels_of(selector: dict[str, object]) -> list[tuple[str, str, str]]:
-            series = store.query(selector, *window).series  # type: ignore[arg-type]
+        def labels_of(selector: Mapping[str, str | Collection[str]]) -> list[tuple[str, str, str]]:
+            series = store.query(selector, *window).series
             return sorted((s.labels["node"], s.labels["gpu"], s.labels["field"]) for s in series)
 
         assert labels_of({"node": "n1", "gpu": "0", "field": "util"}) == [("n1", "0", "util")]
@@ -181,7 +183,8 @@ def test_selectors_by_exact_label_and_by_set(tmp_path: Path) -> None:
         assert labels_of({"rack": "r1"}) == []
         assert labels_of({"node": "n9"}) == []
         with pytest.raises(tsdb.InvalidArgumentError):
-            store.query({"node": 3}, *window)  # type: ignore[dict-item]
+            not_a_str_value: dict[str, Any] = {"node": 3}
+            store.query(not_a_str_value, *window)
         with pytest.raises(ValueError):
             store.query({}, T0, T0)
         with pytest.raises(ValueError):
