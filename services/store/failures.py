@@ -10,8 +10,8 @@ ABORTED (retry the sequence); anything else stays INTERNAL.
 from __future__ import annotations
 
 import sqlite3
+import sys
 
-import asyncpg
 from sqlalchemy import exc
 
 from services.errors import Aborted, ApiError, Unavailable
@@ -26,10 +26,15 @@ _SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
-    if isinstance(error, asyncpg.PostgresError) and getattr(error, "sqlstate", None) in _RETRY_SQLSTATES:
-        # From Store.transact on PostgreSQL, which uses asyncpg directly.
-        return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
-    if isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError | ConnectionError):
+    # From Store.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
+    # the driver (SQLite) cannot be holding one of its errors.
+    asyncpg = sys.modules.get("asyncpg")
+    if asyncpg is not None:
+        if isinstance(error, asyncpg.PostgresError) and getattr(error, "sqlstate", None) in _RETRY_SQLSTATES:
+            return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
+        if isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError):
+            return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
+    if isinstance(error, ConnectionError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")

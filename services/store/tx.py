@@ -24,7 +24,6 @@ from collections.abc import Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-import asyncpg
 from sqlalchemy import exc, text
 from sqlmodel.ext.asyncio.session import AsyncSession
 
@@ -144,6 +143,8 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
     Binds are renumbered once per statement text. Used for PostgreSQL writes: SQLAlchemy's
     per-statement pipeline costs more than a round trip to a local server.
     """
+    import asyncpg  # here, not at the top: a SQLite-only server never loads the driver
+
     try:
         statement = next(tx)
         while True:
