@@ -14,7 +14,7 @@ from numpy.typing import NDArray
 from tsdb.aggregate import Partials
 from tsdb.head import Head
 from tsdb.model import QueryStats, SegmentInfo
-from tsdb.segment_reader import ReaderCache, SegmentReader
+from tsdb.segment_reader import ReaderCache, SegmentReader, cut
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
@@ -57,7 +57,7 @@ def _decode_by_timestamp_group(
     for lo_run, hi_run in zip([0, *cuts.tolist()], [*cuts.tolist(), rows.size], strict=True):
         ts, ts_bytes = reader.timestamps(int(ts_groups[lo_run]))
         stats.bytes_read += ts_bytes
-        lo, hi = _cut(ts, start, end)
+        lo, hi = cut(ts, start, end)
         if hi <= lo:
             continue
         # Every value group of the run decodes straight into its rows of one matrix.
@@ -86,16 +86,6 @@ def _decode(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats) -> tup
     stats.samples_decoded += block.size
     stats.chunks_decoded += rows.size
     return ts, block
-
-
-def _cut(ts: I64, start: int, end: int) -> tuple[int, int]:
-    """Index range of [start, end) in sorted `ts` (a whole column inside the window needs no search)."""
-    n = ts.size
-    if n == 0:
-        return 0, 0
-    lo = 0 if ts[0] >= start else int(ts.searchsorted(start))
-    hi = n if ts[n - 1] < end else int(ts.searchsorted(end))
-    return lo, hi
 
 
 def read_one(
@@ -151,7 +141,7 @@ def read_raw(
                 continue
             for vg, index in _by_group(reader, rows):
                 ts, block = _decode(reader, vg, reader.dir_row[rows[index]], stats)
-                lo, hi = _cut(ts, start, end)
+                lo, hi = cut(ts, start, end)
                 if hi <= lo:
                     continue
                 window = ts[lo:hi]

@@ -179,9 +179,7 @@ class SegmentReader:
         else:
             column, column_bytes = self.timestamps(ts_index)
             nbytes += column_bytes
-            n = column.size
-            lo = 0 if n == 0 or column[0] >= start else int(column.searchsorted(start))
-            hi = n if n == 0 or column[n - 1] < end else int(column.searchsorted(end))
+            lo, hi = cut(column, start, end)
             if hi <= lo:
                 return _NO_TIMES, _NO_VALUES, nbytes
             ts = column[lo:hi].copy()
@@ -313,3 +311,13 @@ class ReaderCache:
         for reader in self._open.values():
             reader.close()
         self._open.clear()
+
+
+def cut(ts: I64, start: int, end: int) -> tuple[int, int]:
+    """Index range of [start, end) in sorted `ts` (a whole column inside the window needs no search)."""
+    n = ts.size
+    if n == 0:
+        return 0, 0
+    lo = 0 if ts[0] >= start else int(ts.searchsorted(start))
+    hi = n if ts[n - 1] < end else int(ts.searchsorted(end))
+    return lo, hi

@@ -22,6 +22,8 @@ from numpy.typing import NDArray
 
 from tsdb import codecs
 from tsdb import segment_format as fmt
+from tsdb._fs import fsync_dir
+from tsdb.aggregate import _increase
 from tsdb.model import SegmentInfo
 
 I64 = NDArray[np.int64]
@@ -56,9 +58,8 @@ class _Tables:
 
 def _row_stats(block: F64) -> dict[str, F64]:
     """Per row of a (rows, n) block: the directory pre-aggregates."""
-    delta = np.diff(block, axis=1)
     # A counter that drops was reset: the increase over that step is the new value itself.
-    increase = np.where(delta < 0, block[:, 1:], delta).sum(axis=1)
+    increase = _increase(block, 1).sum(axis=1)
     return {
         "first": block[:, 0],
         "last": block[:, -1],
@@ -165,15 +166,6 @@ def _chunk_bounds(tmin: int, tmax: int, chunk_ms: int | None) -> list[tuple[int,
         return [(tmin, tmax + 1)]
     first = tmin // chunk_ms * chunk_ms
     return [(start, start + chunk_ms) for start in range(first, tmax + 1, chunk_ms)]
-
-
-def fsync_dir(path: Path) -> None:
-    """fsync a directory so a rename or unlink in it is durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def write_segment(

@@ -30,6 +30,7 @@ import structlog
 from numpy.typing import ArrayLike, NDArray
 
 from tsdb import segment_format as fmt
+from tsdb._fs import fsync_dir
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, Selector
 from tsdb.errors import CorruptSegmentError, InvalidArgumentError, StoreClosedError, StoreLockedError, TsdbError
@@ -39,7 +40,7 @@ from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, Ret
 from tsdb.options import READER_CACHE, Options
 from tsdb.query import read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
-from tsdb.segment_writer import Grouping, SeriesBatch, fsync_dir, write_segment
+from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
 from tsdb.wal import Wal, encode_sids
 
 I64 = NDArray[np.int64]

@@ -28,6 +28,7 @@ import zstandard
 from numpy.typing import NDArray
 
 from tsdb import framing
+from tsdb._fs import fsync_dir
 from tsdb.errors import WalError
 
 I64 = NDArray[np.int64]
@@ -142,14 +143,6 @@ def decode_batch(payload: memoryview, decompressor: zstandard.ZstdDecompressor) 
     return Batch(sids, timestamps, values)
 
 
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -239,7 +232,7 @@ class Wal:
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         os.write(fd, HEADER)
         os.fsync(fd)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._fd = fd
         self._active = WalFile(seq, path, None, len(HEADER))
 
