@@ -9,9 +9,8 @@ reconciliation with the same keys), so the two can be compared with ``jq``.
 from __future__ import annotations
 
 import os
-import re
 import tempfile
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -24,6 +23,7 @@ from rich.table import Table
 from accounting.export import write_events
 from accounting.loaders import parse_time
 from accounting.model import EventKind, PriceClass, UsageEvent, datetime_to_us, rfc3339, us_to_datetime
+from accounting.periods import BadPeriod, parse_period
 from clients import billing
 from clients.async_client import AsyncClient
 from clients.cli import render
@@ -32,7 +32,6 @@ from clients.cli.context import call
 EXIT_BAD_INPUT = 2
 EXPORT_PAGE_SIZE = 1000
 MAX_ANOMALY_ROWS = 20
-_PERIOD = re.compile(r"(\d{4})-(\d{2})")
 
 usage = typer.Typer(help="The usage-event log billing is computed from.", no_args_is_help=True)
 
@@ -43,13 +42,11 @@ class BadOption(ValueError):
 
 def period_bounds(period: str) -> tuple[datetime, datetime]:
     """``2026-11`` -> (2026-11-01T00:00Z, 2026-12-01T00:00Z), the server's billing period."""
-    match = _PERIOD.fullmatch(period)
-    if match is None or not 1 <= int(match[2]) <= 12:
-        raise BadOption(f"--period {period!r}: use YYYY-MM, e.g. 2026-11")
-    year, month = int(match[1]), int(match[2])
-    start = datetime(year, month, 1, tzinfo=UTC)
-    end = datetime(year + month // 12, month % 12 + 1, 1, tzinfo=UTC)
-    return start, end
+    try:
+        parsed = parse_period(period)
+    except BadPeriod as error:
+        raise BadOption(f"--period {error}") from None
+    return us_to_datetime(parsed.start_us), us_to_datetime(parsed.end_us)
 
 
 # Online invoice ---------------------------------------------------------------------------------

@@ -20,8 +20,8 @@ from accounting.model import (
     Rates,
     Reconciliation,
 )
+from accounting.periods import parse_period
 from services.billing.invoice import Adjustment, InvoiceView, LateEvents
-from services.billing.periods import parse_period
 
 VERSION = 1
 

@@ -13,11 +13,11 @@ import structlog
 from sqlalchemy.exc import IntegrityError
 
 from accounting.model import Rates, us_to_datetime
+from accounting.periods import BillingPeriod
 from services.auth.principal import Principal, tenant_scope
 from services.billing import codec, compute
 from services.billing import repository as repo
 from services.billing.invoice import InvoiceView
-from services.billing.periods import BillingPeriod
 from services.billing.repository import EventFilter, StoredEvent
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound

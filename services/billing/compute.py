@@ -13,9 +13,9 @@ from decimal import Decimal
 
 from accounting.invoice import compute_invoices
 from accounting.model import Rates
+from accounting.periods import BillingPeriod
 from services.billing import codec
 from services.billing.invoice import Adjustment, FrozenInvoice, InvoiceView, LateEvents
-from services.billing.periods import BillingPeriod
 from services.billing.rules import LoggedEvent, adjustment_sources, invoice_events, late_event_ids, outstanding
 
 

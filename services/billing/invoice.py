@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from accounting.model import Anomaly, InvoiceLine, PriceClass, Reconciliation
-from services.billing.periods import BillingPeriod
+from accounting.periods import BillingPeriod
 
 LATE_AFTER_FINALIZATION = "LATE_AFTER_FINALIZATION"
 

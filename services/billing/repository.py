@@ -14,9 +14,9 @@ from sqlalchemy import tuple_
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from accounting.model import EventKind, PriceClass, UsageEvent
+from accounting.periods import BillingPeriod, parse_period
 from services.billing import codec
 from services.billing.invoice import FrozenInvoice, InvoiceView
-from services.billing.periods import BillingPeriod, parse_period
 from services.billing.rules import LoggedEvent
 from services.paging import Cursor
 from services.store import core

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from accounting.model import InvoiceLine, PriceClass, UsageEvent
+from accounting.periods import BillingPeriod
 from services.billing.invoice import Adjustment
-from services.billing.periods import BillingPeriod
 
 
 @dataclass(frozen=True)

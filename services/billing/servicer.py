@@ -6,10 +6,10 @@ from typing import Any
 
 import grpc
 
+from accounting.periods import BadPeriod, BillingPeriod, parse_period
 from gpucloud.v1 import billing_pb2, billing_pb2_grpc
 from services.auth.principal import current_principal, tenant_scope
 from services.billing.commands import Billing, resolve_tenant
-from services.billing.periods import BadPeriod, BillingPeriod, parse_period
 from services.billing.proto import invoice_to_proto, usage_event_to_proto
 from services.billing.repository import EventFilter
 from services.paging import PageTokens

@@ -14,6 +14,7 @@ from rich.progress import Progress
 
 from accounting.export import invoice_run_to_json
 from accounting.model import datetime_to_us, us_to_seconds
+from accounting.periods import BillingPeriod, period_of
 from clients import (
     AsyncClient,
     FailedPreconditionError,
@@ -23,7 +24,6 @@ from clients import (
 )
 from clients.cli.billing import export_events, export_window, invoice_to_json
 from clients.cli.invoice import OfflineInputs, compute_offline
-from services.billing.periods import BillingPeriod, period_of
 from services.clock import now_us
 from services.store.engine import Store
 from services.store.models import UsageEventRow, table_of

@@ -26,9 +26,9 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner
 
 from accounting.model import datetime_to_us, us_to_seconds
+from accounting.periods import BillingPeriod, period_of
 from clients import Allocation, AsyncClient
 from clients.cli.app import app
-from services.billing.periods import BillingPeriod, period_of
 from tests.conftest import register_ready_nodes
 
 GPUS_PER_NODE = 8

@@ -8,9 +8,9 @@ from decimal import Decimal
 import pytest
 
 from accounting.model import EventKind, InvoiceLine, PriceClass, Reconciliation, UsageEvent, datetime_to_us
+from accounting.periods import BadPeriod, BillingPeriod, parse_period, period_of
 from services.billing import codec
 from services.billing.invoice import Adjustment, InvoiceView, LateEvents
-from services.billing.periods import BadPeriod, BillingPeriod, parse_period, period_of
 from services.billing.rates import DEFAULT_RATES
 from services.billing.rules import (
     LoggedEvent,
