@@ -10,14 +10,18 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING
 
 from gpucloud.v1 import metrics_pb2
 
-Int64Array = npt.NDArray[np.int64]
-Float64Array = npt.NDArray[np.float64]
+if TYPE_CHECKING:
+    # numpy is imported where arrays are built, not here: every `gpucloud` command imports
+    # this module, and most never touch a metric.
+    import numpy as np
+    import numpy.typing as npt
+
+    Int64Array = npt.NDArray[np.int64]
+    Float64Array = npt.NDArray[np.float64]
 
 AGGREGATIONS = ("avg", "min", "max", "sum", "count", "last", "rate")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -123,6 +127,8 @@ def selector(node_ids: Sequence[str], gpu_indexes: Sequence[int], fields: Sequen
 
 
 def write_request(nodes: Sequence[NodeSamples], series: Sequence[SeriesSamples]) -> metrics_pb2.WriteSamplesRequest:
+    import numpy as np
+
     return metrics_pb2.WriteSamplesRequest(
         nodes=[
             metrics_pb2.NodeSamples(
@@ -144,6 +150,8 @@ def write_request(nodes: Sequence[NodeSamples], series: Sequence[SeriesSamples])
 
 
 def result(series: Sequence[metrics_pb2.Series], stats: metrics_pb2.QueryStats) -> MetricsResult:
+    import numpy as np
+
     return MetricsResult(
         series=[
             Series(

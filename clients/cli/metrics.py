@@ -13,7 +13,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Annotated, Any
 
-import numpy as np
 import typer
 from rich.table import Table
 
@@ -65,6 +64,8 @@ def _number(value: float) -> str:
 
 
 def _summary(series: m.Series) -> list[str]:
+    import numpy as np  # only for metrics output; see clients/metrics.py
+
     values = series.values[~np.isnan(series.values)]
     times = series.timestamps_ms
     return [
