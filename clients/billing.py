@@ -7,14 +7,11 @@ them; enumerations are strings without their proto prefix (``"H100"``, ``"ON_DEM
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import datetime
 from decimal import Decimal
 
-from google.protobuf.descriptor import EnumDescriptor
-from google.protobuf.message import Message
-from google.protobuf.timestamp_pb2 import Timestamp
-
-from gpucloud.v1 import billing_pb2, node_pb2
+from clients.convert import enum_label, enum_name, optional_time
+from gpucloud.v1 import billing_pb2
 
 
 @dataclass(frozen=True)
@@ -112,19 +109,6 @@ class UsageEvent:
     source: str
 
 
-def _time(message: Message, field: str) -> datetime | None:
-    if not message.HasField(field):
-        return None
-    ts: Timestamp = getattr(message, field)
-    return ts.ToDatetime(tzinfo=UTC)
-
-
-def _enum(descriptor: EnumDescriptor, prefix: str, number: int) -> str:
-    """``PRICE_CLASS_ON_DEMAND`` -> ``ON_DEMAND``; a number from a newer server reads ``UNKNOWN_<n>``."""
-    value = descriptor.values_by_number.get(number)
-    return value.name.removeprefix(prefix) if value is not None else f"UNKNOWN_{number}"
-
-
 def _decimal(text: str) -> Decimal:
     return Decimal(text) if text else Decimal(0)
 
@@ -134,11 +118,11 @@ def _maybe_decimal(text: str) -> Decimal | None:
 
 
 def _price_class(number: int) -> str:
-    return _enum(billing_pb2.PriceClass.DESCRIPTOR, "PRICE_CLASS_", number)
+    return enum_label(billing_pb2.PriceClass.DESCRIPTOR, "PRICE_CLASS_", number)
 
 
 def _gpu_model(number: int) -> str:
-    return _enum(node_pb2.GpuModel.DESCRIPTOR, "GPU_MODEL_", number)
+    return enum_name("GpuModel", "GPU_MODEL_", number)
 
 
 def invoice(message: billing_pb2.Invoice) -> Invoice:
@@ -146,8 +130,8 @@ def invoice(message: billing_pb2.Invoice) -> Invoice:
     return Invoice(
         tenant_id=message.tenant_id,
         period=message.period,
-        start_time=_time(message, "start_time"),
-        end_time=_time(message, "end_time"),
+        start_time=optional_time(message, "start_time"),
+        end_time=optional_time(message, "end_time"),
         currency=message.currency,
         lines=tuple(
             InvoiceLine(
@@ -200,8 +184,8 @@ def invoice(message: billing_pb2.Invoice) -> Invoice:
             cross_tenant_overlap_seconds=_decimal(rec.cross_tenant_overlap_seconds),
         ),
         finalized=message.finalized,
-        finalize_time=_time(message, "finalize_time"),
-        events_watermark_time=_time(message, "events_watermark_time"),
+        finalize_time=optional_time(message, "finalize_time"),
+        events_watermark_time=optional_time(message, "events_watermark_time"),
     )
 
 
@@ -213,9 +197,9 @@ def usage_event(message: billing_pb2.UsageEvent) -> UsageEvent:
         node_id=message.node_id,
         gpu_uuid=message.gpu_uuid,
         gpu_model=_gpu_model(message.gpu_model),
-        kind=_enum(billing_pb2.UsageEventKind.DESCRIPTOR, "USAGE_EVENT_KIND_", message.kind),
+        kind=enum_label(billing_pb2.UsageEventKind.DESCRIPTOR, "USAGE_EVENT_KIND_", message.kind),
         price_class=_price_class(message.price_class),
-        event_time=_time(message, "event_time"),
-        record_time=_time(message, "record_time"),
+        event_time=optional_time(message, "event_time"),
+        record_time=optional_time(message, "record_time"),
         source=message.source,
     )

@@ -6,6 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from google.longrunning import operations_pb2
+from google.protobuf.descriptor import EnumDescriptor
 from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
@@ -13,7 +14,8 @@ from clients import models
 from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
 
 
-def _time(message: Message, field: str) -> datetime | None:
+def optional_time(message: Message, field: str) -> datetime | None:
+    """The Timestamp ``field`` of ``message`` as an aware UTC datetime, or None when unset."""
     if not message.HasField(field):
         return None
     ts: Timestamp = getattr(message, field)
@@ -27,7 +29,12 @@ def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
         "NodeState": node_pb2.NodeState.DESCRIPTOR,
         "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
     }
-    value = descriptors[descriptor_name].values_by_number.get(number)
+    return enum_label(descriptors[descriptor_name], prefix, number)
+
+
+def enum_label(descriptor: EnumDescriptor, prefix: str, number: int) -> str:
+    """``PRICE_CLASS_ON_DEMAND`` -> ``ON_DEMAND``; a number from a newer server reads ``UNKNOWN_<n>``."""
+    value = descriptor.values_by_number.get(number)
     return value.name.removeprefix(prefix) if value is not None else f"UNKNOWN_{number}"
 
 
@@ -58,7 +65,7 @@ def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueTyp
 
 
 def tenant(message: tenant_pb2.Tenant) -> models.Tenant:
-    return models.Tenant(message.tenant_id, message.display_name, _time(message, "create_time"))
+    return models.Tenant(message.tenant_id, message.display_name, optional_time(message, "create_time"))
 
 
 def node(message: node_pb2.Node) -> models.Node:
@@ -73,8 +80,8 @@ def node(message: node_pb2.Node) -> models.Node:
         cordoned=message.cordoned,
         status_reason=message.status_reason,
         allocation_id=message.allocation_id or None,
-        create_time=_time(message, "create_time"),
-        state_change_time=_time(message, "state_change_time"),
+        create_time=optional_time(message, "create_time"),
+        state_change_time=optional_time(message, "state_change_time"),
     )
 
 
@@ -86,7 +93,7 @@ def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
         to_state=enum_name("NodeState", "NODE_STATE_", message.to_state),
         reason=message.reason,
         actor=message.actor,
-        time=_time(message, "time"),
+        time=optional_time(message, "time"),
     )
 
 
@@ -98,9 +105,9 @@ def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
         node_count=message.node_count,
         state=enum_name("AllocationState", "ALLOCATION_STATE_", message.state),
         node_ids=tuple(message.node_ids),
-        create_time=_time(message, "create_time"),
-        cancel_time=_time(message, "cancel_time"),
-        release_time=_time(message, "release_time"),
+        create_time=optional_time(message, "create_time"),
+        cancel_time=optional_time(message, "cancel_time"),
+        release_time=optional_time(message, "release_time"),
     )
 
 
@@ -120,8 +127,8 @@ def operation(message: operations_pb2.Operation) -> models.Operation:
         state=enum_name("AllocationState", "ALLOCATION_STATE_", metadata.state),
         nodes_total=metadata.nodes_total,
         nodes_released=metadata.nodes_released,
-        request_time=_time(metadata, "request_time"),
-        release_time=_time(metadata, "release_time"),
+        request_time=optional_time(metadata, "request_time"),
+        release_time=optional_time(metadata, "release_time"),
         allocation=response,
         error_code=message.error.code if has_error else None,
         error_message=message.error.message if has_error else None,

@@ -168,10 +168,6 @@ def invoice_to_json(invoice: billing.Invoice) -> dict[str, Any]:
     }
 
 
-def _money(value: Decimal | None, currency: str) -> str:
-    return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
-
-
 def invoice_table(invoice: billing.Invoice) -> Table:
     """The period's own lines; subtotal, adjustments and total in the caption."""
     state = f"finalized {render.when(invoice.finalize_time)}" if invoice.finalized else "open"
@@ -194,7 +190,7 @@ def invoice_table(invoice: billing.Invoice) -> Table:
             f"{line.gpu_seconds:f}",
             f"{line.gpu_seconds / 3600:.4f}",
             "-" if line.gpu_hour_rate is None else f"{line.gpu_hour_rate:f}",
-            _money(line.amount, invoice.currency),
+            render.money(line.amount, invoice.currency),
         )
     return grid
 
@@ -210,7 +206,7 @@ def adjustments_table(invoice: billing.Invoice) -> Table:
             a.gpu_model,
             _klass(a.price_class),
             f"{a.gpu_seconds:f}",
-            _money(a.amount, invoice.currency),
+            render.money(a.amount, invoice.currency),
         )
     return grid
 

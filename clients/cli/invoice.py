@@ -22,6 +22,7 @@ from accounting import InputError, InvoiceRun, Period, compute_invoices
 from accounting.export import decimal_text, invoice_run_to_json
 from accounting.loaders import load_events, load_outages, load_rates, parse_time
 from accounting.model import Anomaly, Invoice, rfc3339
+from clients.cli import render
 
 EXIT_BAD_INPUT = 2
 
@@ -91,10 +92,6 @@ def _hours(seconds: Decimal) -> str:
     return f"{seconds / 3600:.4f}"
 
 
-def _money(value: Decimal | None, currency: str) -> str:
-    return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {decimal_text(value)}"
-
-
 def invoice_table(invoice: Invoice, run: InvoiceRun) -> Table:
     """One tenant's lines, with its credit and total in the caption."""
     period = f"{rfc3339(run.period.start_us)} .. {rfc3339(run.period.end_us)}"
@@ -117,7 +114,7 @@ def invoice_table(invoice: Invoice, run: InvoiceRun) -> Table:
             decimal_text(line.gpu_seconds),
             _hours(line.gpu_seconds),
             "-" if line.gpu_hour_rate is None else decimal_text(line.gpu_hour_rate),
-            _money(line.amount, run.currency),
+            render.money(line.amount, run.currency),
         )
     return grid
 

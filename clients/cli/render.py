@@ -6,6 +6,7 @@ import dataclasses
 import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from decimal import Decimal
 from typing import Any, TypeVar
 
 from rich.console import Console
@@ -39,6 +40,11 @@ def print_json(value: Any) -> None:
 
 def when(value: datetime | None) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+
+
+def money(value: Decimal | None, currency: str) -> str:
+    """``USD 12.50``; an amount no rate priced reads "unpriced"."""
+    return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
