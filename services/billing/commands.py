@@ -1,13 +1,16 @@
 """Billing use cases: read an invoice, finalize one, page through the usage-event log.
 
-Reads take one consistent snapshot of the tables; the invoice computation then runs in a
-worker thread (DuckDB is blocking), so a long invoice never stalls other RPCs.
+Reads take one consistent snapshot of the tables; turning the rows into events and the invoice
+computation then run in a worker thread (both are CPU work, DuckDB blocks), so a tenant with a
+long history never stalls other RPCs.
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Sequence
 from dataclasses import replace
+from typing import Any
 
 import structlog
 from sqlalchemy.exc import IntegrityError
@@ -17,7 +20,7 @@ from accounting.periods import BillingPeriod
 from services.auth.principal import Principal, tenant_scope
 from services.billing import codec, compute
 from services.billing import repository as repo
-from services.billing.invoice import InvoiceView
+from services.billing.invoice import InputCounts, InvoiceView
 from services.billing.repository import EventFilter, StoredEvent
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
@@ -44,6 +47,16 @@ def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) 
     return own or requested
 
 
+def _open_invoice(
+    tenant_id: str, period: BillingPeriod, event_rows: Sequence[Any], frozen_rows: Sequence[Any], rates: Rates
+) -> tuple[InvoiceView, InputCounts]:
+    """In a worker thread: reading a long history into events is CPU work, like the engine."""
+    events = repo.logged_events(event_rows)
+    finalized = repo.frozen_invoices(frozen_rows)
+    view = compute.open_invoice(tenant_id, period, events, rates, finalized)
+    return view, compute.input_counts(period, finalized, events)
+
+
 class Billing:
     """The billing use cases over one store and one rate card (the server's)."""
 
@@ -54,20 +67,22 @@ class Billing:
 
     async def invoice(self, tenant_id: str, period: BillingPeriod) -> InvoiceView:
         """The frozen invoice if the period is finalized, else one computed from the log now."""
-        view, _snapshot = await self._current(tenant_id, period)
+        view, _snapshot, _counts = await self._current(tenant_id, period)
         return view
 
-    async def _current(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, int]:
+    async def _current(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, int, InputCounts]:
         snapshot_us = now_us()
         async with self._store.read() as session:
             if not await repo.tenant_exists(session, tenant_id):
                 raise invoice_not_found(tenant_id, period)
-            finalized = await repo.finalized(session, tenant_id)
-            if period in finalized:
-                return finalized[period].view, finalized[period].snapshot_us
-            events = await repo.events_before(session, tenant_id, period.end_us)
-        view = await asyncio.to_thread(compute.open_invoice, tenant_id, period, events, self._rates, finalized)
-        return view, snapshot_us
+            frozen_rows = await repo.finalized_rows(session, tenant_id)
+            mine = next((row for row in frozen_rows if row.period == period.name), None)
+            if mine is not None:
+                frozen = repo.frozen_invoice(mine)
+                return frozen.view, frozen.snapshot_us, frozen.input_counts
+            event_rows = await repo.event_rows_before(session, tenant_id, period.end_us)
+        view, counts = await asyncio.to_thread(_open_invoice, tenant_id, period, event_rows, frozen_rows, self._rates)
+        return view, snapshot_us, counts
 
     async def finalize(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, bool]:
         """Freeze the period's invoice as it reads now; (invoice, True) if this call froze it.
@@ -85,14 +100,19 @@ class Billing:
                 ),
                 metadata={"period": period.name, "field": "period"},
             )
-        view, snapshot_us = await self._current(tenant_id, period)
+        view, snapshot_us, counts = await self._current(tenant_id, period)
         if view.finalized:
             return view, False
         finalized_us = now_us()
         try:
             async with self._store.write() as session:
                 await repo.insert_finalized(
-                    session, view, rates_json=self._rates_json, snapshot_us=snapshot_us, finalized_us=finalized_us
+                    session,
+                    view,
+                    rates_json=self._rates_json,
+                    snapshot_us=snapshot_us,
+                    finalized_us=finalized_us,
+                    input_counts=counts,
                 )
         except IntegrityError:
             # A concurrent finalize won; its invoice is the one that stands.

@@ -7,6 +7,7 @@ invoice served here and one recomputed from an export agree line for line.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
@@ -16,7 +17,13 @@ from accounting.model import Rates
 from accounting.periods import BillingPeriod
 from services.billing import codec
 from services.billing.invoice import Adjustment, FrozenInvoice, InvoiceView, LateEvents
-from services.billing.rules import LoggedEvent, adjustment_sources, invoice_events, late_event_ids, outstanding
+from services.billing.rules import (
+    LoggedEvent,
+    adjustment_sources,
+    invoice_events,
+    late_event_ids,
+    outstanding,
+)
 
 
 def period_invoice(tenant_id: str, period: BillingPeriod, events: Sequence[LoggedEvent], rates: Rates) -> InvoiceView:
@@ -42,6 +49,16 @@ def period_invoice(tenant_id: str, period: BillingPeriod, events: Sequence[Logge
     )
 
 
+def input_counts(
+    period: BillingPeriod, finalized: Mapping[BillingPeriod, FrozenInvoice], events: Sequence[LoggedEvent]
+) -> dict[BillingPeriod, int]:
+    """How many of ``events`` an invoice of the open ``period`` reads for itself and for each
+    finalized period it carries corrections of: what FinalizeInvoice stores with it."""
+    times = sorted(e.event.at_us for e in events)
+    periods = [period, *adjustment_sources(period, finalized)]
+    return {p: bisect.bisect_left(times, p.end_us) for p in periods}
+
+
 def open_invoice(
     tenant_id: str,
     period: BillingPeriod,
@@ -50,19 +67,30 @@ def open_invoice(
     finalized: Mapping[BillingPeriod, FrozenInvoice],
 ) -> InvoiceView:
     """The invoice of a period that is not finalized: its own usage, plus the outstanding
-    corrections of the finalized periods right before it (services/billing/rules.py)."""
+    corrections of the finalized periods right before it (services/billing/rules.py).
+
+    A finalized period is recomputed only if more events before its end are known now than
+    when it was last accounted for (``FrozenInvoice.input_counts``).
+    """
     own = period_invoice(tenant_id, period, events, rates)
+    reads = input_counts(period, finalized, events)
     adjustments: list[Adjustment] = []
     late: list[LateEvents] = []
     for source in adjustment_sources(period, finalized):
         frozen = finalized[source]
+        # The last finalization that accounted for ``source``: itself, or a later one that
+        # froze corrections of it.
+        last = max((f for p, f in finalized.items() if source <= p < period), key=lambda f: f.snapshot_us)
+        if last.input_counts.get(source) == reads[source]:
+            # The same events as when it was last accounted for: nothing is outstanding.
+            # Without this, every finalized month before an open one would be recomputed on
+            # every read of it, a cost that grows with the tenant's age.
+            continue
+        known_before = last.snapshot_us
         # Late usage is priced at the rates the period was frozen with, not today's.
         recomputed = period_invoice(tenant_id, source, events, codec.rates_from_json(frozen.rates_json))
         applied = [a for p, f in finalized.items() if p > source for a in f.view.adjustments]
         corrections = outstanding(source, recomputed.lines, frozen.view.lines, applied)
-        # The last finalization that accounted for ``source``: itself, or a later one that
-        # froze corrections of it.
-        known_before = max(f.snapshot_us for p, f in finalized.items() if source <= p < period)
         ids = late_event_ids(events, source, known_before_us=known_before)
         if corrections or ids:
             seconds = sum((c.gpu_seconds for c in corrections), Decimal(0))

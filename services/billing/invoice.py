@@ -7,13 +7,18 @@ carries for earlier periods that were finalized before all of their events had a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from decimal import Decimal
 
 from accounting.model import Anomaly, InvoiceLine, PriceClass, Reconciliation
 from accounting.periods import BillingPeriod
 
 LATE_AFTER_FINALIZATION = "LATE_AFTER_FINALIZATION"
+
+# For a period, how many events with a time before its end an invoice computation read. The
+# log only grows (an event is never deleted or changed), so an equal count means the same events.
+InputCounts = Mapping[BillingPeriod, int]
 
 
 @dataclass(frozen=True)
@@ -72,9 +77,11 @@ class InvoiceView:
 
 @dataclass(frozen=True)
 class FrozenInvoice:
-    """A finalized invoice with the rate card it was priced with and the instant of its snapshot
-    (events recorded at or after it were not known to the frozen computation)."""
+    """A finalized invoice with the rate card it was priced with, the instant of its snapshot
+    (events recorded at or after it were not known to the frozen computation), and how many
+    events before each period's end that computation read (``InputCounts``)."""
 
     view: InvoiceView
     rates_json: str
     snapshot_us: int
+    input_counts: InputCounts = field(default_factory=dict)

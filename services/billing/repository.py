@@ -6,6 +6,8 @@ placement and release (services/usage/repository.py); billing never writes them.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,7 +18,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from accounting.model import EventKind, PriceClass, UsageEvent
 from accounting.periods import BillingPeriod, parse_period
 from services.billing import codec
-from services.billing.invoice import FrozenInvoice, InvoiceView
+from services.billing.invoice import FrozenInvoice, InputCounts, InvoiceView
 from services.billing.rules import LoggedEvent
 from services.paging import Cursor
 from services.store import core
@@ -54,14 +56,21 @@ async def tenant_exists(session: AsyncSession, tenant_id: str) -> bool:
     return await session.get(TenantRow, tenant_id) is not None
 
 
-async def events_before(session: AsyncSession, tenant_id: str, end_us: int) -> list[LoggedEvent]:
-    """Every event of the tenant that happened before ``end_us`` (an invoice's input)."""
+async def event_rows_before(session: AsyncSession, tenant_id: str, end_us: int) -> Sequence[Any]:
+    """The rows of every event of the tenant that happened before ``end_us`` (an invoice's
+    input), oldest first. A tenant's history grows without bound, so callers turn them into
+    events with ``logged_events`` in a worker thread, not on the event loop."""
     query = (
         sa_select(_EVENTS)
         .where(_EVENTS.c.tenant_id == tenant_id, _EVENTS.c.at_us < end_us)
         .order_by(_EVENTS.c.at_us, _EVENTS.c.event_id)
     )
-    return [_stored(row).logged for row in (await core.execute(session, query)).all()]
+    return (await core.execute(session, query)).all()
+
+
+def logged_events(rows: Iterable[Any]) -> list[LoggedEvent]:
+    """The events of rows read by ``event_rows_before``."""
+    return [_stored(row).logged for row in rows]
 
 
 @dataclass(frozen=True)
@@ -88,18 +97,31 @@ async def list_events(
     return [_stored(row) for row in (await core.execute(session, query)).all()]
 
 
-async def finalized(session: AsyncSession, tenant_id: str) -> dict[BillingPeriod, FrozenInvoice]:
-    """Every finalized invoice of the tenant, by period."""
-    query = sa_select(_INVOICES).where(_INVOICES.c.tenant_id == tenant_id)
-    frozen: dict[BillingPeriod, FrozenInvoice] = {}
-    for row in (await core.execute(session, query)).all():
-        view = codec.invoice_from_json(row.body, finalized_us=int(row.finalized_us))
-        frozen[parse_period(row.period)] = FrozenInvoice(view, row.rates, int(row.snapshot_us))
-    return frozen
+async def finalized_rows(session: AsyncSession, tenant_id: str) -> Sequence[Any]:
+    """The rows of every finalized invoice of the tenant; read them with ``frozen_invoice``."""
+    return (await core.execute(session, sa_select(_INVOICES).where(_INVOICES.c.tenant_id == tenant_id))).all()
+
+
+def frozen_invoice(row: Any) -> FrozenInvoice:
+    """The finalized invoice of a row read by ``finalized_rows``."""
+    view = codec.invoice_from_json(row.body, finalized_us=int(row.finalized_us))
+    counts = {parse_period(name): int(n) for name, n in json.loads(row.input_counts or "{}").items()}
+    return FrozenInvoice(view, row.rates, int(row.snapshot_us), counts)
+
+
+def frozen_invoices(rows: Iterable[Any]) -> dict[BillingPeriod, FrozenInvoice]:
+    """The finalized invoices of rows read by ``finalized_rows``, by period."""
+    return {parse_period(row.period): frozen_invoice(row) for row in rows}
 
 
 async def insert_finalized(
-    session: AsyncSession, view: InvoiceView, *, rates_json: str, snapshot_us: int, finalized_us: int
+    session: AsyncSession,
+    view: InvoiceView,
+    *,
+    rates_json: str,
+    snapshot_us: int,
+    finalized_us: int,
+    input_counts: InputCounts,
 ) -> None:
     """Freeze ``view``. The primary key (tenant_id, period) refuses a second copy (IntegrityError)."""
     row = {
@@ -109,5 +131,6 @@ async def insert_finalized(
         "snapshot_us": snapshot_us,
         "body": codec.invoice_to_json(view),
         "rates": rates_json,
+        "input_counts": json.dumps({period.name: n for period, n in sorted(input_counts.items())}),
     }
     await core.execute(session, _INVOICES.insert(), [row])

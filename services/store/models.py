@@ -211,6 +211,9 @@ class FinalizedInvoiceRow(SQLModel, table=True):
     snapshot_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     body: str = Field(sa_column=Column(Text, nullable=False))
     rates: str = Field(sa_column=Column(Text, nullable=False))
+    # JSON {"YYYY-MM": n}: how many events before each period's end the computation read, for
+    # this period and each one it carried corrections of (services/billing/compute.py).
+    input_counts: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
 
 
 class SecretRow(SQLModel, table=True):
