@@ -18,10 +18,7 @@ import numpy as np
 import numpy.typing as npt
 
 from services.validation import ID_PATTERN, Violations
-
-NODE_LABEL = "node"
-GPU_LABEL = "gpu"
-FIELD_LABEL = "field"
+from tsdb.catalog import FIELD, GPU, NODE
 
 MAX_GPU_INDEX = 63
 MAX_LABELS = 8
@@ -100,7 +97,7 @@ class SeriesBatch:
 
     @property
     def node_ids(self) -> frozenset[str]:
-        return frozenset(run.labels[NODE_LABEL] for run in self.runs)
+        return frozenset(run.labels[NODE] for run in self.runs)
 
 
 @dataclass
@@ -169,11 +166,11 @@ def build_batch(nodes: Sequence[NodePush], series: Sequence[LabeledSeries], *, n
         node_paths.setdefault(push.node_id, f"nodes[{i}].node_id")
         _node_push(v, chunks, f"nodes[{i}]", push, now_ms)
     for k, run in enumerate(series):
-        node_paths.setdefault(run.labels.get(NODE_LABEL, ""), f"series[{k}].labels[{NODE_LABEL!r}]")
+        node_paths.setdefault(run.labels.get(NODE, ""), f"series[{k}].labels[{NODE!r}]")
         _labeled_series(v, chunks, f"series[{k}]", run, now_ms)
     v.raise_if_any()
     runs = tuple(c.run() for c in chunks.values())
-    return SeriesBatch(runs, {run.labels[NODE_LABEL]: node_paths[run.labels[NODE_LABEL]] for run in runs})
+    return SeriesBatch(runs, {run.labels[NODE]: node_paths[run.labels[NODE]] for run in runs})
 
 
 def _timestamp(v: Violations, path: str, value: int, now_ms: int) -> bool:
@@ -227,12 +224,12 @@ def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push:
         return
     # What can be wrong with a checked push's sample against the store is its time.
     time_path, at_ms = f"{path}.timestamp_ms", push.timestamp_ms
-    node_label = (NODE_LABEL, push.node_id)
+    node_label = (NODE, push.node_id)
     for gpu in push.gpus:
-        gpu_label = (GPU_LABEL, str(gpu.gpu_index))
+        gpu_label = (GPU, str(gpu.gpu_index))
         for name, value in gpu.fields.items():
             # Labels in name order (field < gpu < node): the series key without sorting.
-            entry = _series_for(v, chunks, ((FIELD_LABEL, name), gpu_label, node_label), time_path, at_ms)
+            entry = _series_for(v, chunks, ((FIELD, name), gpu_label, node_label), time_path, at_ms)
             if entry is not None:
                 entry.add_one(time_path, at_ms, float(value))
 
@@ -248,20 +245,20 @@ def _labels(v: Violations, path: str, labels: Mapping[str, str]) -> bool:
     before = len(v.items)
     if len(labels) > MAX_LABELS:
         v.add(path, f"has {len(labels)} labels; the limit is {MAX_LABELS}")
-    if NODE_LABEL not in labels:
-        v.add(f"{path}[{NODE_LABEL!r}]", "is required")
-    if FIELD_LABEL not in labels:
-        v.add(f"{path}[{FIELD_LABEL!r}]", "is required")
+    if NODE not in labels:
+        v.add(f"{path}[{NODE!r}]", "is required")
+    if FIELD not in labels:
+        v.add(f"{path}[{FIELD!r}]", "is required")
     for name, value in labels.items():
         label_path = f"{path}[{name[:40]!r}]"
         if not LABEL_NAME.fullmatch(name):
             v.add(label_path, "label names are 1-32 of a-z, 0-9 and '_', starting with a letter")
-        elif name == NODE_LABEL:
+        elif name == NODE:
             if not ID_PATTERN.fullmatch(value):
                 v.add(label_path, f"{value[:80]!r} is not a node id")
-        elif name == FIELD_LABEL:
+        elif name == FIELD:
             _field_name(v, label_path, value)
-        elif name == GPU_LABEL:
+        elif name == GPU:
             if not (value.isascii() and value.isdigit() and str(int(value)) == value and int(value) <= MAX_GPU_INDEX):
                 v.add(label_path, f"must be a GPU index 0-{MAX_GPU_INDEX} in decimal (got {value[:80]!r})")
         elif not value or len(value) > MAX_LABEL_VALUE or not value.isprintable():

@@ -7,7 +7,8 @@ without a start is an anomaly billing reports; it grants nothing here.
 
 Times: usage events are microseconds, samples milliseconds. A hold [start_us, stop_us) becomes
 [ceil(start_us / 1000), ceil(stop_us / 1000)) in ms, which keeps exactly the samples whose
-instant lies in the hold.
+instant lies in the hold. Merging and cutting to a window are billing's interval algebra
+(accounting/intervals.py); here intervals stay ``(start_ms, end_ms)`` pairs.
 """
 
 from __future__ import annotations
@@ -17,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from accounting.intervals import Interval as Span
+from accounting.intervals import intersect, union
 from services.metrics.batch import Float64Array, Int64Array
 from services.metrics.selection import Window
 
@@ -38,15 +41,14 @@ def _ceil_ms(micros: int) -> int:
     return -(-micros // 1000)
 
 
+def _pairs(spans: Iterable[Span]) -> tuple[Interval, ...]:
+    # Metrics code keeps intervals as plain pairs: they key dicts and unpack in the read loops.
+    return tuple((span.start, span.end) for span in spans)
+
+
 def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     """Sorted, non-empty, non-overlapping intervals covering the same instants."""
-    merged: list[Interval] = []
-    for start, end in sorted(i for i in intervals if i[1] > i[0]):
-        if merged and start <= merged[-1][1]:
-            merged[-1] = (merged[-1][0], max(merged[-1][1], end))
-        else:
-            merged.append((start, end))
-    return tuple(merged)
+    return _pairs(union(Span(start, end) for start, end in intervals))
 
 
 def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, tuple[Interval, ...]]:
@@ -61,8 +63,9 @@ def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, t
 
 
 def within(intervals: Sequence[Interval], window: Window) -> tuple[Interval, ...]:
-    """The parts of ``intervals`` inside the window."""
-    return merge((max(s, window.start_ms), min(e, window.end_ms)) for s, e in intervals)
+    """The parts of ``intervals`` inside the window, merged."""
+    spans = (Span(start, end) for start, end in intervals)
+    return _pairs(intersect(spans, [Span(window.start_ms, window.end_ms)]))
 
 
 def envelope(by_node: Mapping[str, Sequence[Interval]]) -> Window | None:

@@ -109,10 +109,9 @@ class MaintenanceReport:
 class SampleStore:
     """Owns one ``tsdb.Store`` in the control plane's data directory."""
 
-    def __init__(self, store: tsdb.Store, executor: ThreadPoolExecutor, *, retention_ms: int | None) -> None:
+    def __init__(self, store: tsdb.Store, executor: ThreadPoolExecutor) -> None:
         self._store = store
         self._executor = executor
-        self._retention_ms = retention_ms
         self._closed = False
 
     @classmethod
@@ -134,7 +133,7 @@ class SampleStore:
             bytes_discarded=recovery.bytes_discarded,
             seconds=round(recovery.seconds, 3),
         )
-        return cls(store, executor, retention_ms=retention_ms)
+        return cls(store, executor)
 
     async def _run(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:
@@ -194,13 +193,13 @@ class SampleStore:
 
     def _maintain(self, now_ms: int, compact: bool) -> MaintenanceReport:
         self._store.flush()
-        deleted, freed = 0, 0
-        if self._retention_ms is not None:
-            report = self._store.enforce_retention(now_ms)
-            deleted, freed = len(report.deleted_files), int(report.bytes_freed)
+        # The store was opened with the retention and applies it (or, without one, deletes no segment).
+        report = self._store.enforce_retention(now_ms)
         if compact:
             self._store.compact()
-        return MaintenanceReport(deleted_files=deleted, bytes_freed=freed, compacted=compact)
+        return MaintenanceReport(
+            deleted_files=len(report.deleted_files), bytes_freed=int(report.bytes_freed), compacted=compact
+        )
 
     async def close(self) -> None:
         """Close the store after every queued call has run; later calls are UNAVAILABLE."""

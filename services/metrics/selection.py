@@ -9,8 +9,9 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from services.metrics.batch import FIELD_LABEL, FIELD_NAME, GPU_LABEL, MAX_GPU_INDEX, NODE_LABEL
+from services.metrics.batch import FIELD_NAME, MAX_GPU_INDEX
 from services.validation import Violations
+from tsdb.catalog import FIELD, GPU, NODE
 
 MAX_SELECTOR_ITEMS = 1000
 # Prometheus' figure: more steps than a screen has pixels is a mistake, not a chart.
@@ -95,9 +96,9 @@ def tsdb_selector(selector: Selector, node_ids: Collection[str] | None) -> Mappi
     matcher: dict[str, str | frozenset[str]] = {}
     nodes = selector.node_ids if node_ids is None else tuple(node_ids)
     for label, values in (
-        (NODE_LABEL, nodes),
-        (GPU_LABEL, tuple(str(i) for i in selector.gpu_indexes)),
-        (FIELD_LABEL, selector.fields),
+        (NODE, nodes),
+        (GPU, tuple(str(i) for i in selector.gpu_indexes)),
+        (FIELD, selector.fields),
     ):
         if values:
             matcher[label] = frozenset(values)
