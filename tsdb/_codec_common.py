@@ -1,5 +1,7 @@
 """Pieces shared by the timestamp and value codecs: errors, zstd contexts, integer packing.
 
+The zstd helpers also write and read the segment metadata frame (tsdb.segment_writer / reader).
+
 All integer arithmetic here is modular (uint64 wrap-around), so differencing and re-summing is a
 bijection on any int64 sequence: the codecs never overflow, they only wrap and unwrap.
 """

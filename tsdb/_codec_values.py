@@ -28,7 +28,6 @@ from __future__ import annotations
 import functools
 import struct
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -412,7 +411,7 @@ def _layout_of(blob: bytes | memoryview) -> _Layout:
     return _cached_layout(bytes(blob[:header_size]))
 
 
-def _frame_content(blob: bytes | memoryview, layout: _Layout | _Location) -> bytes:
+def _frame_content(blob: bytes | memoryview, layout: _Layout) -> bytes:
     """The decompressed frame of a blob (exceptions section included)."""
     expected = 8 * layout.params_count + layout.payload_size
     frame = memoryview(blob)[layout.frame_offset :]
@@ -424,69 +423,6 @@ def _frame_content(blob: bytes | memoryview, layout: _Layout | _Location) -> byt
         # The exceptions section's size is only known from inside it: at most 12 bytes a value.
         return decompress(frame, expected + len(layout.patched) * (4 + 12 * layout.n), at_most=True)
     return decompress(frame, expected)
-
-
-@dataclass(frozen=True, slots=True)
-class _Location:
-    """What _locate finds: the block's length, frame and content sizes, and one row's offsets."""
-
-    n: int
-    frame_offset: int
-    params_count: int
-    payload_size: int
-    param_offset: int
-    payload_offset: int
-    patched: tuple[int, ...]
-    descriptor: int
-    decimals: int
-
-
-@functools.lru_cache(maxsize=4096)
-def _locate(header: bytes, row: int) -> _Location:
-    """Where one row's parameters and payload sit in the frame of a blob with this header (version,
-    rows, n and the descriptors), from one pass over the descriptors that also validates all of them
-    as _Layout does. Cached: the blocks of one field mostly share a handful of headers."""
-    version, rows, n = _HEADER.unpack_from(header)
-    if version != _VERSION:
-        raise CorruptBlobError(f"unknown value blob version {version}")
-    if not 0 <= row < rows:
-        raise CodecInputError(f"row {row!r} out of range for a block of {rows} rows")
-    descriptors = header[_HEADER.size :]
-    mine = descriptors[2 * row]
-    params = payload = param_offset = payload_offset = 0
-    patched: list[int] = []
-    for index in range(rows):
-        descriptor, k = descriptors[2 * index], descriptors[2 * index + 1]
-        kind = descriptor & 3
-        if kind == CONST and descriptor == CONST and k == 0:
-            count, size = 1, 0
-        elif kind == XOR and descriptor == XOR and k == 0:
-            count, size = 0, 8 * n
-        else:
-            order, code = (descriptor >> 2) & 3, (descriptor >> 4) & 7
-            if kind not in (DECIMAL, PATCHED) or k > MAX_DECIMALS or order > 2 or order >= max(n, 1) or code > 4:
-                raise CorruptBlobError(f"invalid descriptor {descriptor:#x}/{k} for row {index}")
-            count, size = order + 1, (n - order) * WIDTHS[code]
-            if kind == PATCHED:
-                patched.append(index)
-        if index < row:
-            param_offset += count
-        # Payloads are grouped by ascending descriptor, rows ascending inside a group.
-        if size and (descriptor < mine or (descriptor == mine and index < row)):
-            payload_offset += size
-        params += count
-        payload += size
-    return _Location(
-        n,
-        len(header),
-        params,
-        payload,
-        param_offset,
-        8 * params + payload_offset,
-        tuple(patched),
-        mine,
-        descriptors[2 * row + 1],
-    )
 
 
 def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: int | None = None) -> F64:
@@ -504,18 +440,25 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
     if len(blob) < header_size:
         raise CorruptBlobError("value blob too short for its row descriptors")
     row = int(row)
-    where = _locate(bytes(blob[:header_size]), row)
-    n = where.n
+    header = bytes(blob[:header_size])
+    # Checked before the descriptors are parsed, so a bad row is an input error even in a bad blob.
+    version, rows, n = _HEADER.unpack_from(header)
+    if version != _VERSION:
+        raise CorruptBlobError(f"unknown value blob version {version}")
+    if not 0 <= row < rows:
+        raise CodecInputError(f"row {row!r} out of range for a block of {rows} rows")
+    layout = _cached_layout(header)
     stop = n if stop is None else stop
     if not 0 <= start <= stop <= n:
         raise CodecInputError(f"positions [{start}, {stop}) out of range for rows of {n} values")
-    content = _frame_content(blob, where)
-    descriptor, k = where.descriptor, where.decimals
+    content = _frame_content(blob, layout)
+    descriptor, k = layout.descriptors[2 * row], layout.descriptors[2 * row + 1]
     kind = descriptor & 3
-    offset = where.payload_offset
+    offset = layout.payload_offsets[row]
+    param_offset = 8 * layout.param_offsets[row]
     if kind == CONST:
         constant = np.empty(stop - start, dtype=np.float64)
-        constant.view(np.uint64).fill(struct.unpack_from("<Q", content, 8 * where.param_offset)[0])
+        constant.view(np.uint64).fill(struct.unpack_from("<Q", content, param_offset)[0])
         return constant
     if kind == XOR:
         # The XORed bits of the first `stop` values, rejoined from their byte planes, then unchained.
@@ -524,7 +467,7 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
         return result
     order, code, shuffle = (descriptor >> 2) & 3, (descriptor >> 4) & 7, descriptor & _SHUFFLE
     width = WIDTHS[code]
-    params = struct.unpack_from(f"<{order + 1}Q", content, 8 * where.param_offset)
+    params = struct.unpack_from(f"<{order + 1}Q", content, param_offset)
     # Order 0 needs residuals start..stop only; higher orders integrate from the first value.
     first = start if order == 0 else 0
     upto = max(stop - order, first) if order else stop
@@ -550,7 +493,7 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
     # int64 -> float64, then / 10**k: the very operations the encoder checked the values against.
     out: F64 = np.divide(ints.view(np.int64), POW10[k]) if k else ints.view(np.int64).astype(np.float64)
     if kind == PATCHED:
-        exceptions = _read_exceptions(content, 8 * where.params_count + where.payload_size, where.patched, n)
+        exceptions = _read_exceptions(content, 8 * layout.params_count + layout.payload_size, layout.patched, n)
         rows_of, positions, values = exceptions
         mine = (rows_of == row) & (positions >= start) & (positions < stop)
         out.view(np.uint64)[positions[mine] - start] = values[mine]
@@ -574,8 +517,11 @@ def decode_values(blob: bytes | memoryview, *, out: F64 | None = None) -> F64:
     return _decode(blob, None, out)
 
 
-def decode_value_rows(blob: bytes | memoryview, rows: Sequence[int] | NDArray[np.integer]) -> F64:
-    """Decode only the given rows (in the order given, repeats allowed) as a (len(rows), n) array.
+def decode_value_rows(
+    blob: bytes | memoryview, rows: Sequence[int] | NDArray[np.integer], *, out: F64 | None = None
+) -> F64:
+    """Decode only the given rows (in the order given, repeats allowed) as a (len(rows), n) array,
+    fresh or `out` (as for decode_values).
 
     The frame is still decompressed whole, but only the chosen rows are rebuilt.
     """
@@ -587,12 +533,16 @@ def decode_value_rows(blob: bytes | memoryview, rows: Sequence[int] | NDArray[np
     if any(not 0 <= row < total for row in wanted):
         raise CodecInputError(f"rows {wanted} out of range for a block of {total} rows")
     distinct = list(dict.fromkeys(wanted))
-    decoded = _decode(blob, distinct)
     if distinct == wanted:
-        return decoded
+        return _decode(blob, distinct, out)
+    decoded = _decode(blob, distinct)
     where = {row: place for place, row in enumerate(distinct)}
-    result: F64 = decoded[[where[row] for row in wanted]]
-    return result
+    picked = [where[row] for row in wanted]
+    if out is None:
+        result: F64 = decoded[picked]
+        return result
+    out[...] = decoded[picked]
+    return out
 
 
 def row_kinds(blob: bytes | memoryview) -> list[tuple[int, int]]:

@@ -8,6 +8,8 @@ one aggregation step is answered from the directory's pre-aggregates without dec
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import numpy as np
 from numpy.typing import NDArray
 
@@ -20,20 +22,29 @@ I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
 
 
-def _chunks(reader: SegmentReader, start: int, end: int) -> list[int]:
-    if reader.chunk_tmin.size == 1:
-        return [0] if reader.chunk_tmin[0] < end and reader.chunk_tmax[0] >= start else []
-    return np.flatnonzero((reader.chunk_tmin < end) & (reader.chunk_tmax >= start)).tolist()
+def _chunks_meeting(
+    segments: list[SegmentInfo], readers: ReaderCache, start: int, end: int, stats: QueryStats
+) -> Iterator[tuple[SegmentReader, int, int, int]]:
+    """(reader, chunk, tmin, tmax) of every chunk of `segments` whose time range meets [start, end);
+    the bytes read to open a segment go to `stats`."""
+    for info in segments:
+        reader, nbytes = readers.get(info.path)
+        stats.bytes_read += nbytes
+        for chunk, (tmin, tmax, _, _) in enumerate(reader.chunk_bounds):
+            if tmin < end and tmax >= start:
+                yield reader, chunk, tmin, tmax
 
 
-def _by_group(reader: SegmentReader, rows: I64) -> list[tuple[int, NDArray[np.intp]]]:
-    """Directory rows split by value group: (group, indices into rows)."""
-    groups = reader.dir_vg[rows]
-    if rows.size == 1:
-        return [(int(groups[0]), np.zeros(1, dtype=np.intp))]
-    order = np.argsort(groups, kind="stable")
-    cuts = np.flatnonzero(np.diff(groups[order])) + 1
-    return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
+def join_parts(parts: list[tuple[I64, F64]]) -> tuple[I64, F64]:
+    """One series' (timestamps, values) pieces from several sources, which never overlap in time,
+    put in time order and joined into fresh arrays (empty ones when there are no pieces)."""
+    if len(parts) == 1:
+        # Copies: a result must not alias a cached timestamp column or a decoded block.
+        return parts[0][0].copy(), parts[0][1].copy()
+    if not parts:
+        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
+    parts = sorted(parts, key=lambda part: int(part[0][0]))
+    return np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])
 
 
 def _decode_by_timestamp_group(
@@ -71,7 +82,7 @@ def _decode_by_timestamp_group(
 def _decode_into(reader: SegmentReader, vg: int, rows: I64, out: F64, stats: QueryStats) -> None:
     """The wanted rows of one value group, decoded into `out`."""
     whole = rows.size == reader.vg_rows[vg] and bool((rows == np.arange(rows.size)).all())
-    nbytes = reader.values_into(vg, None if whole else rows, out)
+    _, nbytes = reader.values(vg, None if whole else rows, out)
     stats.bytes_read += nbytes
     stats.samples_decoded += out.size
     stats.chunks_decoded += rows.size
@@ -93,36 +104,24 @@ def read_one(
 ) -> tuple[I64, F64]:
     """read_raw for one series (the narrow query), kept to as few calls as it can be: its samples in
     [start, end) from segments then head, as fresh arrays."""
-    ts_parts: list[I64] = []
-    value_parts: list[F64] = []
-    for info in segments:
-        reader, nbytes = readers.get(info.path)
+    parts: list[tuple[I64, F64]] = []
+    for reader, chunk, _, _ in _chunks_meeting(segments, readers, start, end, stats):
+        row = reader.row_of(chunk, sid)
+        if row < 0:
+            continue
+        ts, values, nbytes = reader.series_window(row, start, end)
         stats.bytes_read += nbytes
-        for chunk, (tmin, tmax, _, _) in enumerate(reader.chunk_bounds):
-            if tmin >= end or tmax < start:
-                continue
-            row = reader.row_of(chunk, sid)
-            if row < 0:
-                continue
-            ts, values, nbytes = reader.series_window(row, start, end)
-            stats.bytes_read += nbytes
-            if values.size:
-                stats.samples_decoded += values.size
-                stats.chunks_decoded += 1
-                ts_parts.append(ts)
-                value_parts.append(values)
+        if values.size:
+            stats.samples_decoded += values.size
+            stats.chunks_decoded += 1
+            parts.append((ts, values))
     ts, values = head.window(sid, start, end)
     if ts.size:
         stats.head_samples += ts.size
-        ts_parts.append(ts)
-        value_parts.append(values)
-    if len(ts_parts) == 1:
-        return ts_parts[0], value_parts[0]  # fresh arrays, from the segment or the head
-    if not ts_parts:
-        return np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)
-    # Segments come oldest first and the head is newest, but L0 and L1 files may interleave.
-    order = sorted(range(len(ts_parts)), key=lambda i: int(ts_parts[i][0]))
-    return np.concatenate([ts_parts[i] for i in order]), np.concatenate([value_parts[i] for i in order])
+        parts.append((ts, values))
+    # One piece is already fresh (from the segment or the head): no copy. Segments come oldest
+    # first and the head is newest, but L0 and L1 files may interleave, so more are sorted.
+    return parts[0] if len(parts) == 1 else join_parts(parts)
 
 
 def read_raw(
@@ -132,38 +131,25 @@ def read_raw(
     if sids.size == 1:
         return [read_one(int(sids[0]), start, end, segments, readers, head, stats)]
     pieces: list[list[tuple[I64, F64]]] = [[] for _ in range(sids.size)]
-    for info in segments:
-        reader, nbytes = readers.get(info.path)
-        stats.bytes_read += nbytes
-        for chunk in _chunks(reader, start, end):
-            present, rows = reader.rows(chunk, sids)
-            if rows.size == 0:
+    for reader, chunk, _, _ in _chunks_meeting(segments, readers, start, end, stats):
+        present, rows = reader.rows(chunk, sids)
+        if rows.size == 0:
+            continue
+        for vg, index in reader.by_value_group(rows):
+            ts, block = _decode(reader, vg, reader.dir_row[rows[index]], stats)
+            lo, hi = cut(ts, start, end)
+            if hi <= lo:
                 continue
-            for vg, index in _by_group(reader, rows):
-                ts, block = _decode(reader, vg, reader.dir_row[rows[index]], stats)
-                lo, hi = cut(ts, start, end)
-                if hi <= lo:
-                    continue
-                window = ts[lo:hi]
-                for k, position in enumerate(present[index].tolist()):
-                    pieces[position].append((window, block[k, lo:hi]))
+            window = ts[lo:hi]
+            for k, position in enumerate(present[index].tolist()):
+                pieces[position].append((window, block[k, lo:hi]))
     out: list[tuple[I64, F64]] = []
     for position, sid in enumerate(sids.tolist()):
         ts, vals = head.window(sid, start, end)
         if ts.size:
             stats.head_samples += ts.size
             pieces[position].append((ts, vals))
-        parts = pieces[position]
-        if not parts:
-            out.append((np.empty(0, dtype=np.int64), np.empty(0, dtype=np.float64)))
-        elif len(parts) == 1:
-            window, values = parts[0]
-            # Copies: a result must not alias a cached timestamp column or a decoded block.
-            out.append((window.copy(), values.copy()))
-        else:
-            # Per series, sources never overlap in time; order them by their first sample.
-            parts.sort(key=lambda part: int(part[0][0]))
-            out.append((np.concatenate([p[0] for p in parts]), np.concatenate([p[1] for p in parts])))
+        out.append(join_parts(pieces[position]))
     return out
 
 
@@ -181,50 +167,45 @@ def read_range(
     """Add to `partials` every sample of `sids` in [start, end): directory aggregates where a
     (series, chunk) lies inside one step, decoded blocks elsewhere, and the head."""
     n_steps = partials.n_steps
-    for info in segments:
-        reader, nbytes = readers.get(info.path)
-        stats.bytes_read += nbytes
-        for chunk, (chunk_tmin, chunk_tmax, _, _) in enumerate(reader.chunk_bounds):
-            if chunk_tmin >= end or chunk_tmax < start:
-                continue
-            present, rows = reader.select(chunk, sids)
-            if present.size == 0:
-                continue
-            first = (chunk_tmin - start) // step
-            if chunk_tmin >= start and chunk_tmax < end and first == (chunk_tmax - start) // step:
-                # The whole chunk lies inside one step, so every series in it does: its directory
-                # aggregates are the answer, decided once for the chunk.
-                stats.chunks_preaggregated += present.size
-                count, tmin, tmax, fields = reader.aggregates(chunk, sids, rows)
-                partials.add(present * n_steps + first if n_steps > 1 or first else present, count, tmin, tmax, fields)
-                continue
-            tmin, tmax = reader.dir_tmin[rows], reader.dir_tmax[rows]
-            first_step = (tmin - start) // step
-            whole = (tmin >= start) & (tmax < end) & (first_step == (tmax - start) // step)
-            if whole.all():
-                stats.chunks_preaggregated += present.size
-                partials.add(
-                    present * n_steps + first_step,
-                    reader.dir_n[rows],
-                    tmin,
-                    tmax,
-                    {name: reader.dir_stats[name][rows] for name in partials.need},
-                )
-                continue
-            if isinstance(rows, slice):
-                rows = np.arange(rows.start, rows.stop, dtype=np.int64)
-            if whole.any():
-                picked = rows[whole]
-                stats.chunks_preaggregated += picked.size
-                partials.add(
-                    present[whole] * n_steps + first_step[whole],
-                    reader.dir_n[picked],
-                    tmin[whole],
-                    tmax[whole],
-                    {name: reader.dir_stats[name][picked] for name in partials.need},
-                )
-            rest = ~whole
-            _decode_by_timestamp_group(reader, present[rest], rows[rest], start, end, step, partials, stats)
+    for reader, chunk, chunk_tmin, chunk_tmax in _chunks_meeting(segments, readers, start, end, stats):
+        present, rows = reader.select(chunk, sids)
+        if present.size == 0:
+            continue
+        first = (chunk_tmin - start) // step
+        if chunk_tmin >= start and chunk_tmax < end and first == (chunk_tmax - start) // step:
+            # The whole chunk lies inside one step, so every series in it does: its directory
+            # aggregates are the answer, decided once for the chunk.
+            stats.chunks_preaggregated += present.size
+            count, tmin, tmax, fields = reader.aggregates(chunk, sids, rows)
+            partials.add(present * n_steps + first if n_steps > 1 or first else present, count, tmin, tmax, fields)
+            continue
+        tmin, tmax = reader.dir_tmin[rows], reader.dir_tmax[rows]
+        first_step = (tmin - start) // step
+        whole = (tmin >= start) & (tmax < end) & (first_step == (tmax - start) // step)
+        if whole.all():
+            stats.chunks_preaggregated += present.size
+            partials.add(
+                present * n_steps + first_step,
+                reader.dir_n[rows],
+                tmin,
+                tmax,
+                {name: reader.dir_stats[name][rows] for name in partials.need},
+            )
+            continue
+        if isinstance(rows, slice):
+            rows = np.arange(rows.start, rows.stop, dtype=np.int64)
+        if whole.any():
+            picked = rows[whole]
+            stats.chunks_preaggregated += picked.size
+            partials.add(
+                present[whole] * n_steps + first_step[whole],
+                reader.dir_n[picked],
+                tmin[whole],
+                tmax[whole],
+                {name: reader.dir_stats[name][picked] for name in partials.need},
+            )
+        rest = ~whole
+        _decode_by_timestamp_group(reader, present[rest], rows[rest], start, end, step, partials, stats)
     positions, ts, vals = head.window_many(sids, start, end)
     stats.head_samples += ts.size
     partials.add_flat(positions, ts, vals, start, step)

@@ -7,20 +7,21 @@ import os
 import zlib
 from bisect import bisect_left
 from collections import OrderedDict
-from typing import Final
+from collections.abc import Callable
+from typing import Final, TypeVar
 
 import numpy as np
-import zstandard
 from numpy.typing import NDArray
 
 from tsdb import codecs
 from tsdb import segment_format as fmt
+from tsdb._codec_common import CorruptBlobError, decompress
 from tsdb.errors import CorruptSegmentError
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
+_T = TypeVar("_T")
 
-_decompressor: Final = zstandard.ZstdDecompressor()
 # What series_window returns for a window without samples (never handed to a caller as a result).
 _NO_TIMES: Final = np.empty(0, dtype=np.int64)
 _NO_VALUES: Final = np.empty(0, dtype=np.float64)
@@ -65,9 +66,9 @@ class SegmentReader:
         if zlib.crc32(meta) != meta_crc:
             raise CorruptSegmentError(f"{path}: metadata CRC mismatch")
         try:
-            raw = _decompressor.decompress(meta, max_output_size=raw_len)
-        except zstandard.ZstdError as exc:
-            raise CorruptSegmentError(f"{path}: metadata does not decompress: {exc}") from exc
+            raw = decompress(meta, raw_len)
+        except CorruptBlobError as exc:
+            raise CorruptSegmentError(f"{path}: metadata: {exc}") from exc
         try:
             counts = fmt.COUNTS.unpack_from(raw, 0)
             offset = fmt.COUNTS.size
@@ -153,6 +154,15 @@ class SegmentReader:
         present = np.flatnonzero((pos < column.size) & (column[pos_clipped] == sids))
         return present, start + pos[present]
 
+    def by_value_group(self, rows: I64) -> list[tuple[int, NDArray[np.intp]]]:
+        """Directory `rows` split by value group: (group, indices into rows), in group order."""
+        groups = self.dir_vg[rows]
+        if rows.size == 1:
+            return [(int(groups[0]), np.zeros(1, dtype=np.intp))]
+        order = np.argsort(groups, kind="stable")
+        cuts = np.flatnonzero(np.diff(groups[order])) + 1
+        return [(int(groups[part[0]]), part) for part in np.split(order, cuts)]
+
     def row_of(self, chunk: int, sid: int) -> int:
         """The directory row of one series in `chunk`, or -1."""
         _, _, start, count = self.chunk_bounds[chunk]
@@ -183,23 +193,15 @@ class SegmentReader:
             if hi <= lo:
                 return _NO_TIMES, _NO_VALUES, nbytes
             ts = column[lo:hi].copy()
-        off, length, crc = self._vg_blob[vg]
-        blob = self._blob(off, length, crc)
-        try:
-            values = codecs.decode_value_row(blob, self._dir_row[row], lo, hi)
-        except codecs.CodecError as exc:
-            raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
+        values, length = self._decoded(
+            self._vg_blob, vg, "value group", lambda blob: codecs.decode_value_row(blob, self._dir_row[row], lo, hi)
+        )
         return ts, values, nbytes + length
 
     def _grid(self, ts_index: int) -> tuple[tuple[int, int, int] | tuple[()], int]:
         """(t0, step, count) of a timestamp group with a constant positive stride, else (); and the
         blob bytes read to find out. Remembered per group."""
-        off, length, crc = self._ts_blob[ts_index]
-        blob = self._blob(off, length, crc)
-        try:
-            info = codecs.timestamps_header(blob)
-        except codecs.CodecError as exc:
-            raise CorruptSegmentError(f"{self.path}: timestamp group {ts_index}: {exc}") from exc
+        info, length = self._decoded(self._ts_blob, ts_index, "timestamp group", codecs.timestamps_header)
         grid: tuple[int, int, int] | tuple[()] = (
             (info.t0, info.step, info.count) if info.regular and info.step > 0 else ()
         )
@@ -246,38 +248,34 @@ class SegmentReader:
         cached = self._ts_cache.get(ts_index)
         if cached is not None:
             return cached, 0
-        off, length, crc = self._ts_blob[ts_index]
-        blob = self._blob(off, length, crc)
-        try:
-            ts = codecs.decode_timestamps(blob)
-        except codecs.CodecError as exc:
-            raise CorruptSegmentError(f"{self.path}: timestamp group {ts_index}: {exc}") from exc
+        ts, length = self._decoded(self._ts_blob, ts_index, "timestamp group", codecs.decode_timestamps)
         ts.setflags(write=False)
         self._ts_cache[ts_index] = ts
         return ts, length
 
-    def values(self, vg: int, rows: I64 | None) -> tuple[F64, int]:
-        """Decoded rows of a value group (in the order given; all when None), and the blob bytes read."""
-        off, length, crc = self._vg_blob[vg]
-        blob = self._blob(off, length, crc)
-        try:
-            block = codecs.decode_values(blob) if rows is None else codecs.decode_value_rows(blob, rows)
-        except codecs.CodecError as exc:
-            raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
-        return block, length
+    def values(self, vg: int, rows: I64 | None, out: F64 | None = None) -> tuple[F64, int]:
+        """Decoded rows of a value group (in the order given; all when None), in a fresh array or
+        in `out` (rows of a larger matrix, say), and the blob bytes read."""
+        return self._decoded(
+            self._vg_blob,
+            vg,
+            "value group",
+            lambda blob: (
+                codecs.decode_values(blob, out=out) if rows is None else codecs.decode_value_rows(blob, rows, out=out)
+            ),
+        )
 
-    def values_into(self, vg: int, rows: I64 | None, out: F64) -> int:
-        """Decode rows of a value group (all when None) into `out`; returns the blob bytes read."""
-        off, length, crc = self._vg_blob[vg]
+    def _decoded(
+        self, table: list[tuple[int, int, int]], index: int, what: str, decode: Callable[[bytes], _T]
+    ) -> tuple[_T, int]:
+        """decode() of blob `index` of a blob table (its CRC checked) and the blob's length; a codec
+        error becomes a CorruptSegmentError naming the file and the group."""
+        off, length, crc = table[index]
         blob = self._blob(off, length, crc)
         try:
-            if rows is None:
-                codecs.decode_values(blob, out=out)
-            else:
-                out[...] = codecs.decode_value_rows(blob, rows)
+            return decode(blob), length
         except codecs.CodecError as exc:
-            raise CorruptSegmentError(f"{self.path}: value group {vg}: {exc}") from exc
-        return length
+            raise CorruptSegmentError(f"{self.path}: {what} {index}: {exc}") from exc
 
 
 class ReaderCache:

@@ -17,11 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import zstandard
 from numpy.typing import NDArray
 
 from tsdb import codecs
 from tsdb import segment_format as fmt
+from tsdb._codec_common import compress
 from tsdb._fs import fsync_dir
 from tsdb.aggregate import _increase
 from tsdb.model import SegmentInfo
@@ -197,7 +197,7 @@ def write_segment(
         if pieces:
             builder.chunk(pieces)
     raw = builder.meta(sources)
-    meta = zstandard.ZstdCompressor(level=zstd_level, write_content_size=True).compress(raw)
+    meta = compress(raw, zstd_level)
     n_chunks = len(builder.tables.chunk["tmin"])
     header = fmt.HEADER.pack(
         fmt.MAGIC,

@@ -38,7 +38,7 @@ from tsdb.head import INT64_MIN, FastBatch, Head, Taken
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
-from tsdb.query import read_one, read_range, read_raw
+from tsdb.query import join_parts, read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
 from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
 from tsdb.wal import Wal, encode_sids
@@ -545,9 +545,8 @@ class Store:
         for info in inputs:
             reader, _ = self._readers.get(info.path)
             sealed_until = max(sealed_until, reader.sealed_until)
-            order = np.argsort(reader.dir_vg, kind="stable")
-            for rows in np.split(order, np.flatnonzero(np.diff(reader.dir_vg[order])) + 1):
-                vg = int(reader.dir_vg[rows[0]])
+            # Every directory row at once: the indices it hands back are the rows themselves.
+            for vg, rows in reader.by_value_group(np.arange(reader.dir_vg.size)):
                 ts, _ = reader.timestamps(int(reader.vg_ts[vg]))
                 block, _ = reader.values(vg, reader.dir_row[rows])
                 for k, sid in enumerate(reader.dir_sid[rows].tolist()):
@@ -555,9 +554,9 @@ class Store:
         sids = sorted(per_series)
         batch = SeriesBatch(sids, [], [])
         for sid in sids:
-            parts = sorted(per_series[sid], key=lambda part: int(part[0][0]))
-            batch.timestamps.append(np.concatenate([p[0] for p in parts]))
-            batch.values.append(np.concatenate([p[1] for p in parts]))
+            ts, values = join_parts(per_series[sid])
+            batch.timestamps.append(ts)
+            batch.values.append(values)
         info = write_segment(
             self._segment_dir,
             batch,

@@ -356,6 +356,11 @@ def test_decode_values_into_rows_of_a_larger_matrix() -> None:
     assert np.isnan(target[:3]).all() and np.isnan(target[7:]).all()
     with pytest.raises(codecs.CodecInputError):
         codecs.decode_values(blob, out=np.empty((4, 29)))
+    for rows in ([2, 0], [1, 1, 3]):
+        target = np.full((10, 30), np.nan)
+        assert codecs.decode_value_rows(blob, rows, out=target[5 : 5 + len(rows)]) is not None
+        np.testing.assert_array_equal(target[5 : 5 + len(rows)], block[rows])
+        assert np.isnan(target[:5]).all() and np.isnan(target[5 + len(rows) :]).all()
 
 
 def test_memoryview_and_level() -> None:

@@ -13,6 +13,7 @@ import pytest
 import tsdb
 import tsdb.store
 from tests.tsdb.helpers import T0, Fleet, ingest, make_fleet, sha256_files
+from tsdb.segment_reader import SegmentReader
 
 SEGMENT_MS = 60_000
 
@@ -66,6 +67,21 @@ def test_a_damaged_segment_raises_corrupt_segment_error(tmp_path: Path) -> None:
         with pytest.raises(tsdb.CorruptSegmentError):
             store.query({}, victim_tmin(wrecked), victim_tmin(wrecked) + 1_000)
         assert store.query({}, T0, T0 + 20_000).series
+
+
+def test_segment_metadata_must_decompress_to_the_size_in_the_footer(tmp_path: Path) -> None:
+    fleet = make_fleet(samples=150)
+    with sealed_store(tmp_path / "s", fleet) as store:
+        path = Path(store.segments()[0].path)
+    data = bytearray(path.read_bytes())
+    reader = SegmentReader(str(path))
+    assert reader.n_series == len(fleet.labels)
+    reader.close()
+    raw_len = struct.unpack_from("<I", data, len(data) - 20)[0]
+    struct.pack_into("<I", data, len(data) - 20, raw_len + 1)  # meta_raw_len; no CRC covers it
+    path.write_bytes(bytes(data))
+    with pytest.raises(tsdb.CorruptSegmentError, match="metadata"):
+        SegmentReader(str(path))
 
 
 def victim_tmin(path: Path) -> int:
