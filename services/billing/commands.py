@@ -104,16 +104,12 @@ class Billing:
         if view.finalized:
             return view, False
         finalized_us = now_us()
+        row = repo.finalized_row(
+            view, rates_json=self._rates_json, snapshot_us=snapshot_us, finalized_us=finalized_us, input_counts=counts
+        )
         try:
             async with self._store.write() as session:
-                await repo.insert_finalized(
-                    session,
-                    view,
-                    rates_json=self._rates_json,
-                    snapshot_us=snapshot_us,
-                    finalized_us=finalized_us,
-                    input_counts=counts,
-                )
+                await repo.insert_finalized(session, row)
         except IntegrityError:
             # A concurrent finalize won; its invoice is the one that stands.
             return await self.invoice(tenant_id, period), False

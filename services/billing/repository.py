@@ -114,17 +114,12 @@ def frozen_invoices(rows: Iterable[Any]) -> dict[BillingPeriod, FrozenInvoice]:
     return {parse_period(row.period): frozen_invoice(row) for row in rows}
 
 
-async def insert_finalized(
-    session: AsyncSession,
-    view: InvoiceView,
-    *,
-    rates_json: str,
-    snapshot_us: int,
-    finalized_us: int,
-    input_counts: InputCounts,
-) -> None:
-    """Freeze ``view``. The primary key (tenant_id, period) refuses a second copy (IntegrityError)."""
-    row = {
+def finalized_row(
+    view: InvoiceView, *, rates_json: str, snapshot_us: int, finalized_us: int, input_counts: InputCounts
+) -> dict[str, Any]:
+    """The row that freezes ``view``. Built before the write transaction opens: encoding an
+    invoice is CPU work that need not hold SQLite's write lock."""
+    return {
         "tenant_id": view.tenant_id,
         "period": view.period.name,
         "finalized_us": finalized_us,
@@ -133,4 +128,9 @@ async def insert_finalized(
         "rates": rates_json,
         "input_counts": json.dumps({period.name: n for period, n in sorted(input_counts.items())}),
     }
+
+
+async def insert_finalized(session: AsyncSession, row: dict[str, Any]) -> None:
+    """Insert a ``finalized_row``. The primary key (tenant_id, period) refuses a second copy
+    (IntegrityError)."""
     await core.execute(session, _INVOICES.insert(), [row])
