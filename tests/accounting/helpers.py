@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import importlib
+import os
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -23,6 +26,7 @@ from accounting import (
     compute_invoices,
 )
 from accounting.model import datetime_to_us
+from accounting.pricing import price
 
 HOUR_US = 3600 * 1_000_000
 P0 = datetime_to_us(datetime(2025, 6, 1, tzinfo=UTC))
@@ -35,7 +39,23 @@ RATES = Rates(
     },
 )
 
-both_engines = pytest.mark.parametrize("engine", ["duckdb", "reference"])
+# Exercise 3 (docs/exercises.md): GPUCLOUD_FACTS_IMPL=some.module puts a candidate's
+# ``compute_facts`` (the interface of accounting/reference.py) where the reference stands.
+CANDIDATE = os.environ.get("GPUCLOUD_FACTS_IMPL")
+REFERENCE = CANDIDATE or "reference"
+both_engines = pytest.mark.parametrize("engine", ["duckdb", REFERENCE])
+
+
+def compute(
+    engine: str, events: Sequence[UsageEvent], rates: Rates, period: Period, outages: Sequence[Outage] = ()
+) -> InvoiceRun:
+    """``compute_invoices`` with the engine named "duckdb", "reference", or a candidate module."""
+    if engine == "duckdb":
+        return compute_invoices(events, rates, period, outages, engine="duckdb")
+    if engine == "reference":
+        return compute_invoices(events, rates, period, outages, engine="reference")
+    candidate = importlib.import_module(engine)
+    return price(candidate.compute_facts(events, rates, period, tuple(outages)), rates, period)
 
 
 def at(hours: float) -> int:
@@ -85,9 +105,7 @@ def with_commitment(tenant: str, model: str, gpus: int, rate: str) -> Rates:
 
 def run(engine: str, events: list[UsageEvent], outages: list[Outage] | None = None, rates: Rates = RATES) -> InvoiceRun:
     """Compute, and check the reconciliation identities every run must satisfy."""
-    result = compute_invoices(
-        events, rates, PERIOD, outages or [], engine="duckdb" if engine == "duckdb" else "reference"
-    )
+    result = compute(engine, events, rates, PERIOD, outages or [])
     assert result.reconciliation.imbalances() == []
     return result
 
