@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import structlog
@@ -49,12 +50,11 @@ def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) 
 
 def _open_invoice(
     tenant_id: str, period: BillingPeriod, event_rows: Sequence[Any], frozen_rows: Sequence[Any], rates: Rates
-) -> tuple[InvoiceView, InputCounts]:
+) -> compute.OpenInvoice:
     """In a worker thread: reading a long history into events is CPU work, like the engine."""
     events = repo.logged_events(event_rows)
     finalized = repo.frozen_invoices(frozen_rows)
-    view = compute.open_invoice(tenant_id, period, events, rates, finalized)
-    return view, compute.input_counts(period, finalized, events)
+    return compute.open_invoice(tenant_id, period, events, rates, finalized)
 
 
 class Billing:
@@ -104,8 +104,16 @@ class Billing:
         if view.finalized:
             return view, False
         finalized_us = now_us()
-        row = repo.finalized_row(
-            view, rates_json=self._rates_json, snapshot_us=snapshot_us, finalized_us=finalized_us, input_counts=counts
+        # Encoding a large invoice is CPU work: off the loop, and before the write lock is taken.
+        row = await asyncio.to_thread(
+            partial(
+                repo.finalized_row,
+                view,
+                rates_json=self._rates_json,
+                snapshot_us=snapshot_us,
+                finalized_us=finalized_us,
+                input_counts=counts,
+            )
         )
         try:
             async with self._store.write() as session:

@@ -11,12 +11,13 @@ import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from decimal import Decimal
+from typing import NamedTuple
 
 from accounting.invoice import compute_invoices
 from accounting.model import Rates
 from accounting.periods import BillingPeriod
 from services.billing import codec
-from services.billing.invoice import Adjustment, FrozenInvoice, InvoiceView, LateEvents
+from services.billing.invoice import Adjustment, FrozenInvoice, InputCounts, InvoiceView, LateEvents
 from services.billing.rules import (
     LoggedEvent,
     adjustment_sources,
@@ -59,18 +60,26 @@ def input_counts(
     return {p: bisect.bisect_left(times, p.end_us) for p in periods}
 
 
+class OpenInvoice(NamedTuple):
+    """An open period's invoice and the event counts it read (``input_counts``)."""
+
+    view: InvoiceView
+    input_counts: InputCounts
+
+
 def open_invoice(
     tenant_id: str,
     period: BillingPeriod,
     events: Sequence[LoggedEvent],
     rates: Rates,
     finalized: Mapping[BillingPeriod, FrozenInvoice],
-) -> InvoiceView:
+) -> OpenInvoice:
     """The invoice of a period that is not finalized: its own usage, plus the outstanding
     corrections of the finalized periods right before it (services/billing/rules.py).
 
-    A finalized period is recomputed only if more events before its end are known now than
-    when it was last accounted for (``FrozenInvoice.input_counts``).
+    The engine recomputes a finalized period only when more events before its end are known
+    now than any finalization that accounted for it read (``FrozenInvoice.input_counts``):
+    the log only grows, so an equal count means the same events, and nothing is outstanding.
     """
     own = period_invoice(tenant_id, period, events, rates)
     reads = input_counts(period, finalized, events)
@@ -78,20 +87,18 @@ def open_invoice(
     late: list[LateEvents] = []
     for source in adjustment_sources(period, finalized):
         frozen = finalized[source]
-        # The last finalization that accounted for ``source``: itself, or a later one that
-        # froze corrections of it.
-        last = max((f for p, f in finalized.items() if source <= p < period), key=lambda f: f.snapshot_us)
-        if last.input_counts.get(source) == reads[source]:
-            # The same events as when it was last accounted for: nothing is outstanding.
-            # Without this, every finalized month before an open one would be recomputed on
-            # every read of it, a cost that grows with the tenant's age.
-            continue
-        known_before = last.snapshot_us
-        # Late usage is priced at the rates the period was frozen with, not today's.
-        recomputed = period_invoice(tenant_id, source, events, codec.rates_from_json(frozen.rates_json))
-        applied = [a for p, f in finalized.items() if p > source for a in f.view.adjustments]
-        corrections = outstanding(source, recomputed.lines, frozen.view.lines, applied)
-        ids = late_event_ids(events, source, known_before_us=known_before)
+        # Those that accounted for ``source``: itself, and later ones that froze corrections
+        # of it (one without a count for it never matches).
+        accounted = [f for p, f in finalized.items() if source <= p < period]
+        corrections: Sequence[Adjustment] = ()
+        if all(f.input_counts.get(source) != reads[source] for f in accounted):
+            # Late usage is priced at the rates the period was frozen with, not today's.
+            recomputed = period_invoice(tenant_id, source, events, codec.rates_from_json(frozen.rates_json))
+            applied = [a for p, f in finalized.items() if p > source for a in f.view.adjustments]
+            corrections = outstanding(source, recomputed.lines, frozen.view.lines, applied)
+        # The evidence is listed either way: events recorded since the last snapshot, even one
+        # that committed in time for that finalization's read (its correction is then zero).
+        ids = late_event_ids(events, source, known_before_us=max(f.snapshot_us for f in accounted))
         if corrections or ids:
             seconds = sum((c.gpu_seconds for c in corrections), Decimal(0))
             detail = (
@@ -100,4 +107,5 @@ def open_invoice(
             )
             late.append(LateEvents(source.name, ids, seconds, detail))
         adjustments.extend(corrections)
-    return replace(own, adjustments=tuple(adjustments), late_events=tuple(late))
+    view = replace(own, adjustments=tuple(adjustments), late_events=tuple(late))
+    return OpenInvoice(view, reads)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 from rich.progress import Progress
+from sqlalchemy import select
 
 from accounting.export import invoice_run_to_json
 from accounting.model import datetime_to_us, us_to_seconds
@@ -26,7 +27,7 @@ from clients.cli.billing import export_events, export_window, invoice_to_json
 from clients.cli.invoice import OfflineInputs, compute_offline
 from services.clock import now_us
 from services.store.engine import Store
-from services.store.models import UsageEventRow, table_of
+from services.store.models import FinalizedInvoiceRow, UsageEventRow, table_of
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
 
@@ -52,6 +53,22 @@ async def insert_events(database_url: str, rows: Sequence[dict[str, object]]) ->
             await connection.execute(table_of(UsageEventRow).insert(), list(rows))
     finally:
         await store.close()
+
+
+async def stored_counts(database_url: str, period: BillingPeriod) -> dict[str, int]:
+    """The event counts FinalizeInvoice stored with acme's invoice for ``period``."""
+    store = await Store.open(database_url)
+    try:
+        async with store.read() as session:
+            invoices = table_of(FinalizedInvoiceRow)
+            query = select(invoices.c.input_counts).where(
+                invoices.c.tenant_id == "acme", invoices.c.period == period.name
+            )
+            stored = (await (await session.connection()).execute(query)).scalar_one()
+    finally:
+        await store.close()
+    counts: dict[str, int] = json.loads(stored)
+    return counts
 
 
 def event(allocation_id: str, gpu: str, kind: str, at_us: int, *, recorded_us: int | None = None) -> dict[str, object]:
@@ -236,6 +253,8 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
 
     first = await operator.finalize_invoice(closed.name, tenant_id="acme")
     assert first.newly_finalized and first.invoice.finalized and first.invoice.finalize_time is not None
+    # What later reads compare with to decide whether the period needs recomputing.
+    assert await stored_counts(database_url, closed) == {closed.name: 3}
     billed = us_to_seconds(2 * HOUR_US + closed.end_us - (t0 + 5 * HOUR_US))
     assert [line.gpu_seconds for line in first.invoice.lines] == [billed]
     again = await operator.finalize_invoice(closed.name, tenant_id="acme")
@@ -267,6 +286,7 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
     # Once the following period is finalized with the correction, it is not carried again.
     carried = await operator.finalize_invoice(following.name, tenant_id="acme")
     assert carried.invoice.adjustments == next_invoice.adjustments
+    assert await stored_counts(database_url, following) == {closed.name: 4, following.name: 4}
     later = await operator.get_invoice(following.next().name, tenant_id="acme")
     assert later.adjustments == () and later.total == 0
 
