@@ -314,6 +314,12 @@ class _Layout:
         return [(self.descriptors[2 * row] & 3, self.descriptors[2 * row + 1]) for row in range(self.rows)]
 
 
+def _check_out(out: F64, rows: int, n: int) -> None:
+    """`out` must be float64, exactly (rows, n), with contiguous rows (rows of n == 0 have no stride)."""
+    if out.shape != (rows, n) or out.dtype != np.float64 or (n and out.strides[1] != 8):
+        raise CodecInputError(f"out must be a float64 array of shape {(rows, n)} with contiguous rows")
+
+
 def _decode(blob: bytes | memoryview, wanted: list[int] | None, out: F64 | None = None) -> F64:
     """Decode every row (wanted is None) or the distinct rows in `wanted`, in that order (into
     `out` when given: a float64 array of the right shape, rows possibly strided)."""
@@ -323,8 +329,8 @@ def _decode(blob: bytes | memoryview, wanted: list[int] | None, out: F64 | None 
     position = dict(zip(selected, range(len(selected)), strict=True))
     if out is None:
         out = np.empty((len(selected), n), dtype=np.float64)
-    elif out.shape != (len(selected), n) or out.dtype != np.float64 or out.strides[1] != 8:
-        raise CodecInputError(f"out must be a float64 array of shape {(len(selected), n)} with contiguous rows")
+    else:
+        _check_out(out, len(selected), n)
     params_size = 8 * layout.params_count
     expected = params_size + layout.payload_size
     content = _frame_content(blob, layout)
@@ -535,6 +541,10 @@ def decode_value_rows(
     distinct = list(dict.fromkeys(wanted))
     if distinct == wanted:
         return _decode(blob, distinct, out)
+    if out is not None:
+        # Checked here too: the rows are decoded apart and copied in, which numpy would
+        # otherwise accept into a narrower dtype or a broadcastable shape.
+        _check_out(out, len(wanted), _layout_of(blob).n)
     decoded = _decode(blob, distinct)
     where = {row: place for place, row in enumerate(distinct)}
     picked = [where[row] for row in wanted]

@@ -8,7 +8,8 @@ import zlib
 from bisect import bisect_left
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, TypeVar
+from functools import partial
+from typing import Any, Final, TypeVar
 
 import numpy as np
 from numpy.typing import NDArray
@@ -156,6 +157,8 @@ class SegmentReader:
 
     def by_value_group(self, rows: I64) -> list[tuple[int, NDArray[np.intp]]]:
         """Directory `rows` split by value group: (group, indices into rows), in group order."""
+        if rows.size == 0:
+            return []
         groups = self.dir_vg[rows]
         if rows.size == 1:
             return [(int(groups[0]), np.zeros(1, dtype=np.intp))]
@@ -193,15 +196,16 @@ class SegmentReader:
             if hi <= lo:
                 return _NO_TIMES, _NO_VALUES, nbytes
             ts = column[lo:hi].copy()
-        values, length = self._decoded(
-            self._vg_blob, vg, "value group", lambda blob: codecs.decode_value_row(blob, self._dir_row[row], lo, hi)
+        # The narrow query's hot path: the decoder and its arguments, no closure per call.
+        values, length = self._decode_blob(
+            self._vg_blob, vg, "value group", codecs.decode_value_row, self._dir_row[row], lo, hi
         )
         return ts, values, nbytes + length
 
     def _grid(self, ts_index: int) -> tuple[tuple[int, int, int] | tuple[()], int]:
         """(t0, step, count) of a timestamp group with a constant positive stride, else (); and the
         blob bytes read to find out. Remembered per group."""
-        info, length = self._decoded(self._ts_blob, ts_index, "timestamp group", codecs.timestamps_header)
+        info, length = self._decode_blob(self._ts_blob, ts_index, "timestamp group", codecs.timestamps_header)
         grid: tuple[int, int, int] | tuple[()] = (
             (info.t0, info.step, info.count) if info.regular and info.step > 0 else ()
         )
@@ -248,32 +252,28 @@ class SegmentReader:
         cached = self._ts_cache.get(ts_index)
         if cached is not None:
             return cached, 0
-        ts, length = self._decoded(self._ts_blob, ts_index, "timestamp group", codecs.decode_timestamps)
+        ts, length = self._decode_blob(self._ts_blob, ts_index, "timestamp group", codecs.decode_timestamps)
         ts.setflags(write=False)
         self._ts_cache[ts_index] = ts
         return ts, length
 
     def values(self, vg: int, rows: I64 | None, out: F64 | None = None) -> tuple[F64, int]:
-        """Decoded rows of a value group (in the order given; all when None), in a fresh array or
-        in `out` (rows of a larger matrix, say), and the blob bytes read."""
-        return self._decoded(
-            self._vg_blob,
-            vg,
-            "value group",
-            lambda blob: (
-                codecs.decode_values(blob, out=out) if rows is None else codecs.decode_value_rows(blob, rows, out=out)
-            ),
-        )
+        """Decoded rows of a value group (in the order given; all when None) and the blob bytes
+        read. Into a fresh array, or into `out`, which is then what comes back: a float64 array
+        of exactly (len(rows), n) with contiguous rows (rows of a larger matrix, say)."""
+        if rows is None:
+            return self._decode_blob(self._vg_blob, vg, "value group", partial(codecs.decode_values, out=out))
+        return self._decode_blob(self._vg_blob, vg, "value group", partial(codecs.decode_value_rows, out=out), rows)
 
-    def _decoded(
-        self, table: list[tuple[int, int, int]], index: int, what: str, decode: Callable[[bytes], _T]
+    def _decode_blob(
+        self, table: list[tuple[int, int, int]], index: int, what: str, decode: Callable[..., _T], *args: Any
     ) -> tuple[_T, int]:
-        """decode() of blob `index` of a blob table (its CRC checked) and the blob's length; a codec
-        error becomes a CorruptSegmentError naming the file and the group."""
+        """decode(blob, *args) of blob `index` of a blob table (its CRC checked) and the blob's
+        length; a codec error becomes a CorruptSegmentError naming the file and the group."""
         off, length, crc = table[index]
         blob = self._blob(off, length, crc)
         try:
-            return decode(blob), length
+            return decode(blob, *args), length
         except codecs.CodecError as exc:
             raise CorruptSegmentError(f"{self.path}: {what} {index}: {exc}") from exc
 

@@ -361,6 +361,15 @@ def test_decode_values_into_rows_of_a_larger_matrix() -> None:
         assert codecs.decode_value_rows(blob, rows, out=target[5 : 5 + len(rows)]) is not None
         np.testing.assert_array_equal(target[5 : 5 + len(rows)], block[rows])
         assert np.isnan(target[:5]).all() and np.isnan(target[5 + len(rows) :]).all()
+    # A wrong target is refused whether or not a row repeats (repeats are decoded apart and copied).
+    for rows in ([2, 0], [1, 1, 3]):
+        for wrong in (
+            np.empty((len(rows), 30), dtype=np.float32),
+            np.empty((30, len(rows))).T,
+            np.empty((len(rows) + 1, 30)),
+        ):
+            with pytest.raises(codecs.CodecInputError):
+                codecs.decode_value_rows(blob, rows, out=wrong)
 
 
 def test_memoryview_and_level() -> None:
