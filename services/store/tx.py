@@ -21,8 +21,8 @@ import functools
 import re
 import sqlite3
 from collections.abc import Generator, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from types import MappingProxyType
+from typing import Any, NamedTuple, TypeVar
 
 from sqlalchemy import exc, text
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -31,17 +31,21 @@ T = TypeVar("T")
 Params = Mapping[str, Any]
 
 
-@dataclass(frozen=True, slots=True)
-class Sql:
+# Sql and Rows are named tuples rather than frozen dataclasses: a transaction makes one of
+# each per statement (about 50 per create+cancel+release), and a frozen dataclass's __init__
+# (object.__setattr__ per field) measured 0.55 us against a named tuple's 0.27 us.
+_NO_PARAMS: Params = MappingProxyType({})
+
+
+class Sql(NamedTuple):
     """One statement: ``params`` for one execution, or ``rows`` for an executemany."""
 
     text: str
-    params: Params = field(default_factory=dict)
+    params: Params = _NO_PARAMS
     rows: Sequence[Params] | None = None
 
 
-@dataclass(frozen=True, slots=True)
-class Rows:
+class Rows(NamedTuple):
     """What a statement gave back: its rows (empty for writes) and the rows it changed."""
 
     rows: list[Sequence[Any]]
