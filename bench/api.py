@@ -57,17 +57,16 @@ def _serve_empty(port_queue: mp.Queue[int]) -> None:
 def _without_database() -> None:
     """Replace the allocation commands with in-memory stand-ins: what is left is the cost of
     gRPC, the interceptor (auth, logging), validation, protobuf conversion and the client."""
-    import secrets
-
     from services.allocations import commands
     from services.allocations.repository import Allocation, AllocationView
+    from services.ids import new_id
     from services.operations.repository import Operation
 
     def view(allocation_id: str, state: str) -> AllocationView:
         return AllocationView(Allocation(allocation_id, "bench", "H100", 1, state, created_us=1), ("bench-0000",))
 
     async def create(store: object, request: object) -> AllocationView:
-        return view("alloc-" + secrets.token_hex(10), "ACTIVE")
+        return view(new_id("alloc"), "ACTIVE")
 
     async def cancel(store: object, principal: object, allocation_id: str) -> tuple[Operation, AllocationView]:
         operation = Operation("op-bench", "bench", "x", allocation_id, False, None, 2, None)

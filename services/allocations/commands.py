@@ -13,7 +13,6 @@ recorded result.
 from __future__ import annotations
 
 import dataclasses
-import secrets
 from dataclasses import dataclass
 
 from services.allocations import idempotency
@@ -24,6 +23,7 @@ from services.allocations.states import AllocationState
 from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
 from services.errors import Aborted, PermissionDenied, ResourceExhausted
+from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
@@ -73,7 +73,7 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
     )
     locking = store.dialect == "postgresql"
     for _ in range(_MAX_ATTEMPTS):
-        allocation_id = "alloc-" + secrets.token_hex(10)
+        allocation_id = new_id("alloc")
         try:
             return await store.transact(_create(request, fingerprint, allocation_id, locking=locking))
         except (Conflict, Aborted):
@@ -174,7 +174,7 @@ async def cancel(store: Store, principal: Principal, allocation_id: str) -> tupl
     Returns the cancel Operation, which the releaser completes once every node is released,
     and the allocation as it is now. Cancelling again returns the same Operation, done or not.
     """
-    operation_id = "op-" + secrets.token_hex(10)
+    operation_id = new_id("op")
     locking = store.dialect == "postgresql"
     return await store.transact(_cancel(principal, allocation_id, operation_id, locking=locking))
 
