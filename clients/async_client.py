@@ -2,15 +2,15 @@
 
 Every call carries a deadline (``timeout``, 30 s by default) and the bearer token. Calls that
 are safe to repeat are retried on UNAVAILABLE with exponential back-off and jitter; creates get
-a ``request_id`` automatically (a UUID4) so that they are safe to repeat too, and are also
-retried on ABORTED, which the server answers while another call with the same key is running.
+a ``request_id`` automatically (a UUIDv7: clients/request_ids.py) so that they are safe to
+repeat too, and are also retried on ABORTED, which the server answers while another call with
+the same key is running.
 """
 
 from __future__ import annotations
 
 import asyncio
 import random
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -23,6 +23,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from clients import billing, convert, metrics, models
 from clients.errors import InternalError, from_rpc_error
+from clients.request_ids import new_request_id
 from gpucloud.v1 import (
     allocation_pb2,
     allocation_pb2_grpc,
@@ -252,7 +253,7 @@ class AsyncClient:
     ) -> models.Allocation:
         """Allocate ``node_count`` whole nodes, all or nothing.
 
-        ``request_id`` defaults to a fresh UUID4 (also when empty), reused across this call's
+        ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts.
         ``timeout`` bounds the whole call, retries included.
         """
@@ -262,7 +263,7 @@ class AsyncClient:
             gpu_model=convert.gpu_model_value(gpu_model),
             node_count=node_count,
             # An empty key would make retries unsafe: treat it like no key and make one.
-            request_id=request_id or str(uuid.uuid4()),
+            request_id=request_id or new_request_id(),
         )
         response = await self._call(stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout)
         return convert.allocation(response.allocation)

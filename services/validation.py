@@ -74,7 +74,7 @@ class Violations:
         if len(value) > MAX_REQUEST_ID:
             self.add(field_path, f"is {len(value)} characters long; the limit is {MAX_REQUEST_ID}")
         elif not (value.isascii() and value.isprintable()) or " " in value:
-            self.add(field_path, "must be printable ASCII without spaces (a UUID4 is recommended)")
+            self.add(field_path, "must be printable ASCII without spaces (a UUID is recommended)")
 
     def enum(self, field_path: str, value: int, known: frozenset[int], *, required: bool = True) -> None:
         """A proto enum value: known to this server, and not *_UNSPECIFIED when required."""

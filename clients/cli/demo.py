@@ -26,6 +26,7 @@ from clients.cli.billing import invoice_table, reconciliation_line
 from clients.cli.metrics import result_table
 from clients.errors import ResourceExhaustedError
 from clients.metrics import NodeSamples
+from clients.request_ids import new_request_id
 from services.log_config import configure
 from services.server import ControlPlane, ServerConfig
 
@@ -85,7 +86,7 @@ async def _walkthrough(plane: ControlPlane) -> None:
 
     async with AsyncClient(plane.address, created.token) as tenant:
         step("4. Allocate 2 H100 nodes (idempotent by request_id)")
-        request_id = str(uuid.uuid4())
+        request_id = new_request_id()
         allocation = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
         retry = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
         console.print(render.allocations_table([allocation], "Allocated"))

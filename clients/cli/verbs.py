@@ -184,7 +184,7 @@ def allocations_create(
     gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
     nodes_: Annotated[int, typer.Option("--nodes", help="Whole nodes, all or nothing.")] = 1,
     tenant: Annotated[str, typer.Option(help="Operators: the tenant to allocate for.")] = "",
-    request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUID4.")] = None,
+    request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUIDv7.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
     """Allocate whole nodes of one GPU model."""
