@@ -50,8 +50,9 @@ def needs(agg: str) -> frozenset[str]:
         raise InvalidArgumentError(f"agg must be one of {', '.join(AGGS)}, got {agg!r}") from None
 
 
-def _increase(values: F64, axis: int) -> F64:
-    """Per consecutive pair, the counter increase (a drop is a reset to zero)."""
+def counter_increase(values: F64, axis: int) -> F64:
+    """Per consecutive pair, the counter increase (a drop is a reset to zero). The one rule for
+    counters: queries and the segment writer's pre-aggregates both use it."""
     delta = np.diff(values, axis=axis)
     later = values[:, 1:] if values.ndim == 2 else values[1:]
     result: F64 = np.where(delta < 0, later, delta)
@@ -101,7 +102,7 @@ class Partials:
         if "last" in self.need:
             values["last"] = block[:, ends - 1].ravel()
         if "inc" in self.need:
-            pairs = _increase(block, axis=1)
+            pairs = counter_increase(block, axis=1)
             # Pairs that straddle two steps belong to neither.
             pairs[:, starts[1:] - 1] = 0.0
             padded = np.concatenate((np.zeros((rows, 1)), pairs), axis=1)
@@ -129,7 +130,7 @@ class Partials:
         if "last" in self.need:
             values["last"] = vals[ends - 1]
         if "inc" in self.need:
-            pairs = _increase(vals, axis=0)
+            pairs = counter_increase(vals, axis=0)
             pairs[boundary[1:]] = 0.0
             values["inc"] = np.add.reduceat(np.concatenate(([0.0], pairs)), starts)
         self.add(key[starts], ends - starts, ts[starts], ts[ends - 1], values)

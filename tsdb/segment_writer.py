@@ -23,7 +23,7 @@ from tsdb import codecs
 from tsdb import segment_format as fmt
 from tsdb._codec_common import compress
 from tsdb._fs import fsync_dir
-from tsdb.aggregate import _increase
+from tsdb.aggregate import counter_increase
 from tsdb.model import SegmentInfo
 
 I64 = NDArray[np.int64]
@@ -59,7 +59,7 @@ class _Tables:
 def _row_stats(block: F64) -> dict[str, F64]:
     """Per row of a (rows, n) block: the directory pre-aggregates."""
     # A counter that drops was reset: the increase over that step is the new value itself.
-    increase = _increase(block, 1).sum(axis=1)
+    increase = counter_increase(block, 1).sum(axis=1)
     return {
         "first": block[:, 0],
         "last": block[:, -1],

@@ -50,18 +50,15 @@ def period_invoice(tenant_id: str, period: BillingPeriod, events: Sequence[Logge
     )
 
 
-def input_counts(
-    period: BillingPeriod, finalized: Mapping[BillingPeriod, FrozenInvoice], events: Sequence[LoggedEvent]
-) -> dict[BillingPeriod, int]:
-    """How many of ``events`` an invoice of the open ``period`` reads for itself and for each
-    finalized period it carries corrections of: what FinalizeInvoice stores with it."""
+def _input_counts(periods: Sequence[BillingPeriod], events: Sequence[LoggedEvent]) -> dict[BillingPeriod, int]:
+    """For each period, how many of ``events`` happened before its end."""
     times = sorted(e.event.at_us for e in events)
-    periods = [period, *adjustment_sources(period, finalized)]
     return {p: bisect.bisect_left(times, p.end_us) for p in periods}
 
 
 class OpenInvoice(NamedTuple):
-    """An open period's invoice and the event counts it read (``input_counts``)."""
+    """An open period's invoice and the event counts it read, for itself and for each finalized
+    period it carries corrections of: what FinalizeInvoice stores with it."""
 
     view: InvoiceView
     input_counts: InputCounts
@@ -82,10 +79,11 @@ def open_invoice(
     the log only grows, so an equal count means the same events, and nothing is outstanding.
     """
     own = period_invoice(tenant_id, period, events, rates)
-    reads = input_counts(period, finalized, events)
+    sources = adjustment_sources(period, finalized)
+    reads = _input_counts([period, *sources], events)
     adjustments: list[Adjustment] = []
     late: list[LateEvents] = []
-    for source in adjustment_sources(period, finalized):
+    for source in sources:
         frozen = finalized[source]
         # Those that accounted for ``source``: itself, and later ones that froze corrections
         # of it (one without a count for it never matches).

@@ -9,10 +9,10 @@ lets run beside the writer. On PostgreSQL one pool serves both and row locks
 (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
 
 Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
-SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL on a pooled
-asyncpg connection, one asyncpg transaction each. On SQLite the writer and ``write()`` share an asyncio lock held
-for the whole transaction, so the process's two write connections take turns in order
-instead of polling each other through the busy handler.
+SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL on a
+pooled asyncpg connection, one asyncpg transaction each. On SQLite the writer and ``write()``
+share an asyncio lock held for the whole transaction, so the process's two write connections
+take turns in order instead of polling each other through the busy handler.
 """
 
 from __future__ import annotations

@@ -102,7 +102,7 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
 
 
 async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
-    """Drive ``tx`` inside an SQLAlchemy async session's transaction (reads, and SQLite)."""
+    """Drive ``tx`` inside an SQLAlchemy async session's transaction (the reads of either database)."""
     connection = await session.connection()
     try:
         statement = next(tx)
