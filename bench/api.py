@@ -21,6 +21,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -96,10 +97,37 @@ def _serve_control_plane(data_dir: str, database_url: str | None, no_database: b
     asyncio.run(main())
 
 
-async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[None]]) -> float:
-    """Run ``one`` in ``concurrency`` loops for ``seconds``; return completed calls per second."""
+@dataclass(frozen=True)
+class Measured:
+    """Calls completed in a measured window, and the server's CPU over that window."""
+
+    rate: float
+    # Server CPU seconds per call: its main thread (the event loop) and the whole process;
+    # None where /proc cannot be read (not Linux).
+    main_cpu: float | None
+    process_cpu: float | None
+
+
+def _cpu_seconds(pid: int) -> tuple[float, float] | None:
+    """(main thread, whole process) CPU seconds of ``pid`` so far, from /proc."""
+
+    def ticks(path: str) -> int:
+        with open(path) as handle:
+            # The command name (field 2) may hold spaces; utime and stime follow it.
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return int(fields[11]) + int(fields[12])
+
+    try:
+        per_second = os.sysconf("SC_CLK_TCK")
+        return ticks(f"/proc/{pid}/task/{pid}/stat") / per_second, ticks(f"/proc/{pid}/stat") / per_second
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[None]], server_pid: int) -> Measured:
+    """Run ``one`` in ``concurrency`` loops for ``seconds``, after a short warm-up."""
     done = 0
-    stop_at = time.perf_counter() + seconds
+    stop_at = time.perf_counter() + 0.5
 
     async def loop() -> None:
         nonlocal done
@@ -107,20 +135,27 @@ async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[N
             await one()
             done += 1
 
+    await asyncio.gather(*(loop() for _ in range(concurrency)))  # warm-up
+    done = 0
+    before = _cpu_seconds(server_pid)
     started = time.perf_counter()
+    stop_at = started + seconds
     await asyncio.gather(*(loop() for _ in range(concurrency)))
-    return done / (time.perf_counter() - started)
+    elapsed = time.perf_counter() - started
+    after = _cpu_seconds(server_pid)
+    if before is None or after is None or not done:
+        return Measured(done / elapsed, None, None)
+    return Measured(done / elapsed, (after[0] - before[0]) / done, (after[1] - before[1]) / done)
 
 
-async def bench_empty(port: int, seconds: float, concurrency: int) -> float:
+async def bench_empty(port: int, server_pid: int, seconds: float, concurrency: int) -> Measured:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         ping = channel.unary_unary(EMPTY_METHOD, request_serializer=_identity, response_deserializer=_identity)
 
         async def one() -> None:
             await ping(b"", timeout=10)
 
-        await _drive(0.5, concurrency, one)  # warm-up
-        return await _drive(seconds, concurrency, one)
+        return await _drive(seconds, concurrency, one, server_pid)
 
 
 async def register_fleet(port: int, operator_token: str, nodes: int) -> str:
@@ -142,7 +177,9 @@ async def register_fleet(port: int, operator_token: str, nodes: int) -> str:
         return (await operator.create_tenant("bench")).token
 
 
-async def bench_control_plane(port: int, tenant_token: str, seconds: float, concurrency: int) -> float:
+async def bench_control_plane(
+    port: int, server_pid: int, tenant_token: str, seconds: float, concurrency: int
+) -> Measured:
     """Create+cancel pairs per second through the real client."""
     from clients import AsyncClient, ResourceExhaustedError
 
@@ -158,8 +195,7 @@ async def bench_control_plane(port: int, tenant_token: str, seconds: float, conc
                     await asyncio.sleep(0.01)
             await tenant.cancel_allocation(allocation.allocation_id)
 
-        await _drive(0.5, concurrency, one)  # warm-up
-        return await _drive(seconds, concurrency, one)
+        return await _drive(seconds, concurrency, one, server_pid)
 
 
 def _start(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseProcess, int]:
@@ -185,17 +221,20 @@ def main() -> None:
 
     empty_process, empty_port = _start(_serve_empty)
     try:
-        empty_rates = [asyncio.run(bench_empty(empty_port, args.seconds, c)) for c in args.concurrency]
+        assert empty_process.pid is not None
+        empty = [asyncio.run(bench_empty(empty_port, empty_process.pid, args.seconds, c)) for c in args.concurrency]
     finally:
         empty_process.kill()
 
     with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as data_dir:
         plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url, args.no_database)
         try:
+            assert plane_process.pid is not None
             token = (Path(data_dir) / "operator.token").read_text().strip()
             tenant_token = asyncio.run(register_fleet(plane_port, token, args.nodes))
-            pair_rates = [
-                asyncio.run(bench_control_plane(plane_port, tenant_token, args.seconds, c)) for c in args.concurrency
+            pairs = [
+                asyncio.run(bench_control_plane(plane_port, plane_process.pid, tenant_token, args.seconds, c))
+                for c in args.concurrency
             ]
         finally:
             plane_process.kill()
@@ -203,12 +242,20 @@ def main() -> None:
     backend = "no database" if args.no_database else "postgresql" if args.database_url else "sqlite"
     print(f"machine: {os.cpu_count()} cpus, {args.seconds:.0f} s per measurement, backend: {backend}")
     print(f"{'in flight':>9}  {'empty calls/s':>13}  {'create+cancel/s':>15}  {'RPCs/s':>7}  {'creates / empty':>15}")
-    for concurrency, empty_rate, pair_rate in zip(args.concurrency, empty_rates, pair_rates, strict=True):
-        print(
-            f"{concurrency:>9}  {empty_rate:>13.0f}  {pair_rate:>15.0f}  {2 * pair_rate:>7.0f}  "
-            f"{pair_rate / empty_rate:>15.1%}"
-        )
+    for concurrency, e, p in zip(args.concurrency, empty, pairs, strict=True):
+        print(f"{concurrency:>9}  {e.rate:>13.0f}  {p.rate:>15.0f}  {2 * p.rate:>7.0f}  {p.rate / e.rate:>15.1%}")
     print("goal: creates / empty >= 25%")
+    print()
+    print("server CPU in ms, event-loop thread / whole process (steadier than rates on a shared machine):")
+    print(f"{'in flight':>9}  {'per empty call':>15}  {'per create+cancel':>17}  {'empty / pair (loop)':>19}")
+    for concurrency, e, p in zip(args.concurrency, empty, pairs, strict=True):
+        if e.main_cpu is None or e.process_cpu is None or p.main_cpu is None or p.process_cpu is None:
+            print(f"{concurrency:>9}  {'n/a':>15}  {'n/a':>17}  {'n/a':>19}")
+            continue
+        print(
+            f"{concurrency:>9}  {1e3 * e.main_cpu:>7.3f} / {1e3 * e.process_cpu:<5.3f}  "
+            f"{1e3 * p.main_cpu:>8.3f} / {1e3 * p.process_cpu:<6.3f}  {e.main_cpu / p.main_cpu:>19.1%}"
+        )
 
 
 if __name__ == "__main__":

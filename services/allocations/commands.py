@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
+from functools import partial
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
@@ -75,7 +76,7 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
         try:
-            return await store.transact(_create(request, fingerprint, allocation_id, locking=locking))
+            return await store.transact(partial(_create, request, fingerprint, allocation_id, locking=locking))
         except (Conflict, Aborted):
             # Lost a race (a key, a node) to a concurrent transaction: look again.
             continue
@@ -96,11 +97,12 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             if recorded_fingerprint != fingerprint:
                 raise idempotency.reused(request.request_id)
             return (yield from repo.get_view(recorded_id, tenant_id=request.tenant_id))
-    yield from tenants_repo.require(request.tenant_id)
+    else:
+        yield from tenants_repo.require(request.tenant_id)
     now = now_us()
+    claim = None
     if request.request_id:
-        # Claim the key before placing anything: on PostgreSQL concurrent duplicates queue here.
-        yield from repo.claim_idempotency_key(
+        claim = repo.claim_idempotency_key(
             request.tenant_id,
             CREATE_METHOD,
             request.request_id,
@@ -108,6 +110,9 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             result_id=allocation_id,
             now_us=now,
         )
+    if claim is not None and locking:
+        # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
+        yield from claim
     free = yield from nodes_repo.free_nodes(
         request.gpu_model, limit=request.node_count, locking=locking, skip_locked=True
     )
@@ -129,6 +134,10 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             ),
             metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
         )
+    if claim is not None and not locking:
+        # On SQLite transactions run one at a time, so the key can wait for a placement: a
+        # refusal then has written nothing, and its group needs no second pass (store/writer.py).
+        yield from claim
     row = Allocation(
         allocation_id=allocation_id,
         tenant_id=request.tenant_id,
@@ -176,7 +185,7 @@ async def cancel(store: Store, principal: Principal, allocation_id: str) -> tupl
     """
     operation_id = new_id("op")
     locking = store.dialect == "postgresql"
-    return await store.transact(_cancel(principal, allocation_id, operation_id, locking=locking))
+    return await store.transact(partial(_cancel, principal, allocation_id, operation_id, locking=locking))
 
 
 def _cancel(

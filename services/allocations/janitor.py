@@ -8,6 +8,7 @@ one row per create forever.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import structlog
 
@@ -47,7 +48,9 @@ class KeyJanitor:
         before = (now_us() if at_us is None else at_us) - _RETENTION_US
         total = 0
         while True:
-            deleted = await self._store.transact(repo.prune_idempotency_keys(created_before_us=before, limit=BATCH))
+            deleted = await self._store.transact(
+                partial(repo.prune_idempotency_keys, created_before_us=before, limit=BATCH)
+            )
             total += deleted
             if deleted < BATCH:
                 break

@@ -10,6 +10,7 @@ after the cancel was accepted.
 from __future__ import annotations
 
 import asyncio
+from functools import partial
 
 import structlog
 
@@ -66,7 +67,7 @@ class Releaser:
         locking = self._store.dialect == "postgresql"
         while True:
             released, oldest = await self._store.transact(
-                release_batch(scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH, locking=locking)
+                partial(release_batch, scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH, locking=locking)
             )
             if released:
                 log.info("allocations_released", count=len(released), allocation_ids=released)

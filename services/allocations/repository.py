@@ -204,14 +204,18 @@ def oldest_cancel_us() -> Tx[int | None]:
 
 
 def idempotency_key(tenant_id: str, method: str, request_id: str) -> Tx[tuple[str, str] | None]:
-    """The (fingerprint, result id) recorded for a key, or None."""
+    """The (fingerprint, result id) recorded for a key, or None; NOT_FOUND when the tenant
+    does not exist. One query for both, since every create with a request_id asks both."""
     result = yield Sql(
-        "SELECT fingerprint, result_id FROM idempotency_keys"
-        " WHERE tenant_id = :tenant AND method = :method AND request_id = :request_id",
+        "SELECT k.fingerprint, k.result_id FROM tenants t LEFT JOIN idempotency_keys k"
+        " ON k.tenant_id = t.tenant_id AND k.method = :method AND k.request_id = :request_id"
+        " WHERE t.tenant_id = :tenant",
         {"tenant": tenant_id, "method": method, "request_id": request_id},
     )
     found = result.first()
-    return None if found is None else (str(found[0]), str(found[1]))
+    if found is None:
+        raise NotFound.of("tenant", tenant_id, field_path="tenant_id")
+    return None if found[0] is None else (str(found[0]), str(found[1]))
 
 
 def claim_idempotency_key(

@@ -7,6 +7,7 @@ tenant's operation is NOT_FOUND. Operations stay readable after they are done.
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any
 
 import grpc
@@ -104,7 +105,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
         """Forget a finished operation; an unfinished one cannot be deleted."""
         operation_id = _operation_id(request.name)
-        await self._store.transact(_delete_done(operation_id, tenant_id=tenant_scope(current_principal())))
+        await self._store.transact(partial(_delete_done, operation_id, tenant_id=tenant_scope(current_principal())))
         return Empty()
 
     async def CancelOperation(self, request: operations_pb2.CancelOperationRequest, context: Context) -> Empty:

@@ -18,7 +18,7 @@ take turns in order instead of polling each other through the busy handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -122,21 +122,22 @@ class Store:
         async with self._write_lock, self._writes() as session, session.begin():
             yield session
 
-    async def transact(self, tx: Tx[T]) -> T:
-        """Run a transaction written as SQL steps (store/tx.py) and commit it; retry-free.
+    async def transact(self, make: Callable[[], Tx[T]]) -> T:
+        """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
 
-        Raises what ``tx`` raises (nothing of it is kept), or ``tx.Conflict`` when a
-        constraint refused a write.
+        Raises what the transaction raises (nothing of it is kept), or ``tx.Conflict`` when a
+        constraint refused a write. ``make`` must build the same transaction each time it is
+        called: on SQLite a group that has to be undone runs it again (store/writer.py).
         """
         if self._writer is not None:
-            return await self._writer.run(tx)
+            return await self._writer.run(make)
         async with self._write_engine.connect() as connection:
             # The pooled asyncpg connection, in a transaction of asyncpg's own: SQLAlchemy
             # begins its transactions lazily, on its first statement, which never comes here.
             raw = (await connection.get_raw_connection()).driver_connection
             assert raw is not None
             async with raw.transaction():
-                return await run_on_asyncpg(raw, tx)
+                return await run_on_asyncpg(raw, make())
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from services.allocations import janitor
 from services.allocations import repository as repo
 from services.allocations.idempotency import RETENTION_HOURS
@@ -25,8 +27,14 @@ async def keys(store: Store) -> set[str]:
 async def claim(store: Store, request_id: str, *, age_hours: float) -> None:
     created = NOW - int(age_hours * HOUR_US)
     await store.transact(
-        repo.claim_idempotency_key(
-            "acme", "CreateAllocation", request_id, fingerprint="f", result_id="r", now_us=created
+        partial(
+            repo.claim_idempotency_key,
+            "acme",
+            "CreateAllocation",
+            request_id,
+            fingerprint="f",
+            result_id="r",
+            now_us=created,
         )
     )
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import sqlite3
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 import asyncpg
@@ -41,9 +43,9 @@ async def test_a_failing_transaction_leaves_no_trace_and_spares_the_others(store
     """Submitted together (one group on SQLite, one transaction each on PostgreSQL): the one
     that raises after writing is undone, the others commit."""
     results = await asyncio.gather(
-        store.transact(add_tenant("a")),
-        store.transact(add_tenant("b", then_fail=True)),
-        store.transact(add_tenant("c")),
+        store.transact(partial(add_tenant, "a")),
+        store.transact(partial(add_tenant, "b", then_fail=True)),
+        store.transact(partial(add_tenant, "c")),
         return_exceptions=True,
     )
     assert results[0] == "a"
@@ -53,14 +55,14 @@ async def test_a_failing_transaction_leaves_no_trace_and_spares_the_others(store
 
 
 async def test_a_unique_violation_is_a_conflict_and_changes_nothing(store: Store) -> None:
-    await store.transact(add_tenant("a"))
+    await store.transact(partial(add_tenant, "a"))
 
     def add_two() -> Tx[None]:
         yield from add_tenant("z")
         yield from add_tenant("a")
 
     with pytest.raises(Conflict):
-        await store.transact(add_two())
+        await store.transact(add_two)
     assert await read_tenants(store) == ["a"]
 
 
@@ -84,7 +86,7 @@ async def test_writer_groups_what_arrives_together_into_one_commit(sqlite_file: 
     try:
         before = writer.commits
         names = [f"t{i}" for i in range(10)]
-        assert await asyncio.gather(*(writer.run(add_tenant(n)) for n in names)) == names
+        assert await asyncio.gather(*(writer.run(partial(add_tenant, n)) for n in names)) == names
         assert writer.commits - before == 1
     finally:
         await writer.close()
@@ -92,11 +94,66 @@ async def test_writer_groups_what_arrives_together_into_one_commit(sqlite_file: 
         assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")] == sorted(names)
 
 
+class Counted:
+    """A transaction factory that counts how often the writer builds its transaction."""
+
+    def __init__(self, make: Callable[[], Tx[str]]) -> None:
+        self._make = make
+        self.built = 0
+
+    def __call__(self) -> Tx[str]:
+        self.built += 1
+        return self._make()
+
+
+def refuse_after_reading(tenant_id: str) -> Tx[str]:
+    """Fails the way most requests fail: on what it read, before writing anything."""
+    yield Sql("SELECT tenant_id FROM tenants WHERE tenant_id = :id", {"id": tenant_id})
+    raise LookupError(f"{tenant_id} not found")
+
+
+async def run_one_group(path: str, jobs: list[Counted]) -> tuple[list[object], int, list[str]]:
+    """Submit ``jobs`` together to a new writer; their results, the commits it took, and the
+    tenants stored afterwards."""
+    writer = SqliteWriter(path, timeout=5)
+    await writer.start()
+    try:
+        results = await asyncio.gather(*(writer.run(job) for job in jobs), return_exceptions=True)
+        commits = writer.commits
+    finally:
+        await writer.close()
+    with sqlite3.connect(path) as raw:
+        stored = [r[0] for r in raw.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
+    return list(results), commits, stored
+
+
+async def test_a_failure_before_writing_spares_its_group_a_second_pass(sqlite_file: str) -> None:
+    jobs = [
+        Counted(partial(add_tenant, "a")),
+        Counted(partial(refuse_after_reading, "x")),
+        Counted(partial(add_tenant, "c")),
+    ]
+    results, commits, stored = await run_one_group(sqlite_file, jobs)
+    assert results[0] == "a" and isinstance(results[1], LookupError) and results[2] == "c"
+    assert [job.built for job in jobs] == [1, 1, 1]
+    assert (commits, stored) == (1, ["a", "c"])
+
+
+async def test_a_failure_after_writing_runs_its_group_again_in_savepoints(sqlite_file: str) -> None:
+    """The failed transaction's write is undone; the others, run again, commit once each."""
+    jobs = [Counted(partial(add_tenant, n, then_fail=n == "b")) for n in ("a", "b", "c")]
+    results, commits, stored = await run_one_group(sqlite_file, jobs)
+    assert results[0] == "a" and isinstance(results[1], ValueError) and results[2] == "c"
+    # "c" was not reached before "b" failed; every transaction ran again in the second pass.
+    assert [job.built for job in jobs] == [2, 2, 1]
+    assert (commits, stored) == (1, ["a", "c"])
+
+
 async def test_writer_answers_only_after_the_commit_is_visible_to_others(sqlite_file: str) -> None:
     writer = SqliteWriter(sqlite_file, timeout=5)
     await writer.start()
     try:
-        await writer.run(add_tenant("durable"))
+        await writer.run(partial(add_tenant, "durable"))
         # A separate connection sees it at once: the answer came after COMMIT, not before.
         with sqlite3.connect(sqlite_file) as raw:
             assert raw.execute("SELECT count(*) FROM tenants WHERE tenant_id = 'durable'").fetchone() == (1,)
@@ -113,11 +170,11 @@ async def test_writer_locked_out_past_its_timeout_fails_the_group_then_recovers(
     try:
         holder.execute("BEGIN IMMEDIATE")
         with pytest.raises(sqlite3.OperationalError) as raised:
-            await writer.run(add_tenant("blocked"))
+            await writer.run(partial(add_tenant, "blocked"))
         translated = failures.translate(raised.value)
         assert isinstance(translated, Unavailable)
         holder.execute("ROLLBACK")
-        assert await writer.run(add_tenant("after")) == "after"
+        assert await writer.run(partial(add_tenant, "after")) == "after"
         rows = [r[0] for r in holder.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")]
         assert rows == ["after"]
     finally:
@@ -128,11 +185,11 @@ async def test_writer_locked_out_past_its_timeout_fails_the_group_then_recovers(
 async def test_writer_close_runs_what_is_queued_and_then_refuses(sqlite_file: str) -> None:
     writer = SqliteWriter(sqlite_file, timeout=5)
     await writer.start()
-    queued = [writer.submit(add_tenant(f"q{i}")) for i in range(5)]
+    queued = [writer.submit(partial(add_tenant, f"q{i}")) for i in range(5)]
     await writer.close()
     assert [await q for q in queued] == [f"q{i}" for i in range(5)]
     with pytest.raises(WriterClosed):
-        await writer.run(add_tenant("late"))
+        await writer.run(partial(add_tenant, "late"))
 
 
 async def test_writer_survives_a_fault_of_its_own(sqlite_file: str, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -155,8 +212,8 @@ async def test_writer_survives_a_fault_of_its_own(sqlite_file: str, monkeypatch:
     await writer.start()
     try:
         with pytest.raises(RuntimeError, match="injected fault"):
-            await writer.run(add_tenant("first"))
-        assert await writer.run(add_tenant("second")) == "second"
+            await writer.run(partial(add_tenant, "first"))
+        assert await writer.run(partial(add_tenant, "second")) == "second"
     finally:
         await writer.close()
     with sqlite3.connect(sqlite_file) as raw:
@@ -170,9 +227,9 @@ async def test_a_caller_that_gave_up_before_its_turn_is_not_committed(sqlite_fil
     await writer.start()
     try:
         async with lock:  # another write holds the database: the caller queues
-            abandoned = writer.submit(add_tenant("abandoned"))
+            abandoned = writer.submit(partial(add_tenant, "abandoned"))
             abandoned.cancel()
-        assert await writer.run(add_tenant("kept")) == "kept"
+        assert await writer.run(partial(add_tenant, "kept")) == "kept"
         assert abandoned.cancelled()
     finally:
         await writer.close()
@@ -185,7 +242,7 @@ async def test_a_stopped_pump_fails_waiting_callers_instead_of_leaving_them_hang
     writer = SqliteWriter(sqlite_file, timeout=5, lock=lock)
     await writer.start()
     async with lock:
-        waiting = writer.submit(add_tenant("waiting"))
+        waiting = writer.submit(partial(add_tenant, "waiting"))
         pump = writer._pump
         assert pump is not None
         pump.cancel()  # as an event loop's teardown would
@@ -194,7 +251,7 @@ async def test_a_stopped_pump_fails_waiting_callers_instead_of_leaving_them_hang
     with pytest.raises(WriterClosed):
         await asyncio.wait_for(waiting, 10)  # bounded: without the fix it would hang
     with pytest.raises(WriterClosed):
-        await asyncio.wait_for(writer.run(add_tenant("late")), 10)
+        await asyncio.wait_for(writer.run(partial(add_tenant, "late")), 10)
     await writer.close()  # closes the connection even though the pump is gone
 
 
