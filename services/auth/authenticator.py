@@ -1,11 +1,14 @@
 """Turns the ``authorization: Bearer <token>`` metadata of a call into a Principal.
 
 Resolved tokens are cached for a few seconds so the hot path costs no database round trip;
-revoking a token therefore takes effect within ``CACHE_SECONDS``.
+revoking a token therefore takes effect within ``CACHE_SECONDS``. When a busy token's entry
+expires, the calls that find it missing share one lookup instead of each reading the database
+(64 calls in flight made 64 reads every few seconds).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Iterable
 
@@ -36,6 +39,8 @@ class Authenticator:
     def __init__(self, store: Store) -> None:
         self._store = store
         self._cache: dict[str, tuple[float, Principal]] = {}
+        # Lookups in progress, by token: later callers wait for the first one's answer.
+        self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
 
     async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
         token = bearer_token(metadata)
@@ -43,15 +48,42 @@ class Authenticator:
             raise Unauthenticated(
                 reason="MISSING_TOKEN", message="send 'authorization: Bearer <token>' metadata with every call"
             )
-        now = time.monotonic()
         cached = self._cache.get(token)
-        if cached is not None and cached[0] > now:
+        if cached is not None and cached[0] > time.monotonic():
             return cached[1]
-        async with self._store.read() as session:
-            principal = await repository.resolve(session, token)
+        principal = await self._lookup(token)
         if principal is None:
             raise Unauthenticated(reason="INVALID_TOKEN", message="the bearer token is unknown or revoked")
-        if len(self._cache) >= _CACHE_LIMIT:
-            self._cache.clear()
-        self._cache[token] = (now + CACHE_SECONDS, principal)
+        return principal
+
+    async def _lookup(self, token: str) -> Principal | None:
+        """The token's principal from the store, sharing a lookup already in progress."""
+        while (in_progress := self._lookups.get(token)) is not None:
+            try:
+                # Shielded: a waiter that is cancelled must not cancel the others' answer.
+                return await asyncio.shield(in_progress)
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if not in_progress.cancelled() or (task is not None and task.cancelling()):
+                    raise  # this caller itself is being cancelled
+                # The caller that was looking went away: look again, or look ourselves.
+        answer: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
+        self._lookups[token] = answer
+        try:
+            async with self._store.read() as session:
+                principal = await repository.resolve(session, token)
+        except Exception as error:
+            answer.set_exception(error)  # a failing database fails the waiters alike
+            answer.exception()  # retrieved, so an unshared failure logs no warning
+            raise
+        except BaseException:
+            answer.cancel()
+            raise
+        finally:
+            del self._lookups[token]
+        if principal is not None:
+            if len(self._cache) >= _CACHE_LIMIT:
+                self._cache.clear()
+            self._cache[token] = (time.monotonic() + CACHE_SECONDS, principal)
+        answer.set_result(principal)
         return principal

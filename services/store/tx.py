@@ -82,14 +82,17 @@ def for_update(locking: bool, *, skip_locked: bool = False) -> str:
 
 def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
     """Drive ``tx`` on a sqlite3 connection already inside a transaction."""
+    # One cursor for the whole transaction: ``connection.execute`` makes (and registers) a
+    # new cursor for every statement.
+    cursor = connection.cursor()
     try:
         statement = next(tx)
         while True:
             try:
                 if statement.rows is not None:
-                    cursor = connection.executemany(statement.text, statement.rows)
+                    cursor.executemany(statement.text, statement.rows)
                 else:
-                    cursor = connection.execute(statement.text, statement.params)
+                    cursor.execute(statement.text, statement.params)
             except sqlite3.IntegrityError as error:
                 raise Conflict(str(error)) from error
             rows = cursor.fetchall() if cursor.description else []
@@ -98,6 +101,7 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
         result: T = done.value
         return result
     finally:
+        cursor.close()
         tx.close()
 
 

@@ -1,0 +1,98 @@
+"""Bearer tokens to principals: the cache, and one shared lookup when it has expired."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlmodel.ext.asyncio.session import AsyncSession
+
+from services.auth import repository
+from services.auth.authenticator import Authenticator
+from services.auth.principal import Principal, Role
+from services.errors import Unauthenticated
+from services.store.engine import Store
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(database_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def operator_token(store: Store) -> str:
+    async with store.write() as session:
+        return await repository.create_token(session, Role.OPERATOR)
+
+
+class CountedResolve:
+    """The real ``repository.resolve``, counting its calls; the first can be held back."""
+
+    def __init__(self, *, hold_first: bool = False) -> None:
+        self.calls = 0
+        self.first_started = asyncio.Event()
+        self.release_first = asyncio.Event()
+        if not hold_first:
+            self.release_first.set()
+        self._real = repository.resolve
+
+    async def __call__(self, session: AsyncSession, plaintext: str) -> Principal | None:
+        self.calls += 1
+        if self.calls == 1:
+            self.first_started.set()
+            await self.release_first.wait()
+        return await self._real(session, plaintext)
+
+
+def bearer(token: str) -> list[tuple[str, str]]:
+    return [("authorization", f"Bearer {token}")]
+
+
+async def test_calls_that_miss_the_cache_together_share_one_lookup(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    token = await operator_token(store)
+    resolve = CountedResolve()
+    monkeypatch.setattr(repository, "resolve", resolve)
+    authenticator = Authenticator(store)
+    principals = await asyncio.gather(*(authenticator.authenticate(bearer(token)) for _ in range(20)))
+    assert {p.role for p in principals} == {Role.OPERATOR}
+    assert resolve.calls == 1
+    await authenticator.authenticate(bearer(token))  # cached now
+    assert resolve.calls == 1
+
+
+async def test_an_unknown_token_is_refused_to_every_caller_after_one_lookup(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    await operator_token(store)
+    resolve = CountedResolve()
+    monkeypatch.setattr(repository, "resolve", resolve)
+    authenticator = Authenticator(store)
+    outcomes = await asyncio.gather(
+        *(authenticator.authenticate(bearer("gpc_nope.nope")) for _ in range(5)), return_exceptions=True
+    )
+    assert all(isinstance(o, Unauthenticated) and o.reason == "INVALID_TOKEN" for o in outcomes)
+    assert resolve.calls == 1
+
+
+async def test_waiters_outlive_the_caller_that_was_looking(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The caller doing the lookup is cancelled (its client went away): the others still get
+    their answer, from a lookup of their own."""
+    token = await operator_token(store)
+    resolve = CountedResolve(hold_first=True)
+    monkeypatch.setattr(repository, "resolve", resolve)
+    authenticator = Authenticator(store)
+    first = asyncio.ensure_future(authenticator.authenticate(bearer(token)))
+    await resolve.first_started.wait()
+    waiters = [asyncio.ensure_future(authenticator.authenticate(bearer(token))) for _ in range(3)]
+    await asyncio.sleep(0)  # the waiters are now waiting on the first lookup
+    first.cancel()
+    principals = await asyncio.gather(*waiters)
+    assert {p.role for p in principals} == {Role.OPERATOR}
+    assert first.cancelled()
+    assert resolve.calls == 2
