@@ -21,6 +21,7 @@ from sqlalchemy.engine import make_url
 
 from clients import AsyncClient
 from services.server import ControlPlane, ServerConfig
+from services.store.engine import Store
 
 PG_ENV = "GPUCLOUD_TEST_DATABASE_URL"
 
@@ -46,6 +47,16 @@ async def database_url(tmp_path: Path) -> AsyncIterator[str]:
     finally:
         await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    """The store on an empty database of this test's own, schema migrated to the head."""
+    opened = await Store.open(database_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @dataclass

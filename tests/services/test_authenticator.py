@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
 import pytest
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -13,15 +12,6 @@ from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, Role
 from services.errors import Unauthenticated
 from services.store.engine import Store
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def operator_token(store: Store) -> str:
