@@ -1,9 +1,8 @@
 """Billing use cases: read an invoice, finalize one, page through the usage-event log.
 
-Reads run in one read transaction (one snapshot on SQLite; on PostgreSQL, at READ COMMITTED,
-each statement sees what had committed when it began); turning the rows into events and the
-invoice computation then run in a worker thread (both are CPU work, DuckDB blocks), so a
-tenant with a long history never stalls other RPCs.
+Reads run in one read transaction, one snapshot on either database (store/engine.py); turning
+the rows into events and the invoice computation then run in a worker thread (both are CPU
+work, DuckDB blocks), so a tenant with a long history never stalls other RPCs.
 """
 
 from __future__ import annotations

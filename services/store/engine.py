@@ -5,8 +5,9 @@ so a read-then-write loses updates unless the transaction starts with ``BEGIN IM
 Writes therefore go through their own single-connection engine that begins every transaction
 IMMEDIATE (taking the write lock up front, so writers queue in-process instead of failing with
 "database is locked"); reads use a separate pool with plain deferred transactions, which WAL
-lets run beside the writer. On PostgreSQL one pool serves both and row locks
-(``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races.
+lets run beside the writer. On PostgreSQL one pool serves both; writes run at READ COMMITTED,
+where row locks (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races, and reads
+at REPEATABLE READ, read-only, so that a read sees one snapshot on both databases.
 
 Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
 SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL on a
@@ -99,7 +100,9 @@ class Store:
             )
         else:
             write_engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
-            read_engine = write_engine
+            # Same pool; a read is one snapshot, as on SQLite: at PostgreSQL's default READ
+            # COMMITTED each statement would see a newer state than the one before it.
+            read_engine = write_engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             writer, write_lock = None, None
         store = cls(url, write_engine, read_engine, writer, write_lock)
         async with write_engine.begin() as connection:
@@ -149,8 +152,8 @@ class Store:
         if self._writer is not None:
             await self._writer.close()
         await self._write_engine.dispose()
-        if self._read_engine is not self._write_engine:
-            await self._read_engine.dispose()
+        if self._read_engine.sync_engine.pool is not self._write_engine.sync_engine.pool:
+            await self._read_engine.dispose()  # SQLite's own read pool; PostgreSQL's is shared
 
 
 def null_pool_engine(url: str) -> AsyncEngine:

@@ -286,3 +286,19 @@ def test_binds_are_renumbered_for_asyncpg_once_per_name() -> None:
     sql, names = numbered("SELECT :a || '/' || x::text, :b FROM t WHERE y = :a LIMIT :limit")
     assert sql == "SELECT $1 || '/' || x::text, $2 FROM t WHERE y = $1 LIMIT $3"
     assert names == ("a", "b", "limit")
+
+
+async def test_a_read_sees_one_snapshot_while_others_commit(store: Store) -> None:
+    """Both databases: what commits during a read transaction stays out of it (on PostgreSQL
+    that takes REPEATABLE READ; at READ COMMITTED the second count would see the new row)."""
+
+    def count() -> Tx[int]:
+        result = yield Sql("SELECT count(*) FROM tenants")
+        return int(result.rows[0][0])
+
+    await store.transact(partial(add_tenant, "before"))
+    async with store.read() as session:
+        assert await run_in_session(session, count()) == 1
+        await store.transact(partial(add_tenant, "during"))
+        assert await run_in_session(session, count()) == 1
+    assert sorted(await read_tenants(store)) == ["before", "during"]
