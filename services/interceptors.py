@@ -94,7 +94,9 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             request_id = getattr(request, "request_id", "") or ""
             principal: Principal | None = None
             code = "OK"
-            structlog.contextvars.clear_contextvars()
+            # No clear_contextvars() first: grpc.aio runs every call in a task of its own, whose
+            # context is a copy of the server's, so nothing bound by another call is in it
+            # (clearing walked every context variable: 10 us a call).
             try:
                 principal = await self._authenticator.authenticate(context.invocation_metadata())
                 _authorize(method, principal)
