@@ -149,6 +149,17 @@ async def test_a_failure_after_writing_runs_its_group_again_in_savepoints(sqlite
     assert (commits, stored) == (1, ["a", "c"])
 
 
+def broken_factory() -> Tx[str]:
+    raise TypeError("the transaction could not be built")
+
+
+async def test_a_factory_that_raises_fails_only_its_own_request(sqlite_file: str) -> None:
+    jobs = [Counted(partial(add_tenant, "a")), Counted(broken_factory), Counted(partial(add_tenant, "c"))]
+    results, commits, stored = await run_one_group(sqlite_file, jobs)
+    assert results[0] == "a" and isinstance(results[1], TypeError) and results[2] == "c"
+    assert (commits, stored) == (1, ["a", "c"])
+
+
 async def test_writer_answers_only_after_the_commit_is_visible_to_others(sqlite_file: str) -> None:
     writer = SqliteWriter(sqlite_file, timeout=5)
     await writer.start()
@@ -199,13 +210,12 @@ async def test_writer_survives_a_fault_of_its_own(sqlite_file: str, monkeypatch:
     real_attempt = writer_module._attempt
     calls = 0
 
-    def faulty_attempt(connection: sqlite3.Connection, tx: Tx[object]) -> tuple[bool, object]:
+    def faulty_attempt(connection: sqlite3.Connection, make: Callable[[], Tx[object]]) -> tuple[bool, object]:
         nonlocal calls
         calls += 1
         if calls == 1:
-            tx.close()
             raise RuntimeError("injected fault")
-        return real_attempt(connection, tx)
+        return real_attempt(connection, make)
 
     monkeypatch.setattr(writer_module, "_attempt", faulty_attempt)
     writer = SqliteWriter(sqlite_file, timeout=5)
