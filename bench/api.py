@@ -1,14 +1,15 @@
 """Throughput of CreateAllocation+CancelAllocation through the real client, against an empty
 unary grpc.aio call measured in the same run on the same machine.
 
-    uv run python bench/api.py [--seconds 8] [--concurrency 8 64] [--database-url URL]
+    uv run python bench/api.py [--seconds 8] [--rounds 4] [--concurrency 8 64] [--database-url URL]
 
 Each server runs in its own process (spawned, so no gRPC state crosses a fork); the load runs
 in this process through ``clients.AsyncClient``. Both are measured at each concurrency (calls
 in flight): 8, where a create's latency bounds the rate, and 64, where both servers are
-saturated and the rates compare the CPU each call costs. The figure that matters is the
-ratio, since machines here are shared and noisy: the goal is creates/s >= 25% of empty
-calls/s on SQLite.
+saturated and the rates compare the CPU each call costs. The seconds of each measurement are
+split into rounds that alternate empty calls and pairs, so that drift in a shared machine's
+speed weighs on both sides alike. The figure that matters is the ratio, since machines here
+are shared and noisy: the goal is creates/s >= 25% of empty calls/s on SQLite.
 """
 
 from __future__ import annotations
@@ -99,13 +100,35 @@ def _serve_control_plane(data_dir: str, database_url: str | None, no_database: b
 
 @dataclass(frozen=True)
 class Measured:
-    """Calls completed in a measured window, and the server's CPU over that window."""
+    """Calls completed in measured windows, and the CPU spent over them."""
 
-    rate: float
-    # Server CPU seconds per call: its main thread (the event loop) and the whole process;
-    # None where /proc cannot be read (not Linux).
-    main_cpu: float | None
-    process_cpu: float | None
+    calls: int
+    seconds: float
+    # Server CPU seconds: its main thread (the event loop) and the whole process; None where
+    # /proc cannot be read (not Linux).
+    server_main: float | None
+    server_process: float | None
+    # This process's CPU seconds: the client side, which shares the machine's cores.
+    client: float
+
+    @property
+    def rate(self) -> float:
+        return self.calls / self.seconds
+
+    def per_call(self, cpu_seconds: float | None) -> float | None:
+        return None if cpu_seconds is None or not self.calls else cpu_seconds / self.calls
+
+    def __add__(self, other: Measured) -> Measured:
+        def both(a: float | None, b: float | None) -> float | None:
+            return None if a is None or b is None else a + b
+
+        return Measured(
+            self.calls + other.calls,
+            self.seconds + other.seconds,
+            both(self.server_main, other.server_main),
+            both(self.server_process, other.server_process),
+            self.client + other.client,
+        )
 
 
 def _cpu_seconds(pid: int) -> tuple[float, float] | None:
@@ -138,14 +161,16 @@ async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[N
     await asyncio.gather(*(loop() for _ in range(concurrency)))  # warm-up
     done = 0
     before = _cpu_seconds(server_pid)
+    client_before = time.process_time()
     started = time.perf_counter()
     stop_at = started + seconds
     await asyncio.gather(*(loop() for _ in range(concurrency)))
     elapsed = time.perf_counter() - started
+    client = time.process_time() - client_before
     after = _cpu_seconds(server_pid)
-    if before is None or after is None or not done:
-        return Measured(done / elapsed, None, None)
-    return Measured(done / elapsed, (after[0] - before[0]) / done, (after[1] - before[1]) / done)
+    if before is None or after is None:
+        return Measured(done, elapsed, None, None, client)
+    return Measured(done, elapsed, after[0] - before[0], after[1] - before[1], client)
 
 
 async def bench_empty(port: int, server_pid: int, seconds: float, concurrency: int) -> Measured:
@@ -210,6 +235,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seconds", type=float, default=8.0, help="per measurement")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64], help="calls in flight")
+    parser.add_argument(
+        "--rounds", type=int, default=4, help="alternating rounds the seconds are split into, empty then pairs"
+    )
     parser.add_argument("--nodes", type=int, default=256, help="fleet size (must exceed the concurrency)")
     parser.add_argument("--database-url", default=os.environ.get("GPUCLOUD_DATABASE_URL"))
     parser.add_argument(
@@ -219,42 +247,67 @@ def main() -> None:
     )
     args = parser.parse_args()
 
-    empty_process, empty_port = _start(_serve_empty)
-    try:
-        assert empty_process.pid is not None
-        empty = [asyncio.run(bench_empty(empty_port, empty_process.pid, args.seconds, c)) for c in args.concurrency]
-    finally:
-        empty_process.kill()
-
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+    share = args.seconds / args.rounds
     with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as data_dir:
+        empty_process, empty_port = _start(_serve_empty)
         plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url, args.no_database)
         try:
-            assert plane_process.pid is not None
+            assert empty_process.pid is not None and plane_process.pid is not None
             token = (Path(data_dir) / "operator.token").read_text().strip()
             tenant_token = asyncio.run(register_fleet(plane_port, token, args.nodes))
-            pairs = [
-                asyncio.run(bench_control_plane(plane_port, plane_process.pid, tenant_token, args.seconds, c))
-                for c in args.concurrency
-            ]
+            # Alternate the two in short rounds, so that a machine slowing down or speeding up
+            # during the run weighs on both sides of the ratio alike.
+            rounds: dict[int, list[tuple[Measured, Measured]]] = {c: [] for c in args.concurrency}
+            for concurrency in args.concurrency:
+                for _ in range(args.rounds):
+                    empty = asyncio.run(bench_empty(empty_port, empty_process.pid, share, concurrency))
+                    pairs = asyncio.run(
+                        bench_control_plane(plane_port, plane_process.pid, tenant_token, share, concurrency)
+                    )
+                    rounds[concurrency].append((empty, pairs))
         finally:
+            empty_process.kill()
             plane_process.kill()
 
     backend = "no database" if args.no_database else "postgresql" if args.database_url else "sqlite"
-    print(f"machine: {os.cpu_count()} cpus, {args.seconds:.0f} s per measurement, backend: {backend}")
-    print(f"{'in flight':>9}  {'empty calls/s':>13}  {'create+cancel/s':>15}  {'RPCs/s':>7}  {'creates / empty':>15}")
-    for concurrency, e, p in zip(args.concurrency, empty, pairs, strict=True):
-        print(f"{concurrency:>9}  {e.rate:>13.0f}  {p.rate:>15.0f}  {2 * p.rate:>7.0f}  {p.rate / e.rate:>15.1%}")
+    print(
+        f"machine: {os.cpu_count()} cpus, {args.seconds:.0f} s per measurement in {args.rounds} alternating rounds,"
+        f" backend: {backend}"
+    )
+    print(
+        f"{'in flight':>9}  {'empty calls/s':>13}  {'create+cancel/s':>15}  {'RPCs/s':>7}  {'creates / empty':>15}"
+        f"  {'range over rounds':>17}"
+    )
+    totals: dict[int, tuple[Measured, Measured]] = {}
+    for concurrency, measured in rounds.items():
+        e, p = sum((m[0] for m in measured[1:]), measured[0][0]), sum((m[1] for m in measured[1:]), measured[0][1])
+        totals[concurrency] = (e, p)
+        ratios = [pair.rate / empty.rate for empty, pair in measured]
+        spread = f"{min(ratios):.1%} - {max(ratios):.1%}"
+        print(
+            f"{concurrency:>9}  {e.rate:>13.0f}  {p.rate:>15.0f}  {2 * p.rate:>7.0f}  {p.rate / e.rate:>15.1%}"
+            f"  {spread:>17}"
+        )
     print("goal: creates / empty >= 25%")
     print()
-    print("server CPU in ms, event-loop thread / whole process (steadier than rates on a shared machine):")
-    print(f"{'in flight':>9}  {'per empty call':>15}  {'per create+cancel':>17}  {'empty / pair (loop)':>19}")
-    for concurrency, e, p in zip(args.concurrency, empty, pairs, strict=True):
-        if e.main_cpu is None or e.process_cpu is None or p.main_cpu is None or p.process_cpu is None:
-            print(f"{concurrency:>9}  {'n/a':>15}  {'n/a':>17}  {'n/a':>19}")
+    print("CPU in ms: server event-loop thread / whole server process; client (this process)")
+    print("(steadier than rates on a shared machine):")
+    print(
+        f"{'in flight':>9}  {'per empty call':>15}  {'per create+cancel':>17}  {'empty / pair (loop)':>19}"
+        f"  {'client: empty':>13}  {'client: pair':>12}"
+    )
+    for concurrency, (e, p) in totals.items():
+        client = f"  {1e3 * e.client / e.calls:>13.3f}  {1e3 * p.client / p.calls:>12.3f}"
+        e_main, e_process = e.per_call(e.server_main), e.per_call(e.server_process)
+        p_main, p_process = p.per_call(p.server_main), p.per_call(p.server_process)
+        if e_main is None or e_process is None or p_main is None or p_process is None:
+            print(f"{concurrency:>9}  {'n/a':>15}  {'n/a':>17}  {'n/a':>19}{client}")
             continue
         print(
-            f"{concurrency:>9}  {1e3 * e.main_cpu:>7.3f} / {1e3 * e.process_cpu:<5.3f}  "
-            f"{1e3 * p.main_cpu:>8.3f} / {1e3 * p.process_cpu:<6.3f}  {e.main_cpu / p.main_cpu:>19.1%}"
+            f"{concurrency:>9}  {1e3 * e_main:>7.3f} / {1e3 * e_process:<5.3f}  "
+            f"{1e3 * p_main:>8.3f} / {1e3 * p_process:<6.3f}  {e_main / p_main:>19.1%}{client}"
         )
 
 

@@ -81,13 +81,17 @@ class SqliteWriter:
         self._queue: list[_Job] = []
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
+        # Kept from start(): on Python 3.11 every asyncio.get_running_loop() is a getpid()
+        # system call (a fork check), and the hot path would make several per request.
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._closed = False
         # Groups committed so far: transactions per commit is how well group commit works.
         self.commits = 0
 
     async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
         self._connection = await self._on_thread(self._open)
-        self._pump = asyncio.get_running_loop().create_task(self._run_pump(), name="sqlite-writer")
+        self._pump = self._loop.create_task(self._run_pump(), name="sqlite-writer")
         self._pump.add_done_callback(self._pump_stopped)
 
     async def run(self, make: Callable[[], Tx[T]]) -> T:
@@ -101,9 +105,9 @@ class SqliteWriter:
         A caller that cancels the future before its transaction starts drops it from the
         queue; once the transaction has started it commits or fails with its group.
         """
-        if self._closed or self._pump is None or self._pump.done():
+        if self._closed or self._pump is None or self._pump.done() or self._loop is None:
             raise WriterClosed("the store is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[T] = self._loop.create_future()
         self._queue.append(_Job(make, future))
         self._wake.set()
         return future
@@ -134,7 +138,8 @@ class SqliteWriter:
         return sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
 
     async def _on_thread(self, function: Any, *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self._thread, function, *args)
+        loop = self._loop or asyncio.get_running_loop()
+        return await loop.run_in_executor(self._thread, function, *args)
 
     async def _run_pump(self) -> None:
         while True:
