@@ -12,7 +12,8 @@ from datetime import UTC, datetime
 
 from accounting.model import Period, datetime_to_us, us_to_datetime
 
-_NAME = re.compile(r"(\d{4})-(\d{2})")
+# [0-9], not \d: \d also matches other scripts' digits (fullwidth, Arabic-Indic).
+_NAME = re.compile(r"([0-9]{4})-([0-9]{2})")
 # Before the epoch there is no usage; past 9998-12 the next period has no four-digit name.
 MIN_YEAR = 1970
 MAX_YEAR = 9998

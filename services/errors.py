@@ -18,7 +18,7 @@ Rules and repositories raise these; the server's error interceptor turns them in
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -58,6 +58,20 @@ class ApiError(Exception):
         return f"{self.code}: {self.reason}: {self.message}"
 
 
+# What one INVALID_ARGUMENT reports, at most. Its message, ErrorInfo and BadRequest all travel
+# in response headers, which gRPC refuses past 8-16 KB (the client then sees a bare
+# RESOURCE_EXHAUSTED and loses every detail), so a request with a thousand bad fields is
+# answered with the first few, each cut short, and the count of the rest.
+MAX_REPORTED_VIOLATIONS = 10
+MAX_VIOLATIONS_IN_MESSAGE = 3
+MAX_FIELD_PATH = 80
+MAX_DESCRIPTION = 160
+
+
+def _cut(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
 @dataclass(eq=False)
 class InvalidArgument(ApiError):
     """The request is malformed regardless of the system's state; it names each bad field."""
@@ -66,24 +80,27 @@ class InvalidArgument(ApiError):
     code: Code = field(init=False, default=Code.INVALID_ARGUMENT)
 
     @classmethod
-    def for_fields(cls, violations: list[FieldViolation]) -> InvalidArgument:
-        fields = ", ".join(v.field for v in violations)
-        return cls(
-            reason="INVALID_FIELD",
-            message="; ".join(f"{v.field}: {v.description}" for v in violations),
-            metadata={"fields": fields},
-            violations=tuple(violations),
+    def for_fields(
+        cls, violations: Sequence[FieldViolation], *, total: int | None = None, reason: str = "INVALID_FIELD"
+    ) -> InvalidArgument:
+        """Bad input in the fields of ``violations``, of ``total`` violations in all (default:
+        as many as given); reports at most ``MAX_REPORTED_VIOLATIONS``, each cut short."""
+        total = len(violations) if total is None else total
+        reported = tuple(
+            FieldViolation(_cut(v.field, MAX_FIELD_PATH), _cut(v.description, MAX_DESCRIPTION))
+            for v in violations[:MAX_REPORTED_VIOLATIONS]
         )
+        message = "; ".join(f"{v.field}: {v.description}" for v in reported[:MAX_VIOLATIONS_IN_MESSAGE])
+        metadata = {"fields": ", ".join(v.field for v in reported)}
+        if total > MAX_VIOLATIONS_IN_MESSAGE:
+            message += f"; and {total - MAX_VIOLATIONS_IN_MESSAGE} more ({total} in all)"
+        if total > len(reported):
+            metadata["violations"] = str(total)
+        return cls(reason=reason, message=message, metadata=metadata, violations=reported)
 
     @classmethod
     def for_field(cls, field_path: str, description: str, *, reason: str = "INVALID_FIELD") -> InvalidArgument:
-        violation = FieldViolation(field_path, description)
-        return cls(
-            reason=reason,
-            message=f"{field_path}: {description}",
-            metadata={"fields": field_path},
-            violations=(violation,),
-        )
+        return cls.for_fields([FieldViolation(field_path, description)], reason=reason)
 
 
 @dataclass(eq=False)

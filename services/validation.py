@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from services.errors import FieldViolation, InvalidArgument
+from services.errors import MAX_REPORTED_VIOLATIONS, FieldViolation, InvalidArgument
 from services.paging import Cursor, PageTokens
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -16,23 +16,39 @@ MAX_TEXT = 256
 MAX_REQUEST_ID = 64
 DEFAULT_PAGE_SIZE = 100
 MAX_PAGE_SIZE = 1000
+# google.protobuf.Timestamp's range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
+TIMESTAMP_MIN_SECONDS = -62_135_596_800
+TIMESTAMP_MAX_SECONDS = 253_402_300_799
+
+
+# Violations kept per request; more are only counted (a batch of a million bad samples must not
+# build a million records just to report the first few).
+_KEPT = MAX_REPORTED_VIOLATIONS
 
 
 class Violations:
-    """Collects the bad fields of one request."""
+    """Collects the bad fields of one request; ``count`` counts them all."""
 
     def __init__(self) -> None:
         self.items: list[FieldViolation] = []
+        self._count = 0
         self._token_error: InvalidArgument | None = None
 
+    @property
+    def count(self) -> int:
+        """Violations added so far, kept or only counted."""
+        return self._count
+
     def add(self, field_path: str, description: str) -> None:
-        self.items.append(FieldViolation(field_path, description))
+        self._count += 1
+        if len(self.items) < _KEPT:
+            self.items.append(FieldViolation(field_path, description))
 
     def raise_if_any(self) -> None:
-        if len(self.items) == 1 and self._token_error is not None:
+        if self._count == 1 and self._token_error is not None:
             raise self._token_error  # keeps its reason, INVALID_PAGE_TOKEN
-        if self.items:
-            raise InvalidArgument.for_fields(self.items)
+        if self._count:
+            raise InvalidArgument.for_fields(self.items, total=self._count)
 
     def page_token(self, tokens: PageTokens, token: str, scope: dict[str, str | int]) -> Cursor | None:
         """The cursor of a page token, or None; a bad token joins the other violations."""
@@ -40,7 +56,8 @@ class Violations:
             return tokens.decode(token, scope)
         except InvalidArgument as error:
             self._token_error = error
-            self.items.extend(error.violations)
+            for violation in error.violations:
+                self.add(violation.field, violation.description)
             return None
 
     def identifier(self, field_path: str, value: str, *, required: bool = True) -> None:
@@ -84,6 +101,17 @@ class Violations:
             return
         if value not in known:
             self.add(field_path, f"unknown value {value}")
+
+    def timestamp_us(self, field_path: str, seconds: int, nanos: int) -> int | None:
+        """Microseconds since the epoch of a protobuf Timestamp's ``seconds`` and ``nanos``;
+        None when they are outside what a Timestamp may hold (added as a violation)."""
+        if not TIMESTAMP_MIN_SECONDS <= seconds <= TIMESTAMP_MAX_SECONDS:
+            self.add(field_path, f"seconds must be within years 0001-9999 (got {seconds})")
+            return None
+        if not 0 <= nanos < 1_000_000_000:
+            self.add(field_path, f"nanos must be 0-999999999 (got {nanos})")
+            return None
+        return seconds * 1_000_000 + nanos // 1000
 
     def page_size(self, field_path: str, value: int) -> int:
         """The effective page size: 0 means the default, large values are capped."""

@@ -60,7 +60,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         self, request: allocation_pb2.GetAllocationRequest, context: Context
     ) -> allocation_pb2.GetAllocationResponse:
         v = Violations()
-        v.text("allocation_id", request.allocation_id, max_length=64, required=True)
+        v.identifier("allocation_id", request.allocation_id)
         v.raise_if_any()
         view = await commands.get(self._store, current_principal(), request.allocation_id)
         return allocation_pb2.GetAllocationResponse(allocation=allocation_to_proto(view))
@@ -98,7 +98,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         self, request: allocation_pb2.CancelAllocationRequest, context: Context
     ) -> operations_pb2.Operation:
         v = Violations()
-        v.text("allocation_id", request.allocation_id, max_length=64, required=True)
+        v.identifier("allocation_id", request.allocation_id)
         v.raise_if_any()
         operation, view = await commands.cancel(self._store, current_principal(), request.allocation_id)
         self._wake_releaser.notify()

@@ -92,6 +92,10 @@ class Billing:
         """
         now = now_us()
         if period.end_us > now:
+            # An unknown tenant is NOT_FOUND for every period, as it is for GetInvoice.
+            async with self._store.read() as session:
+                if not await repo.tenant_exists(session, tenant_id):
+                    raise invoice_not_found(tenant_id, period)
             raise FailedPrecondition(
                 reason="PERIOD_NOT_ENDED",
                 message=(

@@ -66,8 +66,9 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         v.identifier("tenant_id", request.tenant_id, required=False)
-        start_us = request.start_time.ToMicroseconds() if request.HasField("start_time") else None
-        end_us = request.end_time.ToMicroseconds() if request.HasField("end_time") else None
+        start, end = request.start_time, request.end_time
+        start_us = v.timestamp_us("start_time", start.seconds, start.nanos) if request.HasField("start_time") else None
+        end_us = v.timestamp_us("end_time", end.seconds, end.nanos) if request.HasField("end_time") else None
         if start_us is not None and end_us is not None and end_us <= start_us:
             v.add("end_time", "must be after start_time")
         scope_tenant = tenant_scope(principal)

@@ -201,7 +201,7 @@ def _series_for(
 
 
 def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push: NodePush, now_ms: int) -> None:
-    before = len(v.items)
+    before = v.count
     v.identifier(f"{path}.node_id", push.node_id)
     _timestamp(v, f"{path}.timestamp_ms", push.timestamp_ms, now_ms)
     if not push.gpus:
@@ -220,7 +220,7 @@ def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push:
             _field_name(v, f"{gpu_path}.fields[{name!r}]", name)
             if not math.isfinite(value):
                 v.add(f"{gpu_path}.fields[{name!r}]", f"must be a finite number (got {value})")
-    if len(v.items) > before:
+    if v.count > before:
         return
     # What can be wrong with a checked push's sample against the store is its time.
     time_path, at_ms = f"{path}.timestamp_ms", push.timestamp_ms
@@ -242,7 +242,7 @@ def _field_name(v: Violations, path: str, name: str) -> bool:
 
 
 def _labels(v: Violations, path: str, labels: Mapping[str, str]) -> bool:
-    before = len(v.items)
+    before = v.count
     if len(labels) > MAX_LABELS:
         v.add(path, f"has {len(labels)} labels; the limit is {MAX_LABELS}")
     if NODE not in labels:
@@ -263,7 +263,7 @@ def _labels(v: Violations, path: str, labels: Mapping[str, str]) -> bool:
                 v.add(label_path, f"must be a GPU index 0-{MAX_GPU_INDEX} in decimal (got {value[:80]!r})")
         elif not value or len(value) > MAX_LABEL_VALUE or not value.isprintable():
             v.add(label_path, f"must be 1-{MAX_LABEL_VALUE} printable characters")
-    return len(v.items) == before
+    return v.count == before
 
 
 def _labeled_series(

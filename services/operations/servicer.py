@@ -25,6 +25,8 @@ from services.store.tx import Tx, run_in_session
 from services.validation import ID_PATTERN, Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
+# What ListOperationsRequest.name may name: the parent of every operation's name.
+COLLECTION = repo.NAME_PREFIX.rstrip("/")
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_WAIT_SECONDS = 300.0
 # google.protobuf.Duration's documented range: +-10,000 years.
@@ -87,6 +89,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)
+        if request.name not in ("", COLLECTION):
+            # The parent of the listed operations: there is one collection, so it adds nothing.
+            v.add("name", f"must be empty or {COLLECTION!r}, the one collection of operations")
         if request.filter:
             v.add("filter", "filters are not supported; leave it empty")
         scope: dict[str, str | int] = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}

@@ -9,7 +9,9 @@ from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 
+import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 from rich.progress import Progress
 from sqlalchemy import select
 
@@ -25,6 +27,8 @@ from clients import (
 )
 from clients.cli.billing import export_events, export_window, invoice_to_json
 from clients.cli.invoice import OfflineInputs, compute_offline
+from clients.errors import from_rpc_error
+from gpucloud.v1 import billing_pb2, billing_pb2_grpc
 from services.clock import now_us
 from services.store.engine import Store
 from services.store.models import FinalizedInvoiceRow, UsageEventRow, table_of
@@ -133,7 +137,19 @@ class TestScoping:
             with pytest.raises(PermissionDeniedError):
                 await acme.finalize_invoice(period, tenant_id="acme")
 
-    @pytest.mark.parametrize("bad", ["2026-13", "2026-1", "November", "1969-12", ""])
+    # The last two are 2026-01 in fullwidth and Arabic-Indic digits: digits, but not ASCII ones.
+    @pytest.mark.parametrize(
+        "bad",
+        [
+            "2026-13",
+            "2026-1",
+            "November",
+            "1969-12",
+            "",
+            "\uff12\uff10\uff12\uff16-\uff10\uff11",
+            "\u0662\u0660\u0662\u0666-\u0660\u0661",
+        ],
+    )
     async def test_a_bad_period_is_invalid_argument_naming_the_field(self, operator: AsyncClient, bad: str) -> None:
         await operator.create_tenant("acme")
         with pytest.raises(InvalidArgumentError) as caught:
@@ -143,6 +159,44 @@ class TestScoping:
         with pytest.raises(InvalidArgumentError) as bad_tenant:
             await operator.finalize_invoice("2020-01", tenant_id="Not A Tenant")
         assert list(bad_tenant.value.field_violations) == ["tenant_id"]
+
+    async def test_finalizing_for_an_unknown_tenant_is_not_found_whatever_the_period(
+        self, operator: AsyncClient
+    ) -> None:
+        """NOT_FOUND for a tenant that does not exist, before the period check a known tenant meets."""
+        await operator.create_tenant("acme")
+        for period in ("2020-01", "9998-12"):
+            with pytest.raises(NotFoundError) as missing:
+                await operator.finalize_invoice(period, tenant_id="nobody")
+            assert missing.value.metadata["field"] == "tenant_id"
+        with pytest.raises(FailedPreconditionError) as early:
+            await operator.finalize_invoice("9998-12", tenant_id="acme")
+        assert early.value.reason == "PERIOD_NOT_ENDED"
+
+    @pytest.mark.parametrize(
+        ("field", "seconds", "nanos"),
+        [
+            ("start_time", 2**62, 0),
+            ("end_time", 10**13, 0),
+            ("start_time", -70_000_000_000, 0),
+            ("start_time", 10, -5),
+            ("end_time", 10, 2_000_000_000),
+        ],
+    )
+    async def test_a_time_outside_what_a_timestamp_holds_is_invalid_argument(
+        self, control_plane: RunningControlPlane, field: str, seconds: int, nanos: int
+    ) -> None:
+        """Sent raw (the typed client cannot build them): INVALID_ARGUMENT naming the field, not INTERNAL."""
+        request = billing_pb2.ListUsageEventsRequest(**{field: Timestamp(seconds=seconds, nanos=nanos)})
+        metadata = (("authorization", f"Bearer {control_plane.operator_token}"),)
+        async with grpc.aio.insecure_channel(control_plane.address) as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as caught:
+                await billing_pb2_grpc.BillingServiceStub(channel).ListUsageEvents(
+                    request, metadata=metadata, timeout=15
+                )
+        error = from_rpc_error(caught.value)
+        assert isinstance(error, InvalidArgumentError)
+        assert list(error.field_violations) == [field]
 
     async def test_usage_events_are_scoped_and_paged(
         self, control_plane: RunningControlPlane, operator: AsyncClient

@@ -298,6 +298,22 @@ async def test_bad_writes_and_reads_are_invalid_argument_naming_each_field(opera
         await operator.query_metrics(start=at - 1000, end=at, node_ids=["node-404"])
 
 
+async def test_a_thousand_bad_fields_get_a_short_invalid_argument(operator: AsyncClient) -> None:
+    """The first ten violations, cut short, and the count: a full list would overflow gRPC's header
+    limit and reach the client as a bare RESOURCE_EXHAUSTED."""
+    await register_ready_nodes(operator, 1)
+    at = now_ms()
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.query_metrics(start=at - 1000, end=at, node_ids=["BAD"] * 1000)
+    assert list(error.value.field_violations) == [f"selector.node_ids[{i}]" for i in range(10)]
+    assert error.value.metadata["violations"] == "1000"
+    bad_key = "k" * 10_000
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([NodeSamples("node-000", at, {g: {bad_key: 1.0} for g in range(8)})])
+    assert len(error.value.field_violations) == 8
+    assert all(len(path) <= 80 for path in error.value.field_violations)
+
+
 async def test_a_raw_query_past_the_size_limit_is_resource_exhausted(
     operator: AsyncClient, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -76,11 +76,15 @@ class World:
             "operations": operations_pb2_grpc.OperationsStub(self.channel),
         }
 
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The operator's credentials."""
+        return (("authorization", f"Bearer {self.plane.operator_token}"),)
+
     async def call(self, service: str, method: str, request: Message) -> GpucloudError | None:
         """Send ``request`` with the operator token; the parsed error, or None on success."""
-        metadata = (("authorization", f"Bearer {self.plane.operator_token}"),)
         try:
-            await getattr(self.stubs[service], method)(request, metadata=metadata, timeout=15)
+            await getattr(self.stubs[service], method)(request, metadata=self.metadata, timeout=15)
         except grpc.aio.AioRpcError as error:
             return from_rpc_error(error)
         return None
@@ -611,6 +615,8 @@ async def test_other_allocation_rpcs_bad_input(world: World) -> None:
             invalid(f"{method}: 65 chars", a, method, request_type(allocation_id="a" * 65), "allocation_id"),
             invalid(f"{method}: 100k chars", a, method, request_type(allocation_id="a" * 100_000), "allocation_id"),
             invalid(f"{method}: newline", a, method, request_type(allocation_id="alloc-1\n"), "allocation_id"),
+            invalid(f"{method}: punctuation", a, method, request_type(allocation_id="a b/c%'\""), "allocation_id"),
+            invalid(f"{method}: upper case", a, method, request_type(allocation_id="ALLOC-1"), "allocation_id"),
             not_found(f"{method}: unknown", a, method, request_type(allocation_id="alloc-ghost"), "allocation_id"),
         ]
     m = "ListAllocations"
@@ -695,6 +701,10 @@ async def test_operations_bad_input(world: World) -> None:
         invalid(
             "list: filter", o, "ListOperations", operations_pb2.ListOperationsRequest(filter="done=true"), "filter"
         ),
+        invalid("list: other parent", o, "ListOperations", operations_pb2.ListOperationsRequest(name="x"), "name"),
+        invalid(
+            "list: 10k parent", o, "ListOperations", operations_pb2.ListOperationsRequest(name="x" * 10_000), "name"
+        ),
         invalid(
             "list: garbage token",
             o,
@@ -712,6 +722,18 @@ async def test_operations_bad_input(world: World) -> None:
         ),
     ]
     await check_cases(world, cases)
+
+
+async def test_list_operations_accepts_the_collection_as_its_parent(world: World) -> None:
+    """ListOperationsRequest.name is the parent collection: empty and "operations" list the same."""
+    unnamed = await world.stubs["operations"].ListOperations(
+        operations_pb2.ListOperationsRequest(), metadata=world.metadata, timeout=15
+    )
+    named = await world.stubs["operations"].ListOperations(
+        operations_pb2.ListOperationsRequest(name="operations"), metadata=world.metadata, timeout=15
+    )
+    assert [o.name for o in named.operations] == [o.name for o in unnamed.operations]
+    assert world.done_operation in [o.name for o in named.operations]
 
 
 async def test_one_error_names_page_size_and_page_token(world: World) -> None:
@@ -767,13 +789,13 @@ async def test_any_tenant_id_is_invalid_or_not_found(world: World, tenant_id: st
 @HYPOTHESIS
 @given(allocation_id=st.text(max_size=120), method=st.sampled_from(["GetAllocation", "CancelAllocation"]))
 async def test_any_allocation_id_is_invalid_or_not_found(world: World, allocation_id: str, method: str) -> None:
-    """Any text as an allocation_id is INVALID_ARGUMENT (empty, >64, control chars) or NOT_FOUND; never a cancel."""
+    """Any text as an allocation_id is INVALID_ARGUMENT (not an id's shape) or NOT_FOUND; never a cancel."""
     assume(allocation_id != world.allocation_id)
     request_type = (
         allocation_pb2.GetAllocationRequest if method == "GetAllocation" else allocation_pb2.CancelAllocationRequest
     )
     request = request_type(allocation_id=allocation_id)
-    well_formed = 0 < len(allocation_id) <= 64 and allocation_id.isprintable()
+    well_formed = ID_RE.fullmatch(allocation_id) is not None
     case = (
         not_found(method, "allocation", method, request, "allocation_id")
         if well_formed

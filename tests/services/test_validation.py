@@ -14,6 +14,8 @@ from services.validation import (
     MAX_PAGE_SIZE,
     MAX_REQUEST_ID,
     MAX_TEXT,
+    TIMESTAMP_MAX_SECONDS,
+    TIMESTAMP_MIN_SECONDS,
     Violations,
 )
 
@@ -158,3 +160,52 @@ def test_for_field_keeps_the_given_reason() -> None:
     assert error.violations == (FieldViolation("page_token", "is malformed"),)
     assert error.reason == "INVALID_PAGE_TOKEN"
     assert str(error).startswith("INVALID_ARGUMENT: INVALID_PAGE_TOKEN")
+
+
+def test_a_thousand_violations_report_ten_cut_short_and_count_the_rest() -> None:
+    """One error reports at most ten violations, each path and description cut short, and counts them all:
+    everything travels in response headers, which gRPC refuses past 8-16 KB."""
+    v = Violations()
+    for i in range(1000):
+        v.add(f"series[{i}].fields[{'k' * 5000!r}]", "d" * 5000)
+    assert v.count == 1000
+    with pytest.raises(InvalidArgument) as caught:
+        v.raise_if_any()
+    error = caught.value
+    assert len(error.violations) == 10
+    assert [f.field.split(".")[0] for f in error.violations] == [f"series[{i}]" for i in range(10)]
+    assert all(len(f.field) <= 80 and len(f.description) <= 160 for f in error.violations)
+    assert error.violations[0].field.endswith("...")
+    assert error.metadata["violations"] == "1000"
+    assert len(error.metadata["fields"]) < 1000
+    assert "and 997 more (1000 in all)" in error.message
+    assert len(error.message) < 1000
+
+
+def test_a_few_violations_are_reported_whole() -> None:
+    """Under the caps nothing is cut and no count is added."""
+    error = InvalidArgument.for_fields([FieldViolation("a", "x" * 160), FieldViolation("b", "y")])
+    assert error.violations == (FieldViolation("a", "x" * 160), FieldViolation("b", "y"))
+    assert error.metadata == {"fields": "a, b"}
+
+
+@pytest.mark.parametrize(
+    ("seconds", "nanos", "expected"),
+    [
+        (0, 0, 0),
+        (1, 999_999_999, 1_999_999),
+        (-1, 500_000_000, -500_000),
+        (TIMESTAMP_MAX_SECONDS, 0, TIMESTAMP_MAX_SECONDS * 1_000_000),
+        (TIMESTAMP_MIN_SECONDS, 0, TIMESTAMP_MIN_SECONDS * 1_000_000),
+        (TIMESTAMP_MAX_SECONDS + 1, 0, None),
+        (TIMESTAMP_MIN_SECONDS - 1, 0, None),
+        (2**62, 0, None),
+        (10, -5, None),
+        (10, 1_000_000_000, None),
+    ],
+)
+def test_timestamp_us_accepts_exactly_the_range_of_a_timestamp(seconds: int, nanos: int, expected: int | None) -> None:
+    """Years 0001-9999 and nanos 0-999999999 convert; anything else names the field."""
+    v = Violations()
+    assert v.timestamp_us("start_time", seconds, nanos) == expected
+    assert _fields(v) == ([] if expected is not None else ["start_time"])
