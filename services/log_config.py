@@ -4,20 +4,39 @@ from __future__ import annotations
 
 import logging
 import sys
-from typing import Literal
+from enum import StrEnum
 
 import structlog
 
-LogFormat = Literal["json", "console", "auto"]
+
+class LogLevel(StrEnum):
+    """The least severe level written."""
+
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
 
 
-def configure(level: str = "info", fmt: LogFormat = "auto") -> None:
-    """Configure structlog once, at process start, before any logger is used."""
-    if fmt == "auto":
-        fmt = "console" if sys.stderr.isatty() else "json"
+class LogFormat(StrEnum):
+    """JSON lines for machines, a readable console for people; auto picks console on a terminal."""
+
+    JSON = "json"
+    CONSOLE = "console"
+    AUTO = "auto"
+
+
+def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogFormat.AUTO) -> None:
+    """Configure structlog once, at process start, before any logger is used.
+
+    Raises ValueError for a level or format not in ``LogLevel`` / ``LogFormat``.
+    """
+    level, fmt = LogLevel(level), LogFormat(fmt)
+    if fmt is LogFormat.AUTO:
+        fmt = LogFormat.CONSOLE if sys.stderr.isatty() else LogFormat.JSON
     renderer: structlog.types.Processor = (
         structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
-        if fmt == "console"
+        if fmt is LogFormat.CONSOLE
         else structlog.processors.JSONRenderer()
     )
     structlog.configure(
@@ -25,10 +44,10 @@ def configure(level: str = "info", fmt: LogFormat = "auto") -> None:
             structlog.contextvars.merge_contextvars,
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks if fmt == "json" else structlog.dev.set_exc_info,
+            structlog.processors.dict_tracebacks if fmt is LogFormat.JSON else structlog.dev.set_exc_info,
             renderer,
         ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.upper()]),
+        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.value.upper()]),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )

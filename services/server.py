@@ -15,6 +15,8 @@ import structlog
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import SQLAlchemyError
 
 from gpucloud.v1 import (
     allocation_pb2,
@@ -52,6 +54,12 @@ from services.tenants.servicer import TenantServicer
 from services.workers import Workers
 
 log = structlog.get_logger(__name__)
+
+
+class StartError(RuntimeError):
+    """The control plane could not start (address taken, database unreachable); the message
+    says what to fix."""
+
 
 SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
@@ -114,7 +122,12 @@ class ControlPlane:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         # A bad rate card fails the start before anything is opened.
         rates = billing_rates.load(config.rates_path)
-        store = await Store.open(config.database_url or sqlite_url(config.data_dir))
+        url = config.database_url or sqlite_url(config.data_dir)
+        try:
+            store = await Store.open(url)
+        except (OSError, SQLAlchemyError) as error:
+            shown = make_url(url).render_as_string(hide_password=True)
+            raise StartError(f"cannot open the database {shown}: {error}") from error
         self._store = store
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
         retention = config.metrics_retention_seconds
@@ -146,7 +159,11 @@ class ControlPlane:
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
-        self.port = server.add_insecure_port(config.listen)
+        try:
+            self.port = server.add_insecure_port(config.listen)
+        except RuntimeError as error:  # grpc's "Failed to bind to address ..."
+            await self.stop()
+            raise StartError(f"cannot listen on {config.listen!r}: not a free host:port ({error})") from error
         self._server = server
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -131,3 +132,9 @@ async def register_ready_nodes(
         await client.complete_burn_in(node_id)
         ids.append(node_id)
     return ids
+
+
+def gpucloud_command() -> list[str]:
+    """How to run the ``gpucloud`` command as its own process, installed script or not."""
+    script = Path(sys.executable).parent / "gpucloud"
+    return [str(script)] if script.exists() else [sys.executable, "-c", "from clients.cli.app import main; main()"]

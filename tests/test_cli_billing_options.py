@@ -17,5 +17,5 @@ def test_a_month_is_the_servers_billing_period() -> None:
 def test_a_month_out_of_range_or_malformed_is_an_option_error(period: str) -> None:
     with pytest.raises(BadOption, match="--period"):
         period_bounds(period)
-    with pytest.raises(BadOption):
+    with pytest.raises(BadOption, match=r"^--invoice-period "):
         export_window(None, None, period)

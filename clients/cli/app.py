@@ -12,7 +12,8 @@ import typer
 from clients.cli import billing as billing_verbs
 from clients.cli import metrics as metrics_verbs
 from clients.cli import verbs
-from clients.cli.context import DEFAULT_ADDR, Connection, token_from
+from clients.cli.context import DEFAULT_ADDR, Connection
+from services.log_config import LogFormat, LogLevel
 
 app = typer.Typer(
     help="gpucloud: the control plane of a GPU cloud, and a client for it.",
@@ -31,11 +32,17 @@ app.add_typer(metrics_verbs.metrics, name="metrics")
 def connect(
     ctx: typer.Context,
     addr: Annotated[str, typer.Option(envvar="GPUCLOUD_ADDR", help="Control plane address.")] = DEFAULT_ADDR,
-    token: Annotated[str | None, typer.Option(envvar="GPUCLOUD_TOKEN", help="Bearer token.")] = None,
+    token: Annotated[str | None, typer.Option(help="Bearer token. [default: $GPUCLOUD_TOKEN]")] = None,
     token_file: Annotated[Path | None, typer.Option(help="Read the bearer token from this file.")] = None,
 ) -> None:
     """Connection settings for the client verbs."""
-    ctx.obj = Connection(addr, token_from(token, token_file))
+    if token and token_file is not None:
+        raise typer.BadParameter("pass --token or --token-file, not both", param_hint="--token-file")
+    # Either flag wins over GPUCLOUD_TOKEN: a token file named on the command line must not
+    # silently lose to an operator token exported earlier in the shell.
+    if token is None and token_file is None:
+        token = os.environ.get("GPUCLOUD_TOKEN")
+    ctx.obj = Connection(addr, token, token_file)
 
 
 @app.command()
@@ -48,13 +55,17 @@ def serve(
     ] = None,
     scrub_seconds: Annotated[float, typer.Option(help="Simulated scrub time of a released node.")] = 1.0,
     rates: Annotated[Path | None, typer.Option(help="Rate card JSON to price invoices (default: built-in).")] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning, error.")] = "info",
-    log_format: Annotated[str, typer.Option(help="auto, json or console.")] = "auto",
+    log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
+        LogLevel.INFO
+    ),
+    log_format: Annotated[
+        LogFormat, typer.Option(case_sensitive=False, help="auto: console on a terminal, else JSON lines.")
+    ] = LogFormat.AUTO,
 ) -> None:
     """Run a control plane until interrupted."""
     from accounting.errors import InputError
     from clients.cli.serve import serve as run_server
-    from services.server import ServerConfig
+    from services.server import ServerConfig, StartError
 
     config = ServerConfig(
         data_dir=data_dir, listen=listen, database_url=database_url, scrub_seconds=scrub_seconds, rates_path=rates
@@ -63,6 +74,9 @@ def serve(
         asyncio.run(run_server(config, log_level=log_level, log_format=log_format))
     except InputError as error:  # a bad --rates file: say where, not a traceback
         typer.echo(f"error: --rates: {error}", err=True)
+        raise typer.Exit(2) from None
+    except StartError as error:  # port taken, database unreachable: one line, not a traceback
+        typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
 
 
@@ -83,7 +97,9 @@ def invoice(
     tenant: Annotated[str, typer.Option(help="Online: whose invoice (default: the token's own tenant).")] = "",
     finalize: Annotated[bool, typer.Option("--finalize", help="Online: freeze the invoice (operators).")] = False,
     events: Annotated[Path | None, typer.Option(help="Offline: usage events JSONL (an exported log).")] = None,
-    rates: Annotated[Path | None, typer.Option(help="Offline: the price book JSON.")] = None,
+    rates: Annotated[
+        Path | None, typer.Option(help="Offline: the rate card JSON (default: the server's built-in card).")
+    ] = None,
     start: Annotated[str | None, typer.Option(help="Offline: period start, RFC 3339, inclusive.")] = None,
     end: Annotated[str | None, typer.Option(help="Offline: period end, RFC 3339, exclusive.")] = None,
     outages: Annotated[Path | None, typer.Option(help="Offline: GPU outages JSONL, credited.")] = None,

@@ -40,12 +40,13 @@ class BadOption(ValueError):
     """A command-line value that cannot be used; the message names the option."""
 
 
-def period_bounds(period: str) -> tuple[datetime, datetime]:
-    """``2026-11`` -> (2026-11-01T00:00Z, 2026-12-01T00:00Z), the server's billing period."""
+def period_bounds(period: str, *, option: str = "--period") -> tuple[datetime, datetime]:
+    """``2026-11`` -> (2026-11-01T00:00Z, 2026-12-01T00:00Z), the server's billing period;
+    BadOption naming ``option`` when it is not a period."""
     try:
         parsed = parse_period(period)
     except BadPeriod as error:
-        raise BadOption(f"--period {error}") from None
+        raise BadOption(f"{option} {error}") from None
     return us_to_datetime(parsed.start_us), us_to_datetime(parsed.end_us)
 
 
@@ -262,7 +263,7 @@ def export_window(start: str | None, end: str | None, invoice_period: str | None
     if invoice_period is not None:
         if start is not None or end is not None:
             raise BadOption("--invoice-period replaces --start/--end; give one or the other")
-        return None, period_bounds(invoice_period)[1]
+        return None, period_bounds(invoice_period, option="--invoice-period")[1]
     try:
         return tuple(None if text is None else us_to_datetime(parse_time(text)) for text in (start, end))
     except ValueError as error:
@@ -330,7 +331,7 @@ def usage_export(
         Path(temporary).unlink(missing_ok=True)
     render.errors.print(f"wrote {count} usage events to {out}", highlight=False)
     if invoice_period is not None:
-        first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period))
+        first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period, option="--invoice-period"))
         render.errors.print(
             f"[dim]audit: gpucloud invoice --events {out} --rates RATES.json --start {first} --end {last}[/dim]",
             highlight=False,

@@ -21,8 +21,29 @@ DEFAULT_ADDR = "127.0.0.1:50051"
 
 @dataclass
 class Connection:
+    """Where the client verbs connect and with which credential."""
+
     address: str
     token: str | None
+    # Read only when a verb needs it, so that a bad path does not break ``serve`` or ``demo``.
+    token_file: Path | None = None
+
+    def credential(self) -> str | None:
+        """The bearer token: the one given, else the token file's. Raises TokenFileError."""
+        if self.token:
+            return self.token
+        if self.token_file is None:
+            return None
+        try:
+            return self.token_file.read_text().strip() or None
+        except (OSError, UnicodeDecodeError) as error:
+            raise TokenFileError(
+                f"--token-file {self.token_file}: {getattr(error, 'strerror', None) or error}"
+            ) from None
+
+
+class TokenFileError(Exception):
+    """The token file cannot be read."""
 
 
 def connection(ctx: typer.Context) -> Connection:
@@ -31,21 +52,18 @@ def connection(ctx: typer.Context) -> Connection:
     return obj
 
 
-def token_from(token: str | None, token_file: Path | None) -> str | None:
-    if token:
-        return token
-    if token_file is not None:
-        return token_file.read_text().strip()
-    return None
-
-
 def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T:
     """Run one client action; turn API errors into a readable message and exit code 1."""
     conn = connection(ctx)
-    if not conn.token:
+    try:
+        credential = conn.credential()
+    except TokenFileError as error:
+        render.errors.print(f"[red]error[/red]: {error}", highlight=False)
+        raise typer.Exit(2) from None
+    if not credential:
         render.errors.print("[red]error[/red]: no token; pass --token, --token-file or set GPUCLOUD_TOKEN")
         raise typer.Exit(2)
-    token = conn.token
+    token = credential
 
     async def run() -> T:
         async with AsyncClient(conn.address, token) as client:
@@ -54,7 +72,7 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     try:
         return asyncio.run(run())
     except GpucloudError as err:
-        render.error(err)
+        render.error(err, address=conn.address)
         raise typer.Exit(1) from None
     except ValueError as err:
         render.errors.print(f"[red]error[/red]: {err}", highlight=False)

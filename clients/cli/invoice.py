@@ -20,9 +20,10 @@ from rich.table import Table
 
 from accounting import InputError, InvoiceRun, Period, compute_invoices
 from accounting.export import decimal_text, invoice_run_to_json
-from accounting.loaders import load_events, load_outages, load_rates, parse_time
+from accounting.loaders import load_events, load_outages, parse_time
 from accounting.model import Anomaly, Invoice, rfc3339
 from clients.cli import render
+from services.billing import rates as billing_rates
 
 EXIT_BAD_INPUT = 2
 
@@ -45,14 +46,15 @@ class OfflineInputs:
 
 def compute_offline(inputs: OfflineInputs) -> InvoiceRun:
     """Load the files and compute the run; InputError or UsageProblem on bad input."""
-    if inputs.rates is None or inputs.start is None or inputs.end is None:
-        raise UsageProblem("offline mode (--events) also needs --rates, --start and --end")
+    if inputs.start is None or inputs.end is None:
+        raise UsageProblem("offline mode (--events) also needs --start and --end")
     try:
         period = Period(parse_time(inputs.start), parse_time(inputs.end))
     except ValueError as error:
         raise UsageProblem(f"--start/--end: {error}") from None
     events = load_events(inputs.events)
-    rates = load_rates(inputs.rates)
+    # Without --rates, the card the server prices with when started without one.
+    rates = billing_rates.load(inputs.rates)
     outages = load_outages(inputs.outages) if inputs.outages is not None else []
     return compute_invoices(events, rates, period, outages, engine=inputs.engine)
 
@@ -71,7 +73,7 @@ def run_invoice_command(
     try:
         if events is None:
             raise UsageProblem(
-                "pass --period YYYY-MM to ask the server, or --events EVENTS.jsonl (with --rates, --start, --end) "
+                "pass --period YYYY-MM to ask the server, or --events EVENTS.jsonl (with --start, --end) "
                 "to compute invoices offline"
             )
         if engine not in ("duckdb", "reference"):

@@ -63,11 +63,14 @@ def _number(value: float) -> str:
     return f"{value:.6g}"
 
 
-def _summary(series: m.Series) -> list[str]:
+def summary_row(series: m.Series) -> list[str]:
+    """A series' row of the query table: labels, points, their span and min/avg/max/last."""
     import numpy as np  # only for metrics output; see clients/metrics.py
 
-    values = series.values[~np.isnan(series.values)]
-    times = series.timestamps_ms
+    # Per-step results carry NaN for the steps without samples: points and span count only
+    # the steps that hold a value (the JSON keeps every step, empty ones as null).
+    present = ~np.isnan(series.values)
+    values, times = series.values[present], series.timestamps_ms[present]
     return [
         series.node_id,
         series.gpu,
@@ -94,7 +97,7 @@ def stats_line(stats: m.QueryStats) -> str:
 def result_table(result: m.MetricsResult, title: str) -> Table:
     """One row per series: its labels, how many points, their span and min/avg/max/last."""
     columns = ["NODE", "GPU", "FIELD", "POINTS", "FROM", "TO", "MIN", "AVG", "MAX", "LAST"]
-    grid = render.table(title, columns, result.series, _summary)
+    grid = render.table(title, columns, result.series, summary_row)
     grid.caption = stats_line(result.stats)
     grid.caption_justify = "left"
     return grid

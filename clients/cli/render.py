@@ -9,6 +9,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, TypeVar
 
+import grpc
 from rich.console import Console
 from rich.table import Table
 
@@ -146,9 +147,19 @@ def operations_table(items: Sequence[models.Operation], title: str = "Operations
     )
 
 
-def error(err: GpucloudError) -> None:
-    """An API error as a person should read it: code, reason, message, each bad field."""
+def error(err: GpucloudError, *, address: str | None = None) -> None:
+    """An API error as a person should read it: code, reason, then each bad field or the message."""
     reason = f" [bold]{err.reason}[/bold]" if err.reason else ""
-    errors.print(f"[red]error[/red] {err.code.name}{reason}: {err.message}", highlight=False)
+    if not err.field_violations:
+        errors.print(f"[red]error[/red] {err.code.name}{reason}: {err.message}", highlight=False)
+        if err.code is grpc.StatusCode.UNAVAILABLE and not err.reason and address is not None:
+            # No ErrorInfo: the transport failed, not the server.
+            errors.print(f"  is a control plane serving at {address}? (--addr or GPUCLOUD_ADDR)", highlight=False)
+        return
+    # The message repeats the violations: list them once, one per line.
+    errors.print(f"[red]error[/red] {err.code.name}{reason}:", highlight=False)
     for field, description in err.field_violations.items():
         errors.print(f"  [yellow]{field}[/yellow]: {description}", highlight=False)
+    total = err.metadata.get("violations")
+    if total is not None:
+        errors.print(f"  (the first {len(err.field_violations)} of {total} bad fields)", highlight=False)

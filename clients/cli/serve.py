@@ -7,12 +7,12 @@ import contextlib
 import signal
 from pathlib import Path
 
-from services.log_config import configure
+from services.log_config import LogFormat, LogLevel, configure
 from services.server import ControlPlane, ServerConfig
 
 
-async def serve(config: ServerConfig, *, log_level: str, log_format: str) -> None:
-    configure(log_level, "json" if log_format == "json" else "console" if log_format == "console" else "auto")
+async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFormat) -> None:
+    configure(log_level, log_format)
     plane = ControlPlane(config)
     await plane.start()
     _announce_token(plane.operator_token_created, plane.operator_token_path)

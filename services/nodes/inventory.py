@@ -46,7 +46,7 @@ def check_gpus(v: Violations, gpus: tuple[GpuSpec, ...]) -> None:
     seen_uuids: set[str] = set()
     for i, gpu in enumerate(gpus):
         if not GPU_UUID_PATTERN.fullmatch(gpu.uuid):
-            v.add(f"gpus[{i}].uuid", "must look like 'GPU-<hex and dashes>', at most 96 characters")
+            v.add(f"gpus[{i}].uuid", "must be 'GPU-' then 1-92 letters, digits or dashes (NVML's form: GPU-<UUID>)")
         elif gpu.uuid in seen_uuids:
             v.add(f"gpus[{i}].uuid", f"{gpu.uuid!r} appears twice")
         seen_uuids.add(gpu.uuid)

@@ -41,6 +41,15 @@ def test_offline_invoice_as_json(tmp_path: Path) -> None:
     assert document["reconciliation"]["balanced"] is True
 
 
+def test_without_rates_the_offline_invoice_prices_with_the_servers_built_in_card(tmp_path: Path) -> None:
+    """The card the server uses when started without --rates: H100 on demand at 3.00 an hour."""
+    events, _, _ = _files(tmp_path)
+    code, out, _ = invoke("invoice", "--events", events, *PERIOD_ARGS, "--json")
+    assert code == 0
+    totals = {i["tenant_id"]: i["total"] for i in json.loads(out)["invoices"]}
+    assert totals == {"acme": "9.00", "beta": "9.00"}  # 3 h each at 3.00
+
+
 def test_offline_invoice_as_tables(tmp_path: Path) -> None:
     events, rates, _ = _files(tmp_path)
     code, out, _ = invoke("invoice", "--events", events, "--rates", rates, *PERIOD_ARGS, "--engine", "reference")
@@ -67,8 +76,8 @@ def test_bad_rates_and_bad_options_exit_2(tmp_path: Path) -> None:
     assert (code, err.count("\n")) == (2, 1)
     assert f"{rates}: gpu_hour.H100.on_demand" in err
 
-    code, _, err = invoke("invoice", "--events", events, *PERIOD_ARGS)
-    assert (code, err) == (2, "error: offline mode (--events) also needs --rates, --start and --end\n")
+    code, _, err = invoke("invoice", "--events", events, "--start", "2025-06-01T00:00:00Z")
+    assert (code, err) == (2, "error: offline mode (--events) also needs --start and --end\n")
 
     code, _, err = invoke(
         "invoice",

@@ -11,7 +11,6 @@ import asyncio
 import json
 import signal
 import socket
-import sys
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -29,7 +28,7 @@ from accounting.model import datetime_to_us, us_to_seconds
 from accounting.periods import BillingPeriod, period_of
 from clients import Allocation, AsyncClient
 from clients.cli.app import app
-from tests.conftest import register_ready_nodes
+from tests.conftest import gpucloud_command, register_ready_nodes
 
 GPUS_PER_NODE = 8
 RATES = {"currency": "USD", "gpu_hour": {"H100": {"on_demand": "2.00"}}}
@@ -50,16 +49,11 @@ class Server:
     token: str
 
 
-def _gpucloud() -> list[str]:
-    script = Path(sys.executable).parent / "gpucloud"
-    return [str(script)] if script.exists() else [sys.executable, "-c", "from clients.cli.app import main; main()"]
-
-
 def spawn(
     data_dir: Path, database_url: str, rates: Path, log: Path, address: str, scrub_seconds: float
 ) -> Popen[bytes]:
     command = [
-        *_gpucloud(),
+        *gpucloud_command(),
         "serve",
         "--data-dir",
         str(data_dir),

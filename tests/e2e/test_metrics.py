@@ -14,9 +14,10 @@ import pytest
 from typer.testing import CliRunner
 
 from clients import AsyncClient, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError
+from clients.cli import render
 from clients.cli.app import app
-from clients.cli.metrics import parse_duration, parse_time
-from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples
+from clients.cli.metrics import parse_duration, parse_time, summary_row
+from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples, from_ms
 from services.auth import repository as auth_repo
 from services.auth.principal import Role
 from services.metrics import commands as metrics_commands
@@ -383,6 +384,20 @@ def test_cli_absolute_times_and_durations() -> None:
             parse_duration(bad)
     with pytest.raises(ValueError):
         parse_time("yesterday", now=now)
+
+
+def test_the_query_table_counts_and_spans_only_the_steps_that_hold_a_value() -> None:
+    """Empty steps (NaN) are neither points nor the span's ends; the JSON keeps them as null."""
+    nan = math.nan
+    series = Series(
+        {"node": "node-000", "gpu": "0", "field": "power_w"},
+        np.array([0, 60_000, 120_000, 180_000, 240_000], dtype=np.int64),
+        np.array([nan, 400.0, nan, 410.0, nan]),
+    )
+    row = summary_row(series)
+    assert row[3] == "2"
+    assert (row[4], row[5]) == (render.when(from_ms(60_000)), render.when(from_ms(180_000)))
+    assert row[6:] == ["400", "405", "410", "410"]
 
 
 def run_cli(address: str, token: str, *args: str) -> tuple[int, str]:
