@@ -73,6 +73,8 @@ class Store:
         self._write_engine = write_engine
         self._read_engine = read_engine
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
+        # PostgreSQL transactions running on their own tasks (see transact); close waits for them.
+        self._in_flight: set[asyncio.Task[Any]] = set()
         self._reads = async_sessionmaker(read_engine, class_=AsyncSession, expire_on_commit=False)
 
     @property
@@ -134,13 +136,44 @@ class Store:
         """
         if self._writer is not None:
             return await self._writer.run(make)
+        # On its own task, shielded from the caller's cancellation (a deadline, a client gone):
+        # cancelled mid-statement, asyncpg can leave the pooled connection inside the
+        # transaction (BEGIN sent, its answer unread), and the next transaction on it would be
+        # a savepoint whose "commit" commits nothing. As on SQLite, a transaction that has
+        # begun commits or fails as a whole, and one whose caller left before it began does
+        # not begin at all: a burst of expired deadlines must not leave a backlog to run.
+        abandoned = asyncio.Event()
+        task = asyncio.get_running_loop().create_task(self._transact_on_postgresql(make, abandoned))
+        self._in_flight.add(task)
+        task.add_done_callback(self._settled)
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            abandoned.set()
+            raise
+
+    def _settled(self, task: asyncio.Task[Any]) -> None:
+        self._in_flight.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved here: a caller that went away no longer wants it
+
+    async def _transact_on_postgresql(self, make: Callable[[], Tx[T]], abandoned: asyncio.Event) -> T:
         async with self._write_engine.connect() as connection:
+            if abandoned.is_set():
+                raise asyncio.CancelledError  # its caller left while it waited for a connection
             # The pooled asyncpg connection, in a transaction of asyncpg's own: SQLAlchemy
             # begins its transactions lazily, on its first statement, which never comes here.
             raw = (await connection.get_raw_connection()).driver_connection
             assert raw is not None
-            async with raw.transaction():
-                return await run_on_asyncpg(raw, make())
+            try:
+                async with raw.transaction():
+                    return await run_on_asyncpg(raw, make())
+            except BaseException:
+                if raw.is_in_transaction() or _begun(raw):
+                    # The rollback did not happen (the connection broke, or this task was
+                    # cancelled at close): it must not go back to the pool inside a transaction.
+                    await connection.invalidate()
+                raise
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -151,9 +184,19 @@ class Store:
     async def close(self) -> None:
         if self._writer is not None:
             await self._writer.close()
+        if self._in_flight:
+            # Transactions whose callers stopped waiting: let them finish before the pool goes.
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
         await self._write_engine.dispose()
         if self._read_engine.sync_engine.pool is not self._write_engine.sync_engine.pool:
             await self._read_engine.dispose()  # SQLite's own read pool; PostgreSQL's is shared
+
+
+def _begun(raw: Any) -> bool:
+    """Whether asyncpg still counts a transaction open on ``raw`` (after a failed one it
+    should not)."""
+    # No public API tells this; asyncpg keeps the outermost open transaction here.
+    return getattr(raw, "_top_xact", None) is not None
 
 
 def null_pool_engine(url: str) -> AsyncEngine:
