@@ -39,15 +39,43 @@ def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogF
         if fmt is LogFormat.CONSOLE
         else structlog.processors.JSONRenderer()
     )
+    shared: list[structlog.types.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+    ]
+    tracebacks = structlog.processors.dict_tracebacks if fmt is LogFormat.JSON else structlog.dev.set_exc_info
+    numeric_level = logging.getLevelNamesMapping()[level.value.upper()]
     structlog.configure(
-        processors=[
-            structlog.contextvars.merge_contextvars,
-            structlog.processors.add_log_level,
-            structlog.processors.TimeStamper(fmt="iso", utc=True),
-            structlog.processors.dict_tracebacks if fmt is LogFormat.JSON else structlog.dev.set_exc_info,
-            renderer,
-        ],
-        wrapper_class=structlog.make_filtering_bound_logger(logging.getLevelNamesMapping()[level.value.upper()]),
+        processors=[*shared, tracebacks, renderer],
+        wrapper_class=structlog.make_filtering_bound_logger(numeric_level),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
         cache_logger_on_first_use=True,
     )
+    _route_standard_logging(shared, tracebacks, renderer, max(numeric_level, logging.WARNING))
+
+
+_HANDLER_NAME = "gpucloud"
+
+
+def _route_standard_logging(
+    shared: list[structlog.types.Processor],
+    tracebacks: structlog.types.Processor,
+    renderer: structlog.types.Processor,
+    level: int,
+) -> None:
+    """Render what libraries log through the standard library (SQLAlchemy's pool, grpc,
+    asyncio) like our own lines, so a JSON log stays one JSON object per line. Libraries are
+    heard from at WARNING and above whatever our level: their INFO is chatter."""
+    handler = logging.StreamHandler(sys.stderr)
+    handler.set_name(_HANDLER_NAME)
+    handler.setFormatter(
+        structlog.stdlib.ProcessorFormatter(
+            foreign_pre_chain=[structlog.stdlib.add_logger_name, *shared],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, tracebacks, renderer],
+        )
+    )
+    root = logging.getLogger()
+    # Configuring twice (tests, an embedding program) replaces our handler, not others'.
+    root.handlers = [h for h in root.handlers if h.get_name() != _HANDLER_NAME] + [handler]
+    root.setLevel(level)

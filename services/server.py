@@ -52,6 +52,7 @@ from services.store import secrets
 from services.store.engine import Store, sqlite_url
 from services.tenants.servicer import TenantServicer
 from services.workers import Workers
+from tsdb.errors import StoreLockedError
 
 log = structlog.get_logger(__name__)
 
@@ -122,20 +123,26 @@ class ControlPlane:
         config.data_dir.mkdir(parents=True, exist_ok=True)
         # A bad rate card fails the start before anything is opened.
         rates = billing_rates.load(config.rates_path)
+        # The metrics store first: its directory lock is what tells a second server on this
+        # data directory to stop, before it touches the database.
+        retention = config.metrics_retention_seconds
+        metrics_dir = config.metrics_dir or config.data_dir / "tsdb"
+        try:
+            samples = await SampleStore.open(
+                metrics_dir, retention_ms=None if retention is None else int(retention * 1000)
+            )
+        except StoreLockedError as error:
+            raise StartError(f"{metrics_dir} is in use by another gpucloud server ({error})") from error
+        self._samples = samples
         url = config.database_url or sqlite_url(config.data_dir)
         try:
             store = await Store.open(url)
         except (OSError, SQLAlchemyError) as error:
+            await self.stop()
             shown = make_url(url).render_as_string(hide_password=True)
             raise StartError(f"cannot open the database {shown}: {error}") from error
         self._store = store
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
-        retention = config.metrics_retention_seconds
-        samples = await SampleStore.open(
-            config.metrics_dir or config.data_dir / "tsdb",
-            retention_ms=None if retention is None else int(retention * 1000),
-        )
-        self._samples = samples
         page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
 
         wake_releaser, operations_changed = Notifier(), Notifier()

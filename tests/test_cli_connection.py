@@ -120,3 +120,12 @@ async def test_bad_fields_are_listed_once(control_plane: RunningControlPlane) ->
     assert code == 1, output
     assert "error INVALID_ARGUMENT INVALID_FIELD:\n" in output
     assert output.count("tenant_id") == 1
+
+
+async def test_a_second_server_on_the_same_data_dir_says_so_in_one_line(control_plane: RunningControlPlane) -> None:
+    """Refused before it opens the database: the metrics store's directory lock is taken first."""
+    data_dir = control_plane.config.data_dir
+    code, output = await asyncio.to_thread(serve, "--data-dir", str(data_dir), "--listen", "127.0.0.1:0")
+    assert code == 2, output
+    assert "is in use by another gpucloud server" in output
+    assert "Traceback" not in output

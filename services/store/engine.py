@@ -89,6 +89,8 @@ class Store:
         if parsed.get_backend_name() == "sqlite":
             if parsed.database in (None, "", ":memory:"):
                 raise ValueError("in-memory SQLite shares one connection between tasks; use a file")
+            # The only connection that may create the file; every later one refuses a missing file.
+            await asyncio.to_thread(sqlite_driver.create_file, parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
             # One writer connection: SQLite has one write lock anyway, and queueing on the pool
             # is cheaper and fairer than spinning on busy_timeout.
             creator = sqlite_driver.connector(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)

@@ -1,14 +1,17 @@
-"""Which database failures a caller may retry, expressed as domain errors.
+"""Which database and storage failures a caller may retry, expressed as domain errors.
 
 The interceptor asks ``translate`` about any exception a handler did not handle: a lost
 connection, an exhausted pool or a SQLite database locked past the busy timeout is
-UNAVAILABLE (retry the call); a PostgreSQL deadlock or serialization failure, or a constraint
-that refused a write because a concurrent transaction got there first (``tx.Conflict``), is
-ABORTED (retry the sequence); anything else stays INTERNAL.
+UNAVAILABLE (retry the call); so is a full or failing disk under SQLite or the metrics store,
+with the cause in the reason (STORAGE_FULL, STORAGE_ERROR), since the call can succeed once an
+operator frees space; a PostgreSQL deadlock or serialization failure, or a constraint that
+refused a write because a concurrent transaction got there first (``tx.Conflict``), is ABORTED
+(retry the sequence); anything else stays INTERNAL.
 """
 
 from __future__ import annotations
 
+import errno
 import sqlite3
 import sys
 
@@ -16,12 +19,30 @@ from sqlalchemy import exc
 
 from services.errors import Aborted, ApiError, Unavailable
 from services.store.tx import Conflict
-from services.store.writer import WriterClosed
+from services.store.writer import StorageReplaced, WriterClosed
+from tsdb.errors import WalError
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 # Primary result codes (the low byte of an extended one).
 _SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
+_SQLITE_FULL = frozenset({sqlite3.SQLITE_FULL})
+_SQLITE_STORAGE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
+
+
+def _full() -> Unavailable:
+    return Unavailable(reason="STORAGE_FULL", message="the server's disk is full; retry once space is freed")
+
+
+def _storage_error(detail: str) -> Unavailable:
+    return Unavailable(reason="STORAGE_ERROR", message=f"the server's storage failed ({detail}); retry later")
+
+
+def _sqlite_code(error: BaseException) -> int | None:
+    """The primary SQLite result code of ``error``, raw or wrapped by SQLAlchemy."""
+    original = error.orig if isinstance(error, exc.DBAPIError) else error
+    code = getattr(original, "sqlite_errorcode", None)
+    return None if code is None else int(code) & 0xFF
 
 
 def translate(error: BaseException) -> ApiError | None:
@@ -38,11 +59,26 @@ def translate(error: BaseException) -> ApiError | None:
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
-    sqlite_code = getattr(error, "sqlite_errorcode", None)
-    if isinstance(error, sqlite3.OperationalError) and sqlite_code is not None and sqlite_code & 0xFF in _SQLITE_BUSY:
+    sqlite_code = _sqlite_code(error)
+    if sqlite_code in _SQLITE_FULL:
+        return _full()
+    if sqlite_code in _SQLITE_STORAGE:
+        original = error.orig if isinstance(error, exc.DBAPIError) else error
+        return _storage_error(str(original))
+    if isinstance(error, sqlite3.OperationalError) and sqlite_code in _SQLITE_BUSY:
         # From the SQLite writer (store/writer.py), which uses sqlite3 directly: another
         # process held the database past the busy timeout.
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy; retry")
+    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
+        return _full()
+    if isinstance(error, StorageReplaced):
+        return _storage_error(str(error))
+    if isinstance(error, WalError):
+        # The metrics store's write-ahead log; its cause says whether the disk is full.
+        cause = error.__cause__
+        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
+            return _full()
+        return _storage_error(str(error))
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if isinstance(error, exc.DBAPIError):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
+from pathlib import Path
 from typing import Any
 
 import aiosqlite
@@ -137,14 +138,20 @@ def _use_wal(connection: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.01)
 
 
-def open_connection(path: str, *, timeout: float, shared: bool = False) -> sqlite3.Connection:
+def open_connection(path: str, *, timeout: float, shared: bool = False, create: bool = False) -> sqlite3.Connection:
     """A sqlite3 connection to ``path`` in WAL mode, with foreign keys on and
     ``synchronous=FULL`` (an acknowledged commit survives power loss, not only a process
     crash), in autocommit mode: whoever uses it issues BEGIN / BEGIN IMMEDIATE itself.
 
-    ``shared``: the caller uses it from more than one thread, one at a time.
+    ``shared``: the caller uses it from more than one thread, one at a time. ``create``: make
+    the file if it is missing. Only the store's first connection does: a file deleted under a
+    running server must fail the connections opened after it (SQLITE_CANTOPEN), not be
+    silently replaced by an empty database.
     """
-    connection = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=not shared)
+    target = path if create else Path(path).resolve().as_uri() + "?mode=rw"
+    connection = sqlite3.connect(
+        target, timeout=timeout, isolation_level=None, check_same_thread=not shared, uri=not create
+    )
     _use_wal(connection, timeout)
     connection.execute("PRAGMA foreign_keys=ON")
     connection.execute("PRAGMA synchronous=FULL")
@@ -152,6 +159,11 @@ def open_connection(path: str, *, timeout: float, shared: bool = False) -> sqlit
     # they are a memcpy, on disk a write() per page (visible in bench/api.py's profile).
     connection.execute("PRAGMA temp_store=MEMORY")
     return connection
+
+
+def create_file(path: str, *, timeout: float) -> None:
+    """Create the database file at ``path`` (in WAL mode) if it does not exist yet."""
+    open_connection(path, timeout=timeout, create=True).close()
 
 
 def connector(path: str, *, timeout: float) -> Callable[[], OneHopConnection]:

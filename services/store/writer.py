@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -58,6 +59,11 @@ class WriterClosed(RuntimeError):
     """The store is closing: the transaction was not run."""
 
 
+class StorageReplaced(RuntimeError):
+    """The database file was deleted or replaced under the running server: what it commits
+    now goes to a file nobody will open again, so nothing more is acknowledged."""
+
+
 @dataclass(slots=True)
 class _Job:
     make: Callable[[], Tx[Any]]
@@ -78,6 +84,8 @@ class SqliteWriter:
         self._lock = lock or asyncio.Lock()
         self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="gpucloud-sqlite-writer")
         self._connection: sqlite3.Connection | None = None
+        # (device, inode) of the file the connection opened, checked after every commit.
+        self._identity: tuple[int, int] | None = None
         self._queue: list[_Job] = []
         self._wake = asyncio.Event()
         self._pump: asyncio.Task[None] | None = None
@@ -135,7 +143,19 @@ class SqliteWriter:
         _settle(waiting)
 
     def _open(self) -> sqlite3.Connection:
-        return sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
+        connection = sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
+        self._identity = _identity(self._path)
+        return connection
+
+    def _commit(self, connection: sqlite3.Connection) -> None:
+        """COMMIT, then make sure it went to the file at the path (see StorageReplaced)."""
+        connection.execute("COMMIT")
+        try:
+            now = _identity(self._path)
+        except FileNotFoundError:
+            now = None
+        if now != self._identity:
+            raise StorageReplaced(f"{self._path} was deleted or replaced while the server ran; restart it")
 
     async def _on_thread(self, function: Any, *args: Any) -> Any:
         loop = self._loop or asyncio.get_running_loop()
@@ -200,8 +220,12 @@ class SqliteWriter:
                     return
                 await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
                 _run_with_savepoints(connection, group)
-            await self._on_thread(connection.execute, "COMMIT")
+            await self._on_thread(self._commit, connection)
             self.commits += 1
+        except StorageReplaced as error:
+            log.error("sqlite_database_replaced", error=str(error), transactions=len(group))
+            for job in group:
+                job.outcome = (False, error)
         except sqlite3.Error as error:
             # BEGIN, a savepoint or COMMIT failed (locked past the busy timeout, disk full, I/O
             # error): nothing of the group is durable, so nobody hears "done".
@@ -249,6 +273,11 @@ def _attempt(connection: sqlite3.Connection, make: Callable[[], Tx[Any]]) -> tup
         return False, error
     except Exception as error:  # handed to the caller, who raises it
         return False, error
+
+
+def _identity(path: str) -> tuple[int, int]:
+    status = os.stat(path)
+    return status.st_dev, status.st_ino
 
 
 def _settle(jobs: list[_Job]) -> None:

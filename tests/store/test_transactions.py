@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import sqlite3
 from collections.abc import Callable
 from functools import partial
@@ -11,12 +12,15 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from sqlalchemy import exc as sqlalchemy_exc
 
 from services.errors import ApiError, Unavailable
 from services.store import failures
 from services.store.engine import Store
+from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Sql, Tx, numbered, run_in_session
-from services.store.writer import SqliteWriter, WriterClosed
+from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
+from tsdb.errors import WalError
 
 
 def add_tenant(tenant_id: str, *, then_fail: bool = False) -> Tx[str]:
@@ -312,3 +316,67 @@ async def test_a_read_sees_one_snapshot_while_others_commit(store: Store) -> Non
         await store.transact(partial(add_tenant, "during"))
         assert await run_in_session(session, count()) == 1
     assert sorted(await read_tenants(store)) == ["before", "during"]
+
+
+def _real_sqlite_error(tmp_path: Path, *, full: bool) -> sqlite3.OperationalError:
+    """A real SQLite error: the disk full (a page limit stands in for it) or a read-only file."""
+    path = tmp_path / "scratch.db"
+    setup = sqlite3.connect(path)
+    setup.execute("CREATE TABLE t (x BLOB)")
+    setup.commit()
+    setup.close()
+    if full:
+        connection = sqlite3.connect(path)
+        connection.execute("PRAGMA max_page_count = 3")
+    else:
+        connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+    with pytest.raises(sqlite3.OperationalError) as raised:
+        connection.execute("INSERT INTO t VALUES (zeroblob(100000))")
+        connection.commit()
+    connection.close()
+    return raised.value
+
+
+@pytest.mark.parametrize(("full", "reason"), [(True, "STORAGE_FULL"), (False, "STORAGE_ERROR")])
+def test_a_full_or_read_only_sqlite_is_unavailable_naming_the_cause(tmp_path: Path, full: bool, reason: str) -> None:
+    """Raw (the writer) or wrapped by SQLAlchemy (reads, other writes): UNAVAILABLE, never INTERNAL."""
+    error = _real_sqlite_error(tmp_path, full=full)
+    for raised in (error, sqlalchemy_exc.OperationalError("INSERT ...", {}, error)):
+        translated = failures.translate(raised)
+        assert isinstance(translated, Unavailable)
+        assert translated.reason == reason
+
+
+def test_a_full_disk_under_the_metrics_log_is_storage_full() -> None:
+    try:
+        try:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        except OSError as cause:
+            raise WalError("WAL write failed: no space") from cause
+    except WalError as error:
+        translated = failures.translate(error)
+    assert isinstance(translated, Unavailable)
+    assert translated.reason == "STORAGE_FULL"
+
+
+async def test_a_database_file_deleted_under_the_writer_acknowledges_nothing_more(sqlite_file: str) -> None:
+    """The commit lands in a file nobody will open again: the caller hears STORAGE_ERROR, not OK."""
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    try:
+        assert await writer.run(partial(add_tenant, "before")) == "before"
+        for suffix in ("", "-wal", "-shm"):
+            await asyncio.to_thread(Path(sqlite_file + suffix).unlink, missing_ok=True)
+        with pytest.raises(StorageReplaced) as raised:
+            await writer.run(partial(add_tenant, "after"))
+        translated = failures.translate(raised.value)
+        assert isinstance(translated, Unavailable)
+        assert translated.reason == "STORAGE_ERROR"
+        with pytest.raises(StorageReplaced):
+            await writer.run(partial(add_tenant, "later"))
+    finally:
+        await writer.close()
+    # And a new connection does not quietly make an empty database in its place.
+    with pytest.raises(sqlite3.OperationalError):
+        await asyncio.to_thread(open_connection, sqlite_file, timeout=1)
+    assert not await asyncio.to_thread(Path(sqlite_file).exists)

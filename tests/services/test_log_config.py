@@ -1,0 +1,54 @@
+"""Log configuration: our lines and libraries' standard-library lines come out alike."""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Iterator
+
+import pytest
+import structlog
+
+from services.log_config import LogFormat, LogLevel, configure
+
+
+@pytest.fixture
+def restored() -> Iterator[None]:
+    """configure() changes process-wide state: put it back for the tests after this one."""
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    yield
+    root.handlers, root.level = handlers, level
+    structlog.reset_defaults()
+
+
+def test_a_library_error_with_a_traceback_is_one_json_line(restored: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """What SQLAlchemy's pool logs on a failed reset reads as JSON, traceback included."""
+    configure(LogLevel.INFO, LogFormat.JSON)
+    try:
+        raise RuntimeError("reset interrupted")
+    except RuntimeError:
+        logging.getLogger("sqlalchemy.pool.impl.AsyncAdaptedQueuePool").error("Exception during reset", exc_info=True)
+    logging.getLogger("grpc").info("library chatter below WARNING is not shown")
+    structlog.get_logger("gpucloud.test").info("ours", answer=42)
+    lines = capsys.readouterr().err.splitlines()
+    records = [json.loads(line) for line in lines]
+    assert [r["event"] for r in records] == ["Exception during reset", "ours"]
+    library, ours = records
+    assert library["level"] == "error"
+    assert library["logger"] == "sqlalchemy.pool.impl.AsyncAdaptedQueuePool"
+    assert library["exception"][0]["exc_type"] == "RuntimeError"
+    assert ours["answer"] == 42 and "timestamp" in ours
+
+
+def test_configuring_twice_keeps_one_handler(restored: None) -> None:
+    configure(LogLevel.WARNING, LogFormat.JSON)
+    configure(LogLevel.INFO, LogFormat.CONSOLE)
+    assert [h.get_name() for h in logging.getLogger().handlers].count("gpucloud") == 1
+
+
+def test_an_unknown_level_or_format_is_refused(restored: None) -> None:
+    with pytest.raises(ValueError):
+        configure("loud", LogFormat.JSON)
+    with pytest.raises(ValueError):
+        configure(LogLevel.INFO, "xml")
