@@ -7,6 +7,7 @@ import sys
 from enum import StrEnum
 
 import structlog
+from structlog.tracebacks import ExceptionDictTransformer
 
 
 class LogLevel(StrEnum):
@@ -24,6 +25,12 @@ class LogFormat(StrEnum):
     JSON = "json"
     CONSOLE = "console"
     AUTO = "auto"
+
+
+# Tracebacks as JSON, without each frame's local variables (structlog's default shows them):
+# they would copy bearer tokens, request bodies and SQL parameters into the log.
+_JSON_TRACEBACKS = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+_HANDLER_NAME = "gpucloud"
 
 
 def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogFormat.AUTO) -> None:
@@ -44,7 +51,7 @@ def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogF
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    tracebacks = structlog.processors.dict_tracebacks if fmt is LogFormat.JSON else structlog.dev.set_exc_info
+    tracebacks = _JSON_TRACEBACKS if fmt is LogFormat.JSON else structlog.dev.set_exc_info
     numeric_level = logging.getLevelNamesMapping()[level.value.upper()]
     structlog.configure(
         processors=[*shared, tracebacks, renderer],
@@ -53,9 +60,6 @@ def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogF
         cache_logger_on_first_use=True,
     )
     _route_standard_logging(shared, tracebacks, renderer, max(numeric_level, logging.WARNING))
-
-
-_HANDLER_NAME = "gpucloud"
 
 
 def _route_standard_logging(

@@ -180,8 +180,16 @@ class Store:
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
         """A read-only transaction over a consistent snapshot."""
-        async with self._reads() as session, session.begin():
+        session = self._reads()
+        try:
+            await session.begin()
             yield session
+        finally:
+            # Ends the transaction (a rollback: nothing was written) and returns the
+            # connection, shielded: a reader cancelled then (a deadline, a client gone) would
+            # interrupt the rollback that resets the connection, and SQLAlchemy would log that
+            # as an error and throw the connection away.
+            await asyncio.shield(session.close())
 
     async def close(self) -> None:
         if self._writer is not None:

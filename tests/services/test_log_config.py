@@ -41,6 +41,24 @@ def test_a_library_error_with_a_traceback_is_one_json_line(restored: None, capsy
     assert ours["answer"] == 42 and "timestamp" in ours
 
 
+def test_json_tracebacks_carry_no_local_variables(restored: None, capsys: pytest.CaptureFixture[str]) -> None:
+    """A frame's locals can hold a bearer token: they must not reach the log."""
+    configure(LogLevel.INFO, LogFormat.JSON)
+
+    def authenticate(token: str) -> None:
+        raise PermissionError("no")
+
+    try:
+        authenticate("secret-bearer-token")
+    except PermissionError:
+        structlog.get_logger("gpucloud.test").exception("failed")
+    output = capsys.readouterr().err
+    frames = json.loads(output)["exception"][0]["frames"]
+    assert [f["name"] for f in frames][-1] == "authenticate"
+    assert all("locals" not in f for f in frames)
+    assert "secret-bearer-token" not in output
+
+
 def test_configuring_twice_keeps_one_handler(restored: None) -> None:
     configure(LogLevel.WARNING, LogFormat.JSON)
     configure(LogLevel.INFO, LogFormat.CONSOLE)
