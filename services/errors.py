@@ -68,7 +68,8 @@ MAX_FIELD_PATH = 80
 MAX_DESCRIPTION = 160
 
 
-def _cut(text: str, limit: int) -> str:
+def cut(text: str, limit: int) -> str:
+    """``text``, or its first ``limit - 3`` characters and "..." when it is longer."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -87,7 +88,7 @@ class InvalidArgument(ApiError):
         as many as given); reports at most ``MAX_REPORTED_VIOLATIONS``, each cut short."""
         total = len(violations) if total is None else total
         reported = tuple(
-            FieldViolation(_cut(v.field, MAX_FIELD_PATH), _cut(v.description, MAX_DESCRIPTION))
+            FieldViolation(cut(v.field, MAX_FIELD_PATH), cut(v.description, MAX_DESCRIPTION))
             for v in violations[:MAX_REPORTED_VIOLATIONS]
         )
         message = "; ".join(f"{v.field}: {v.description}" for v in reported[:MAX_VIOLATIONS_IN_MESSAGE])

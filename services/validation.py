@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 
-from services.errors import MAX_REPORTED_VIOLATIONS, FieldViolation, InvalidArgument
+from services.errors import MAX_REPORTED_VIOLATIONS, FieldViolation, InvalidArgument, cut
 from services.paging import Cursor, PageTokens
 
 ID_PATTERN = re.compile(r"[a-z0-9][a-z0-9-]{0,62}")
@@ -67,10 +67,9 @@ class Violations:
                 self.add(field_path, "is required")
             return
         if not ID_PATTERN.fullmatch(value):
-            shown = value if len(value) <= 80 else value[:77] + "..."
             self.add(
                 field_path,
-                f"{shown!r} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
+                f"{cut(value, 80)!r} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
             )
 
     def text(self, field_path: str, value: str, *, max_length: int = MAX_TEXT, required: bool = False) -> None:

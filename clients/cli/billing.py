@@ -333,6 +333,6 @@ def usage_export(
     if invoice_period is not None:
         first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period, option="--invoice-period"))
         render.errors.print(
-            f"[dim]audit: gpucloud invoice --events {out} --rates RATES.json --start {first} --end {last}[/dim]",
+            f"[dim]audit: gpucloud invoice --events {out} [--rates RATES.json] --start {first} --end {last}[/dim]",
             highlight=False,
         )

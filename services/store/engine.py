@@ -147,14 +147,14 @@ class Store:
         abandoned = asyncio.Event()
         task = asyncio.get_running_loop().create_task(self._transact_on_postgresql(make, abandoned))
         self._in_flight.add(task)
-        task.add_done_callback(self._settled)
+        task.add_done_callback(self._forget)
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             abandoned.set()
             raise
 
-    def _settled(self, task: asyncio.Task[Any]) -> None:
+    def _forget(self, task: asyncio.Task[Any]) -> None:
         self._in_flight.discard(task)
         if not task.cancelled():
             task.exception()  # retrieved here: a caller that went away no longer wants it
@@ -191,12 +191,16 @@ class Store:
             # as an error and throw the connection away.
             await asyncio.shield(session.close())
 
+    async def settled(self) -> None:
+        """Wait until the PostgreSQL transactions whose callers stopped waiting have finished
+        (see ``transact``). On SQLite the writer orders every later transaction after them."""
+        if self._in_flight:
+            await asyncio.gather(*self._in_flight, return_exceptions=True)
+
     async def close(self) -> None:
         if self._writer is not None:
             await self._writer.close()
-        if self._in_flight:
-            # Transactions whose callers stopped waiting: let them finish before the pool goes.
-            await asyncio.gather(*self._in_flight, return_exceptions=True)
+        await self.settled()  # before the pool goes
         await self._write_engine.dispose()
         if self._read_engine.sync_engine.pool is not self._write_engine.sync_engine.pool:
             await self._read_engine.dispose()  # SQLite's own read pool; PostgreSQL's is shared

@@ -26,7 +26,6 @@ from tsdb.errors import WalError
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
 # Primary result codes (the low byte of an extended one).
 _SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
-_SQLITE_FULL = frozenset({sqlite3.SQLITE_FULL})
 _SQLITE_STORAGE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
 
 
@@ -38,11 +37,21 @@ def _storage_error(detail: str) -> Unavailable:
     return Unavailable(reason="STORAGE_ERROR", message=f"the server's storage failed ({detail}); retry later")
 
 
+def _unwrapped(error: BaseException) -> BaseException:
+    """The driver's own exception, when SQLAlchemy wrapped it."""
+    return error.orig if isinstance(error, exc.DBAPIError) and error.orig is not None else error
+
+
 def _sqlite_code(error: BaseException) -> int | None:
     """The primary SQLite result code of ``error``, raw or wrapped by SQLAlchemy."""
-    original = error.orig if isinstance(error, exc.DBAPIError) else error
-    code = getattr(original, "sqlite_errorcode", None)
+    code = getattr(_unwrapped(error), "sqlite_errorcode", None)
     return None if code is None else int(code) & 0xFF
+
+
+def _disk_full(error: BaseException) -> bool:
+    """ENOSPC, raised as it is or as the cause of the metrics log's WalError."""
+    cause = error.__cause__ if isinstance(error, WalError) else error
+    return isinstance(cause, OSError) and cause.errno == errno.ENOSPC
 
 
 def translate(error: BaseException) -> ApiError | None:
@@ -60,24 +69,15 @@ def translate(error: BaseException) -> ApiError | None:
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
     sqlite_code = _sqlite_code(error)
-    if sqlite_code in _SQLITE_FULL:
+    if sqlite_code == sqlite3.SQLITE_FULL or _disk_full(error):
         return _full()
     if sqlite_code in _SQLITE_STORAGE:
-        original = error.orig if isinstance(error, exc.DBAPIError) else error
-        return _storage_error(str(original))
+        return _storage_error(str(_unwrapped(error)))
     if isinstance(error, sqlite3.OperationalError) and sqlite_code in _SQLITE_BUSY:
         # From the SQLite writer (store/writer.py), which uses sqlite3 directly: another
         # process held the database past the busy timeout.
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy; retry")
-    if isinstance(error, OSError) and error.errno == errno.ENOSPC:
-        return _full()
-    if isinstance(error, StorageReplaced):
-        return _storage_error(str(error))
-    if isinstance(error, WalError):
-        # The metrics store's write-ahead log; its cause says whether the disk is full.
-        cause = error.__cause__
-        if isinstance(cause, OSError) and cause.errno == errno.ENOSPC:
-            return _full()
+    if isinstance(error, StorageReplaced | WalError):
         return _storage_error(str(error))
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")

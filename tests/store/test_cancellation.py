@@ -56,7 +56,7 @@ async def test_cancelled_transactions_leave_no_connection_inside_a_transaction(s
     # so some land while BEGIN is on the wire.
     for i in range(CANCELLED):
         await cancel_soon(store, f"gone-{i}", rng)
-    await asyncio.sleep(0.2)  # transactions whose callers left finish or never begin
+    await store.settled()  # transactions whose callers left have finished or never begun
     assert returned_dirty == []
 
     # Acknowledged writes after the storm are committed: visible from a connection of its own.
