@@ -79,6 +79,7 @@ def _without_database() -> None:
 
 
 def _serve_control_plane(data_dir: str, database_url: str | None, no_database: bool, port_queue: mp.Queue[int]) -> None:
+    from services.heap import freeze_startup_heap
     from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
 
@@ -91,6 +92,7 @@ def _serve_control_plane(data_dir: str, database_url: str | None, no_database: b
             ServerConfig(data_dir=Path(data_dir), listen="127.0.0.1:0", database_url=database_url, scrub_seconds=0)
         )
         await plane.start()
+        freeze_startup_heap()  # as `gpucloud serve` does
         assert plane.port is not None
         port_queue.put(plane.port)
         await plane.wait()

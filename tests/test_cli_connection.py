@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 from pathlib import Path
@@ -77,6 +78,36 @@ def serve(*args: str) -> tuple[int, str]:
         [*gpucloud_command(), "serve", *args], capture_output=True, text=True, timeout=60, env=environment
     )
     return done.returncode, done.stdout + done.stderr
+
+
+def test_serve_freezes_its_startup_heap_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """The process that owns the server takes what startup built out of full collections
+    (services/heap.py), once it serves; SIGTERM then stops it with exit 0."""
+    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+    command = [*gpucloud_command(), "serve", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"]
+    process = subprocess.Popen(
+        [*command, "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
+    )
+    try:
+        assert process.stdout is not None
+        events: list[dict[str, object]] = []
+        # The line comes right after start-up; readline returns "" if the server exits instead.
+        for line in process.stdout:
+            if line.startswith("{"):
+                events.append(json.loads(line))
+                if events[-1]["event"] == "startup_heap_frozen":
+                    break
+        names = [event["event"] for event in events]
+        assert names[-1] == "startup_heap_frozen", names
+        assert names.index("control_plane_started") < len(names) - 1
+        frozen = events[-1]["objects"]
+        assert isinstance(frozen, int) and frozen > 10_000
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=60) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
 
 
 def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:

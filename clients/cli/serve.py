@@ -5,8 +5,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
+from collections.abc import Iterator
 from pathlib import Path
 
+from services.heap import freeze_startup_heap
 from services.log_config import LogFormat, LogLevel, configure
 from services.server import ControlPlane, ServerConfig
 
@@ -14,19 +16,31 @@ from services.server import ControlPlane, ServerConfig
 async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFormat) -> None:
     configure(log_level, log_format)
     plane = ControlPlane(config)
-    await plane.start()
-    _announce_token(plane.operator_token_created, plane.operator_token_path)
     stop = asyncio.Event()
+    # Before the start: a SIGTERM that arrives as soon as the port is bound must still drain.
+    with _stopping_on_signals(stop):
+        await plane.start()  # a failed start has closed what it opened
+        try:
+            freeze_startup_heap()
+            _announce_token(plane.operator_token_created, plane.operator_token_path)
+            await stop.wait()
+        finally:
+            await plane.stop()
+
+
+@contextlib.contextmanager
+def _stopping_on_signals(stop: asyncio.Event) -> Iterator[None]:
+    """SIGINT and SIGTERM set ``stop`` inside the block; the default handlers return after it."""
     loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
+    signals = (signal.SIGINT, signal.SIGTERM)
+    for sig in signals:
         loop.add_signal_handler(sig, stop.set)
     try:
-        await stop.wait()
+        yield
     finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in signals:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
-        await plane.stop()
 
 
 def _announce_token(created: Path | None, path: Path) -> None:
