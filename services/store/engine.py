@@ -71,6 +71,8 @@ class Store:
         # SQLite only: shared with the writer, so its two write connections take turns.
         self._write_lock = write_lock
         self._write_engine = write_engine
+        # Read on every create and cancel; through AsyncEngine it is two property lookups.
+        self._dialect: str = write_engine.dialect.name
         self._read_engine = read_engine
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
         # PostgreSQL transactions running on their own tasks (see transact); close waits for them.
@@ -80,7 +82,7 @@ class Store:
     @property
     def dialect(self) -> str:
         """``sqlite`` or ``postgresql``."""
-        return self._write_engine.dialect.name
+        return self._dialect
 
     @classmethod
     async def open(cls, url: str) -> Store:

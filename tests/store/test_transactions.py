@@ -18,7 +18,7 @@ from services.errors import ApiError, Unavailable
 from services.store import failures
 from services.store.engine import Store
 from services.store.sqlite_driver import open_connection
-from services.store.tx import Conflict, Sql, Tx, numbered, run_in_session
+from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
 from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
 from tsdb.errors import WalError
 
@@ -68,6 +68,34 @@ async def test_a_unique_violation_is_a_conflict_and_changes_nothing(store: Store
     with pytest.raises(Conflict):
         await store.transact(add_two)
     assert await read_tenants(store) == ["a"]
+
+
+async def test_in_lists_of_every_length_match_each_row_once_in_a_few_statement_texts(store: Store) -> None:
+    """expand pads a list to a power of two with its last value: the rows matched and the rows
+    changed are those of the list as given, and 1-70 values make 8 texts, not 70."""
+    names = [f"t{i:02d}" for i in range(70)]
+
+    def add_all() -> Tx[None]:
+        yield Sql(
+            "INSERT INTO tenants (tenant_id, display_name, created_us) VALUES (:id, '', 1)",
+            rows=[{"id": name} for name in names],
+        )
+
+    def select_and_rename(wanted: list[str]) -> Tx[tuple[str, list[str], int]]:
+        ids, params = expand("id", wanted)
+        text = f"SELECT tenant_id FROM tenants WHERE tenant_id IN ({ids}) ORDER BY tenant_id"
+        selected: Rows = yield Sql(text, params)
+        renamed = yield Sql(f"UPDATE tenants SET display_name = 'x' WHERE tenant_id IN ({ids})", params)
+        return text, [str(row[0]) for row in selected.rows], renamed.rowcount
+
+    await store.transact(add_all)
+    texts = set()
+    for length in range(1, len(names) + 1):
+        text, selected, renamed = await store.transact(partial(select_and_rename, names[:length]))
+        assert selected == names[:length]
+        assert renamed == length
+        texts.add(text)
+    assert len(texts) == 8  # 1, 2, 4, ..., 128 placeholders
 
 
 def test_a_conflict_escaping_a_handler_is_aborted_for_the_client() -> None:
