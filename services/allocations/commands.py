@@ -32,7 +32,7 @@ from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor
 from services.store.engine import Store
-from services.store.tx import Conflict, Tx, run_in_session
+from services.store.tx import Conflict, Tx, rollback_to, run_in_session, savepoint
 from services.tenants import repository as tenants_repo
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
@@ -113,13 +113,19 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     if claim is not None and locking:
         # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
         yield from claim
+    if locking:
+        yield from savepoint("placement")
     free = yield from nodes_repo.free_nodes(
         request.gpu_model, limit=request.node_count, locking=locking, skip_locked=True
     )
     chosen = first_fit([Candidate(*n) for n in free], request.node_count)
     if chosen is None and locking:
         # SKIP LOCKED also passes over nodes a concurrent transaction holds and may yet
-        # release: before refusing, wait for those locks and look again.
+        # release: before refusing, wait for those locks and look again. But first give back
+        # the nodes this pass locked: two creates each holding some nodes while waiting for
+        # the other's deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with
+        # no node held, in placement order, forms no cycle.
+        yield from rollback_to("placement")
         free = yield from nodes_repo.free_nodes(
             request.gpu_model, limit=request.node_count, locking=locking, skip_locked=False
         )

@@ -79,6 +79,17 @@ def expand(name: str, values: Iterable[Any]) -> tuple[str, dict[str, Any]]:
     return ", ".join(":" + key for key in binds), binds
 
 
+def savepoint(name: str) -> Tx[None]:
+    """A savepoint ``rollback_to(name)`` can return to, undoing the writes and releasing the
+    row locks taken after it (PostgreSQL)."""
+    yield Sql(f"SAVEPOINT {name}")
+
+
+def rollback_to(name: str) -> Tx[None]:
+    """Undo everything since ``savepoint(name)``; the transaction goes on."""
+    yield Sql(f"ROLLBACK TO SAVEPOINT {name}")
+
+
 def for_update(locking: bool, *, skip_locked: bool = False) -> str:
     """The row-lock clause on PostgreSQL; nothing on SQLite, whose writer holds the one
     database-wide write lock for the whole transaction."""
@@ -173,8 +184,10 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
                     result = Rows(list(records), len(records))
                 else:
                     status: str = await raw.execute(sql, *(statement.params[n] for n in names))
-                    # "UPDATE 3", "DELETE 0", "INSERT 0 16": the count is the last word.
-                    result = Rows([], int(status.rsplit(" ", 1)[-1]))
+                    # "UPDATE 3", "DELETE 0", "INSERT 0 16": the count is the last word;
+                    # "SAVEPOINT" and "ROLLBACK" carry none.
+                    count = status.rsplit(" ", 1)[-1]
+                    result = Rows([], int(count) if count.isdigit() else 0)
             except asyncpg.IntegrityConstraintViolationError as error:
                 raise Conflict(str(error)) from error
             statement = tx.send(result)
