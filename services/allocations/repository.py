@@ -15,6 +15,7 @@ from typing import Any
 
 from services.allocations.states import AllocationState
 from services.errors import NotFound
+from services.nodes import repository as nodes_repo
 from services.paging import Cursor, newest_first
 from services.store.tx import Sql, Tx, expand, for_update
 
@@ -168,17 +169,20 @@ def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> T
 
 
 def held_nodes(allocation_ids: Sequence[str], *, locking: bool) -> Tx[list[HeldNode]]:
-    """Every node the allocations still hold, with its state, locked for the transaction."""
+    """Every node the allocations still hold, with its state, locked for the transaction;
+    by allocation, each allocation's nodes in placement order."""
     if not allocation_ids:
         return []
     ids, params = expand("id", allocation_ids)
     result = yield Sql(
-        "SELECT a.allocation_id, n.node_id, n.state FROM assignments a JOIN nodes n ON n.node_id = a.node_id"
-        f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL ORDER BY a.allocation_id, a.position"
-        + for_update(locking),
+        "SELECT a.allocation_id, n.node_id, n.state, a.position FROM assignments a JOIN nodes n"
+        f" ON n.node_id = a.node_id WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL"
+        # Locked in fabric order, as placement locks them (see nodes.repository.fabric_order).
+        f" ORDER BY {nodes_repo.fabric_order('n')}" + for_update(locking),
         params,
     )
-    return [HeldNode(*r) for r in result.rows]
+    rows = sorted(result.rows, key=lambda r: (r[0], r[3]))
+    return [HeldNode(str(r[0]), str(r[1]), str(r[2])) for r in rows]
 
 
 def finish_cancel(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:

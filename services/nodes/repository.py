@@ -211,6 +211,18 @@ async def events(session: AsyncSession, node_id: str, *, after_seq: int | None, 
     return list((await session.exec(query)).all())
 
 
+def fabric_order(table: str = "") -> str:
+    """The ``ORDER BY`` terms of placement order: zone, rack, leaf switch, then id.
+
+    It is also the order every statement that locks several nodes locks them in (PostgreSQL
+    locks the rows of ``ORDER BY ... FOR UPDATE`` as it returns them). Two transactions that
+    take their nodes' locks in one order cannot deadlock over them; a release that locked its
+    nodes in allocation order deadlocked with creates waiting in this one.
+    """
+    prefix = f"{table}." if table else ""
+    return ", ".join(f"{prefix}{column}" for column in ("zone", "rack", "leaf_switch", "node_id"))
+
+
 def free_nodes(
     gpu_model: GpuModel, *, limit: int, locking: bool, skip_locked: bool
 ) -> Tx[list[tuple[str, str, str, str]]]:
@@ -225,7 +237,7 @@ def free_nodes(
     result = yield Sql(
         "SELECT node_id, zone, rack, leaf_switch FROM nodes"
         " WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE"
-        " ORDER BY zone, rack, leaf_switch, node_id LIMIT :limit" + for_update(locking, skip_locked=skip_locked),
+        f" ORDER BY {fabric_order()} LIMIT :limit" + for_update(locking, skip_locked=skip_locked),
         {"model": gpu_model.value, "ready": NodeState.READY.value, "limit": limit},
     )
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in result.rows]

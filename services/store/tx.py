@@ -59,8 +59,9 @@ Tx = Generator[Sql, Rows, T]
 
 
 class Conflict(Exception):
-    """A unique or foreign-key constraint refused a write: a concurrent transaction got there
-    first. The caller looks again in a new transaction."""
+    """A concurrent transaction got there first: a unique or foreign-key constraint refused a
+    write, or PostgreSQL aborted this transaction to break a deadlock or a serialization
+    failure. Nothing of the transaction is kept; the caller looks again in a new one."""
 
 
 def expand(name: str, values: Iterable[Any]) -> tuple[str, dict[str, Any]]:
@@ -188,7 +189,7 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
                     # "SAVEPOINT" and "ROLLBACK" carry none.
                     count = status.rsplit(" ", 1)[-1]
                     result = Rows([], int(count) if count.isdigit() else 0)
-            except asyncpg.IntegrityConstraintViolationError as error:
+            except (asyncpg.IntegrityConstraintViolationError, asyncpg.TransactionRollbackError) as error:
                 raise Conflict(str(error)) from error
             statement = tx.send(result)
     except StopIteration as done:

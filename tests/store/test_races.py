@@ -23,6 +23,7 @@ from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.notify import Notifier
 from services.store.engine import Store
 from services.tenants import commands as tenant_commands
+from tests.conftest import backend
 
 
 @pytest.fixture
@@ -147,3 +148,72 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store) -> Non
         with contextlib.suppress(asyncio.CancelledError):
             await releasing
     assert outcomes["placed"] > 0 and outcomes["refused"] > 0, outcomes
+
+
+@pytest.mark.skipif(backend() != "postgresql", reason="row locks: SQLite's writer runs one transaction at a time")
+async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(store: Store, database_url: str) -> None:
+    """The releaser used to lock its allocations' nodes in allocation order while a create
+    waiting for nodes locked them in placement order; each got one the other wanted, and
+    PostgreSQL broke the deadlock after a second. Steps as a slow operator transaction makes
+    them happen: the create waits on n0 while n2, n3, n1 are allocated in that order and
+    cancelled, and the release waits on n3."""
+    for node in ("n0", "n2", "n3", "n4"):  # with n1: one rack, so placement order is id order
+        gpus = tuple(GpuSpec(f"GPU-{node}-{g}", g) for g in range(8))
+        await node_commands.register(store, CONTROL_PLANE, Inventory(node, GpuModel.H100, gpus, "z", "r", "l"))
+        await node_commands.complete_burn_in(store, CONTROL_PLANE, node, passed=True, detail="")
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    monitor = await asyncpg.connect(dsn)
+    holders: list[asyncpg.Connection] = []
+
+    async def hold(node_id: str) -> asyncpg.Connection:
+        """An operator transaction on ``node_id`` in progress: its row lock, left open."""
+        connection = await asyncpg.connect(dsn)
+        holders.append(connection)
+        await connection.execute("BEGIN")
+        await connection.execute("SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE", node_id)
+        return connection
+
+    async def until_waiting(count: int) -> None:
+        deadline = asyncio.get_running_loop().time() + 10
+        while (
+            await monitor.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            < count
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
+            await asyncio.sleep(0.01)
+
+    async def release(connection: asyncpg.Connection) -> None:
+        await connection.execute("ROLLBACK")
+
+    tenant = Principal("t", Role.TENANT, tenant_id="acme")
+    try:
+        on_n0 = await hold("n0")
+        big = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 5, "big")))
+        await until_waiting(1)  # four free nodes without waiting, one short: it waits on n0
+        on_n1 = await hold("n1")
+        small = [await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))]
+        small.append(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n3")))
+        await release(on_n1)
+        small.append(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n1")))
+        assert [view.node_ids for view in small] == [("n2",), ("n3",), ("n1",)]
+        for view in small:
+            await commands.cancel(store, tenant, view.row.allocation_id)
+        on_n3 = await hold("n3")
+        releaser = Releaser(store, scrub_seconds=0, wake=Notifier(), done=Notifier())
+        releasing = asyncio.create_task(releaser.release_due())
+        await until_waiting(2)
+        await release(on_n0)
+        await asyncio.sleep(0.1)  # the create moves on to the next locks
+        await release(on_n3)
+        started = asyncio.get_running_loop().time()
+        placed = await big
+        await releasing
+        # A deadlock would have cost PostgreSQL's deadlock_timeout (1 s) and one of the two.
+        assert asyncio.get_running_loop().time() - started < 0.5
+        assert sorted(placed.node_ids) == ["n0", "n1", "n2", "n3", "n4"]
+    finally:
+        for connection in holders:
+            await connection.close()
+        await monitor.close()

@@ -20,6 +20,7 @@ from services.store.engine import Store
 from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
 from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
+from tests.conftest import backend
 from tsdb.errors import WalError
 
 
@@ -68,6 +69,20 @@ async def test_a_unique_violation_is_a_conflict_and_changes_nothing(store: Store
     with pytest.raises(Conflict):
         await store.transact(add_two)
     assert await read_tenants(store) == ["a"]
+
+
+@pytest.mark.skipif(backend() != "postgresql", reason="SQLite's writer runs one transaction at a time")
+@pytest.mark.parametrize("sqlstate", ["40P01", "40001"])  # deadlock_detected, serialization_failure
+async def test_a_transaction_the_database_aborted_for_another_is_a_conflict(store: Store, sqlstate: str) -> None:
+    """Like a lost unique-key race, so that callers that retry races (a create) retry it."""
+
+    def aborted_after_writing() -> Tx[None]:
+        yield from add_tenant("z")
+        yield Sql(f"DO $$ BEGIN RAISE EXCEPTION 'chosen as the victim' USING ERRCODE = '{sqlstate}'; END $$")
+
+    with pytest.raises(Conflict, match="chosen as the victim"):
+        await store.transact(aborted_after_writing)
+    assert await read_tenants(store) == []
 
 
 async def test_in_lists_of_every_length_match_each_row_once_in_a_few_statement_texts(store: Store) -> None:
