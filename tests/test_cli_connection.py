@@ -6,9 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import queue
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 from typer.testing import CliRunner
@@ -88,26 +90,32 @@ def test_serve_freezes_its_startup_heap_and_exits_cleanly_on_sigterm(tmp_path: P
     process = subprocess.Popen(
         [*command, "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
     )
+    assert process.stdout is not None
+    lines: queue.Queue[str] = queue.Queue()
+    # A thread reads, so that a server that hangs without a word fails the test instead of CI.
+    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True)
+    reader.start()
     try:
-        assert process.stdout is not None
-        events: list[dict[str, object]] = []
-        # The line comes right after start-up; readline returns "" if the server exits instead.
-        for line in process.stdout:
+        events: list[str] = []
+        while "startup_heap_frozen" not in events:
+            try:
+                line = lines.get(timeout=60)
+            except queue.Empty:
+                raise AssertionError(f"no startup_heap_frozen line in 60 s; saw {events}") from None
             if line.startswith("{"):
-                events.append(json.loads(line))
-                if events[-1]["event"] == "startup_heap_frozen":
-                    break
-        names = [event["event"] for event in events]
-        assert names[-1] == "startup_heap_frozen", names
-        assert names.index("control_plane_started") < len(names) - 1
-        frozen = events[-1]["objects"]
-        assert isinstance(frozen, int) and frozen > 10_000
+                event = json.loads(line)
+                events.append(event["event"])
+                if event["event"] == "startup_heap_frozen":
+                    assert isinstance(event["objects"], int) and event["objects"] > 10_000
+        assert events.index("control_plane_started") < events.index("startup_heap_frozen")
         process.send_signal(signal.SIGTERM)
         assert process.wait(timeout=60) == 0
     finally:
         if process.poll() is None:
             process.kill()
             process.wait()
+        reader.join(timeout=10)  # at end of output once the process is gone
+        process.stdout.close()
 
 
 def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:

@@ -30,17 +30,27 @@ async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFor
 
 @contextlib.contextmanager
 def _stopping_on_signals(stop: asyncio.Event) -> Iterator[None]:
-    """SIGINT and SIGTERM set ``stop`` inside the block; the default handlers return after it."""
+    """The first SIGINT or SIGTERM inside the block sets ``stop`` (a graceful stop); after it
+    the signals have their default effect again, so a second one ends a start or a drain that
+    hangs."""
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
-    for sig in signals:
-        loop.add_signal_handler(sig, stop.set)
-    try:
-        yield
-    finally:
+
+    def restore() -> None:
         for sig in signals:
             with contextlib.suppress(Exception):
                 loop.remove_signal_handler(sig)
+
+    def first_signal() -> None:
+        stop.set()
+        restore()
+
+    for sig in signals:
+        loop.add_signal_handler(sig, first_signal)
+    try:
+        yield
+    finally:
+        restore()
 
 
 def _announce_token(created: Path | None, path: Path) -> None:

@@ -23,7 +23,7 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
-from services.store.tx import Conflict, Tx
+from services.store.tx import Deadlock, Tx
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
 
@@ -53,9 +53,9 @@ class Releaser:
                 next_due_us = await self.release_due()
             except asyncio.CancelledError:
                 raise
-            except Conflict as error:
-                # Lost to a concurrent transaction (PostgreSQL): look again after the window.
-                log.info("releaser_pass_conflict", error=str(error))
+            except Deadlock as error:
+                # Chosen as PostgreSQL's victim: look again after the window.
+                log.info("releaser_pass_aborted", error=str(error))
                 next_due_us = now_us()
             except Exception:
                 # A database hiccup must not kill the worker; the next pass retries.

@@ -60,8 +60,13 @@ Tx = Generator[Sql, Rows, T]
 
 class Conflict(Exception):
     """A concurrent transaction got there first: a unique or foreign-key constraint refused a
-    write, or PostgreSQL aborted this transaction to break a deadlock or a serialization
-    failure. Nothing of the transaction is kept; the caller looks again in a new one."""
+    write, or (``Deadlock``) the database aborted this one for another. Nothing of the
+    transaction is kept; the caller looks again in a new one."""
+
+
+class Deadlock(Conflict):
+    """PostgreSQL aborted the transaction to break a deadlock or a serialization failure: a
+    victim of timing, which running it again resolves (unlike a constraint, which may not)."""
 
 
 def expand(name: str, values: Iterable[Any]) -> tuple[str, dict[str, Any]]:
@@ -189,8 +194,10 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
                     # "SAVEPOINT" and "ROLLBACK" carry none.
                     count = status.rsplit(" ", 1)[-1]
                     result = Rows([], int(count) if count.isdigit() else 0)
-            except (asyncpg.IntegrityConstraintViolationError, asyncpg.TransactionRollbackError) as error:
+            except asyncpg.IntegrityConstraintViolationError as error:
                 raise Conflict(str(error)) from error
+            except asyncpg.TransactionRollbackError as error:
+                raise Deadlock(str(error)) from error
             statement = tx.send(result)
     except StopIteration as done:
         value: T = done.value

@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -22,8 +23,11 @@ from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.notify import Notifier
 from services.store.engine import Store
+from services.store.tx import Deadlock, Tx
 from services.tenants import commands as tenant_commands
 from tests.conftest import backend
+
+T = TypeVar("T")
 
 
 @pytest.fixture
@@ -108,11 +112,31 @@ async def test_replicas_opening_a_fresh_database_together_both_start(database_ur
         await second.close()
 
 
-async def test_concurrent_multi_node_creates_never_deadlock(store: Store) -> None:
+def count_deadlock_victims(store: Store, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the store's transactions PostgreSQL aborts to break a deadlock. Callers such as
+    create retry those, so a test cannot see them in the outcome alone."""
+    victims = 0
+    transact = store.transact
+
+    async def counting(make: Callable[[], Tx[T]]) -> T:
+        nonlocal victims
+        try:
+            return await transact(make)
+        except Deadlock:
+            victims += 1
+            raise
+
+    monkeypatch.setattr(store, "transact", counting)
+    return lambda: victims
+
+
+async def test_concurrent_multi_node_creates_never_deadlock(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
     """Creates of 3 nodes from 8 callers on a fleet with room for two: a create whose
     SKIP LOCKED pass came up short used to wait for the other creates' nodes while holding
-    some of its own, and two such creates deadlocked (PostgreSQL broke it after a second with
-    an error). Every create must end placed or refused for capacity, nothing else."""
+    some of its own, and two such creates deadlocked (PostgreSQL broke it after a second).
+    Every create must end placed or refused for capacity, and no transaction may be a
+    deadlock's victim (create retries those, so they are counted where they happen)."""
+    victims = count_deadlock_victims(store, monkeypatch)
     for i in range(2, 8):
         gpus = tuple(GpuSpec(f"GPU-n{i}-{g}", g) for g in range(8))
         await node_commands.register(store, CONTROL_PLANE, Inventory(f"n{i}", GpuModel.H100, gpus, "z", "r", "l"))
@@ -148,10 +172,13 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store) -> Non
         with contextlib.suppress(asyncio.CancelledError):
             await releasing
     assert outcomes["placed"] > 0 and outcomes["refused"] > 0, outcomes
+    assert victims() == 0
 
 
 @pytest.mark.skipif(backend() != "postgresql", reason="row locks: SQLite's writer runs one transaction at a time")
-async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(store: Store, database_url: str) -> None:
+async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
+    store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The releaser used to lock its allocations' nodes in allocation order while a create
     waiting for nodes locked them in placement order; each got one the other wanted, and
     PostgreSQL broke the deadlock after a second. Steps as a slow operator transaction makes
@@ -184,13 +211,28 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(store: Sto
             assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
             await asyncio.sleep(0.01)
 
+    async def until_the_store_blocks_itself() -> None:
+        """Wait until one of the store's sessions waits on another of its own (not on ours)."""
+        ours = [await connection.fetchval("SELECT pg_backend_pid()") for connection in holders]
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await monitor.fetchval(
+            "SELECT count(*) FROM pg_stat_activity a WHERE datname = current_database()"
+            " AND EXISTS (SELECT 1 FROM unnest(pg_blocking_pids(a.pid)) b WHERE NOT b = ANY($1::int[]))",
+            ours,
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "the create never waited on the release"
+            await asyncio.sleep(0.01)
+
     async def release(connection: asyncpg.Connection) -> None:
         await connection.execute("ROLLBACK")
 
     tenant = Principal("t", Role.TENANT, tenant_id="acme")
+    victims = count_deadlock_victims(store, monkeypatch)
+    tasks: list[asyncio.Task[object]] = []
     try:
         on_n0 = await hold("n0")
         big = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 5, "big")))
+        tasks.append(big)
         await until_waiting(1)  # four free nodes without waiting, one short: it waits on n0
         on_n1 = await hold("n1")
         small = [await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))]
@@ -203,17 +245,21 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(store: Sto
         on_n3 = await hold("n3")
         releaser = Releaser(store, scrub_seconds=0, wake=Notifier(), done=Notifier())
         releasing = asyncio.create_task(releaser.release_due())
+        tasks.append(releasing)
         await until_waiting(2)
         await release(on_n0)
-        await asyncio.sleep(0.1)  # the create moves on to the next locks
+        # The create moves on and waits for a node the release holds (with the old order, n2,
+        # holding n1 the release wants next).
+        await until_the_store_blocks_itself()
         await release(on_n3)
-        started = asyncio.get_running_loop().time()
         placed = await big
         await releasing
-        # A deadlock would have cost PostgreSQL's deadlock_timeout (1 s) and one of the two.
-        assert asyncio.get_running_loop().time() - started < 0.5
+        assert victims() == 0
         assert sorted(placed.node_ids) == ["n0", "n1", "n2", "n3", "n4"]
     finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
         for connection in holders:
             await connection.close()
         await monitor.close()
