@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import queue
@@ -13,9 +14,13 @@ import subprocess
 import threading
 from pathlib import Path
 
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner
 
+from clients import AsyncClient
 from clients.cli.app import app
+from clients.errors import GpucloudError
 from tests.conftest import RunningControlPlane, gpucloud_command
 
 
@@ -82,40 +87,125 @@ def serve(*args: str) -> tuple[int, str]:
     return done.returncode, done.stdout + done.stderr
 
 
+class Served:
+    """``gpucloud serve`` as a process of its own, its JSON log lines read on a thread (so
+    that a server that hangs without a word fails a test instead of hanging CI)."""
+
+    def __init__(self, data_dir: Path, *args: str) -> None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+        command = [*gpucloud_command(), "serve", "--data-dir", str(data_dir), "--log-format", "json", *args]
+        self.process = subprocess.Popen(
+            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
+        )
+        self.events: list[dict[str, object]] = []
+        self._lines: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._lines.put(line)
+
+    def until(self, event: str, timeout: float = 60) -> dict[str, object]:
+        """The first log line of ``event``, waiting up to ``timeout`` seconds for it."""
+        while True:
+            try:
+                line = self._lines.get(timeout=timeout)
+            except queue.Empty:
+                seen = [e["event"] for e in self.events]
+                raise AssertionError(f"no {event} line in {timeout} s; saw {seen}") from None
+            if line.startswith("{"):
+                self.events.append(json.loads(line))
+                if self.events[-1]["event"] == event:
+                    return self.events[-1]
+
+    def rest(self) -> str:
+        """The output not read yet, once the process has exited."""
+        self._reader.join(timeout=10)
+        lines = []
+        while not self._lines.empty():
+            lines.append(self._lines.get())
+        return "".join(lines)
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        self._reader.join(timeout=10)  # at the end of the output once the process is gone
+        assert self.process.stdout is not None
+        self.process.stdout.close()
+
+
 def test_serve_freezes_its_startup_heap_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
     """The process that owns the server takes what startup built out of full collections
     (services/heap.py), once it serves; SIGTERM then stops it with exit 0."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
-    command = [*gpucloud_command(), "serve", "--data-dir", str(tmp_path), "--listen", "127.0.0.1:0"]
-    process = subprocess.Popen(
-        [*command, "--log-format", "json"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
-    )
-    assert process.stdout is not None
-    lines: queue.Queue[str] = queue.Queue()
-    # A thread reads, so that a server that hangs without a word fails the test instead of CI.
-    reader = threading.Thread(target=lambda: [lines.put(line) for line in process.stdout or ()], daemon=True)
-    reader.start()
+    served = Served(tmp_path, "--listen", "127.0.0.1:0")
     try:
-        events: list[str] = []
-        while "startup_heap_frozen" not in events:
-            try:
-                line = lines.get(timeout=60)
-            except queue.Empty:
-                raise AssertionError(f"no startup_heap_frozen line in 60 s; saw {events}") from None
-            if line.startswith("{"):
-                event = json.loads(line)
-                events.append(event["event"])
-                if event["event"] == "startup_heap_frozen":
-                    assert isinstance(event["objects"], int) and event["objects"] > 10_000
-        assert events.index("control_plane_started") < events.index("startup_heap_frozen")
-        process.send_signal(signal.SIGTERM)
-        assert process.wait(timeout=60) == 0
+        frozen = served.until("startup_heap_frozen")
+        assert isinstance(frozen["objects"], int) and frozen["objects"] > 10_000
+        names = [event["event"] for event in served.events]
+        assert names.index("control_plane_started") < names.index("startup_heap_frozen")
+        served.process.send_signal(signal.SIGTERM)
+        assert served.process.wait(timeout=60) == 0
     finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        reader.join(timeout=10)  # at end of output once the process is gone
-        process.stdout.close()
+        served.close()
+
+
+async def until_not_serving(address: str) -> None:
+    """Wait until the server says NOT_SERVING or refuses new calls: its stop has begun."""
+    async with grpc.aio.insecure_channel(address) as channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        deadline = asyncio.get_running_loop().time() + 30
+        while asyncio.get_running_loop().time() < deadline:
+            try:
+                reply = await health.Check(health_pb2.HealthCheckRequest(), timeout=5)
+            except grpc.aio.AioRpcError:
+                return
+            if reply.status != health_pb2.HealthCheckResponse.SERVING:
+                return
+            await asyncio.sleep(0.01)
+    raise AssertionError("the server kept serving after SIGTERM")
+
+
+async def test_a_second_signal_stops_serve_without_waiting_for_the_drain(tmp_path: Path) -> None:
+    """The first Ctrl-C drains (a WaitOperation in flight holds it for up to --grace-seconds);
+    a second one ends the process at once, in one line and exit 130. (A second SIGTERM has
+    its default effect: the process is terminated.)"""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"127.0.0.1:{probe.getsockname()[1]}"
+    served = Served(tmp_path, "--listen", address, "--grace-seconds", "60", "--scrub-seconds", "600")
+    try:
+        await asyncio.to_thread(served.until, "startup_heap_frozen")
+        operator_token = (tmp_path / "operator.token").read_text().strip()
+        async with AsyncClient(address, operator_token) as operator:
+            gpus = [f"GPU-n1-{i}" for i in range(8)]
+            await operator.register_node("n1", gpu_model="H100", gpu_uuids=gpus, zone="z", rack="r", leaf_switch="l")
+            await operator.complete_burn_in("n1")
+            tenant_token = (await operator.create_tenant("acme")).token
+        async with AsyncClient(address, tenant_token) as tenant:
+            allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
+            operation = await tenant.cancel_allocation(allocation.allocation_id)
+            # The scrub takes 600 s: this call stays in flight and the drain must wait for it.
+            waiting = asyncio.create_task(tenant.wait_operation(operation.name, timeout=120))
+            # A call sent after it on the same connection is answered: the wait has arrived.
+            await tenant.get_operation(operation.name)
+            served.process.send_signal(signal.SIGINT)
+            await until_not_serving(address)
+            assert served.process.poll() is None, "the drain did not wait for the call in flight"
+            started = asyncio.get_running_loop().time()
+            served.process.send_signal(signal.SIGINT)
+            assert await asyncio.to_thread(served.process.wait, 30) == 130
+            assert asyncio.get_running_loop().time() - started < 30
+            output = served.rest()
+            assert "error: interrupted again; stopped without draining" in output
+            assert "Traceback" not in output
+            waiting.cancel()
+            with contextlib.suppress(asyncio.CancelledError, GpucloudError):
+                await waiting
+    finally:
+        served.close()
 
 
 def test_serve_on_a_taken_port_says_so_in_one_line(tmp_path: Path) -> None:

@@ -55,6 +55,9 @@ def serve(
     ] = None,
     scrub_seconds: Annotated[float, typer.Option(help="Simulated scrub time of a released node.")] = 1.0,
     rates: Annotated[Path | None, typer.Option(help="Rate card JSON to price invoices (default: built-in).")] = None,
+    grace_seconds: Annotated[
+        float, typer.Option(min=0, help="On SIGTERM or Ctrl-C, how long calls in flight get to finish.")
+    ] = 2.0,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
     ),
@@ -68,7 +71,12 @@ def serve(
     from services.server import ServerConfig, StartError
 
     config = ServerConfig(
-        data_dir=data_dir, listen=listen, database_url=database_url, scrub_seconds=scrub_seconds, rates_path=rates
+        data_dir=data_dir,
+        listen=listen,
+        database_url=database_url,
+        scrub_seconds=scrub_seconds,
+        rates_path=rates,
+        grace_seconds=grace_seconds,
     )
     try:
         asyncio.run(run_server(config, log_level=log_level, log_format=log_format))

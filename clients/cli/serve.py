@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -30,27 +31,33 @@ async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFor
 
 @contextlib.contextmanager
 def _stopping_on_signals(stop: asyncio.Event) -> Iterator[None]:
-    """The first SIGINT or SIGTERM inside the block sets ``stop`` (a graceful stop); after it
-    the signals have their default effect again, so a second one ends a start or a drain that
-    hangs."""
+    """The first SIGINT or SIGTERM inside the block sets ``stop`` (a graceful stop); a second
+    one ends the process at once (``_exit_at_once``), even while the drain or a start hangs."""
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
 
-    def restore() -> None:
-        for sig in signals:
-            with contextlib.suppress(Exception):
-                loop.remove_signal_handler(sig)
-
     def first_signal() -> None:
         stop.set()
-        restore()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            # A plain handler, not the loop's: it runs even if the loop is stuck in a callback.
+            signal.signal(sig, _exit_at_once)
 
     for sig in signals:
         loop.add_signal_handler(sig, first_signal)
     try:
         yield
     finally:
-        restore()
+        for sig in signals:
+            loop.remove_signal_handler(sig)
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+
+
+def _exit_at_once(signum: int, frame: object) -> None:
+    """Stop without draining, as a crash would: nothing unacknowledged was promised, and what
+    was acknowledged is already durable."""
+    os.write(2, b"error: interrupted again; stopped without draining\n")
+    os._exit(128 + signum)
 
 
 def _announce_token(created: Path | None, path: Path) -> None:
