@@ -32,7 +32,7 @@ from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor
 from services.store.engine import Store
-from services.store.tx import Conflict, Tx, rollback_to, run_in_session, savepoint
+from services.store.tx import Conflict, Deadlock, Tx, rollback_to, run_in_session, savepoint
 from services.tenants import repository as tenants_repo
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
@@ -73,14 +73,16 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
         {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
     )
     locking = store.dialect == "postgresql"
+    lost: Exception | None = None
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
         try:
             return await store.transact(partial(_create, request, fingerprint, allocation_id, locking=locking))
-        except (Conflict, Aborted):
-            # Lost a race (a key, a node) to a concurrent transaction: look again.
-            continue
-    if request.request_id:
+        except (Conflict, Aborted) as error:
+            # Lost a race (a key, a node, a deadlock) to a concurrent transaction: look again.
+            lost = error
+    if request.request_id and isinstance(lost, Conflict) and not isinstance(lost, Deadlock):
+        # The last loss was a constraint: most likely the key, held by a duplicate in progress.
         raise idempotency.in_use(request.request_id)
     raise Aborted(
         reason="PLACEMENT_CONTENDED",
