@@ -75,7 +75,7 @@ class Store:
         self._dialect: str = write_engine.dialect.name
         self._read_engine = read_engine
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
-        # PostgreSQL transactions running on their own tasks (see transact); close waits for them.
+        # Transactions ending on tasks of their own (see transact and write); close waits for them.
         self._in_flight: set[asyncio.Task[Any]] = set()
         self._reads = async_sessionmaker(read_engine, class_=AsyncSession, expire_on_commit=False)
 
@@ -124,12 +124,41 @@ class Store:
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
         """A read-write transaction, committed on success and rolled back on any error."""
-        if self._write_lock is None:
-            async with self._writes() as session, session.begin():
-                yield session
-            return
-        async with self._write_lock, self._writes() as session, session.begin():
+        lock = self._write_lock
+        if lock is not None:
+            await lock.acquire()
+        session = self._writes()
+        try:
+            await session.begin()
             yield session
+        except BaseException:
+            ending = self._end_write(session, lock, commit=False)
+            raise
+        else:
+            ending = self._end_write(session, lock, commit=True)
+        finally:
+            # The commit or rollback and the connection's return to the pool run on a task of
+            # their own: a caller cancelled then (a deadline, a client gone) must not interrupt
+            # them, or the pool logs the interrupted reset as an error and drops the connection
+            # (and on SQLite a commit could still land after its caller heard it failed).
+            await asyncio.shield(ending)
+
+    def _end_write(self, session: AsyncSession, lock: asyncio.Lock | None, *, commit: bool) -> asyncio.Task[None]:
+        async def end() -> None:
+            try:
+                if commit:
+                    await session.commit()
+            finally:
+                try:
+                    await session.close()
+                finally:
+                    if lock is not None:
+                        lock.release()
+
+        task = asyncio.get_running_loop().create_task(end())
+        self._in_flight.add(task)  # close() waits for it
+        task.add_done_callback(self._forget)
+        return task
 
     async def transact(self, make: Callable[[], Tx[T]]) -> T:
         """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
@@ -194,8 +223,9 @@ class Store:
             await asyncio.shield(session.close())
 
     async def settled(self) -> None:
-        """Wait until the PostgreSQL transactions whose callers stopped waiting have finished
-        (see ``transact``). On SQLite the writer orders every later transaction after them."""
+        """Wait until the transactions whose callers stopped waiting have finished: PostgreSQL
+        ``transact`` ones, and the commits or rollbacks ending ``write`` sessions. (The SQLite
+        writer orders every later transaction after its own.)"""
         if self._in_flight:
             await asyncio.gather(*self._in_flight, return_exceptions=True)
 
