@@ -32,28 +32,32 @@ async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFor
 @contextlib.contextmanager
 def _stopping_on_signals(stop: asyncio.Event) -> Iterator[None]:
     """The first SIGINT or SIGTERM inside the block sets ``stop`` (a graceful stop); a second
-    one ends the process at once (``_exit_at_once``), even while the drain or a start hangs."""
+    one ends the process at once (``_exit_at_once``), even while the drain or a start hangs.
+
+    Plain ``signal`` handlers rather than the loop's: they run in the main thread as soon as it
+    runs Python, so a loop stuck in a callback still sees the second signal, and one handler
+    counting both signals leaves no moment in which neither is installed.
+    """
     loop = asyncio.get_running_loop()
     signals = (signal.SIGINT, signal.SIGTERM)
+    received = 0
 
-    def first_signal() -> None:
-        stop.set()
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-            # A plain handler, not the loop's: it runs even if the loop is stuck in a callback.
-            signal.signal(sig, _exit_at_once)
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal received
+        received += 1
+        if received > 1:
+            _exit_at_once(signum)
+        loop.call_soon_threadsafe(stop.set)
 
-    for sig in signals:
-        loop.add_signal_handler(sig, first_signal)
+    previous = {sig: signal.signal(sig, on_signal) for sig in signals}
     try:
         yield
     finally:
-        for sig in signals:
-            loop.remove_signal_handler(sig)
-            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else signal.SIG_DFL)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
-def _exit_at_once(signum: int, frame: object) -> None:
+def _exit_at_once(signum: int) -> None:
     """Stop without draining, as a crash would: nothing unacknowledged was promised, and what
     was acknowledged is already durable."""
     os.write(2, b"error: interrupted again; stopped without draining\n")

@@ -24,6 +24,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
+import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
@@ -53,6 +54,9 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
+
+
+log = structlog.get_logger(__name__)
 
 
 class Store:
@@ -128,20 +132,20 @@ class Store:
         if lock is not None:
             await lock.acquire()
         session = self._writes()
+        # The commit or rollback and the connection's return to the pool run on a task of their
+        # own: a caller cancelled then (a deadline, a client gone) must not interrupt them, or the
+        # pool logs the interrupted reset as an error and drops the connection.
         try:
             await session.begin()
             yield session
         except BaseException:
-            ending = self._end_write(session, lock, commit=False)
+            try:
+                await asyncio.shield(self._end_write(session, lock, commit=False))
+            except Exception as error:
+                # The caller needs the error that ended its block, not the rollback's.
+                log.warning("write_rollback_failed", error=repr(error))
             raise
-        else:
-            ending = self._end_write(session, lock, commit=True)
-        finally:
-            # The commit or rollback and the connection's return to the pool run on a task of
-            # their own: a caller cancelled then (a deadline, a client gone) must not interrupt
-            # them, or the pool logs the interrupted reset as an error and drops the connection
-            # (and on SQLite a commit could still land after its caller heard it failed).
-            await asyncio.shield(ending)
+        await asyncio.shield(self._end_write(session, lock, commit=True))
 
     def _end_write(self, session: AsyncSession, lock: asyncio.Lock | None, *, commit: bool) -> asyncio.Task[None]:
         async def end() -> None:
@@ -227,7 +231,8 @@ class Store:
         ``transact`` ones, and the commits or rollbacks ending ``write`` sessions. (The SQLite
         writer orders every later transaction after its own.)"""
         if self._in_flight:
-            await asyncio.gather(*self._in_flight, return_exceptions=True)
+            # wait, not gather: a caller cancelled here must not cancel the transactions.
+            await asyncio.wait(set(self._in_flight))
 
     async def close(self) -> None:
         if self._writer is not None:

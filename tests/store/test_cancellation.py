@@ -122,3 +122,23 @@ async def test_cancelled_session_writes_end_cleanly(store: Store, caplog: pytest
             assert found == 1, f"kept-{i} was acknowledged but is not committed"
     finally:
         await checker.dispose()
+
+
+async def test_a_caller_giving_up_on_settled_leaves_the_transactions_running(store: Store) -> None:
+    """settled() (and close()) wait for transactions whose callers left; one who stops waiting
+    there (a timeout) must not cancel them, or a commit already promised to nobody but still
+    under way would be cut short."""
+    release = asyncio.Event()
+
+    async def committing() -> None:
+        await release.wait()
+
+    in_flight = asyncio.get_running_loop().create_task(committing())
+    store._in_flight.add(in_flight)
+    in_flight.add_done_callback(store._forget)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(store.settled(), 0.05)
+    assert not in_flight.done()
+    release.set()
+    await store.settled()
+    assert in_flight.done() and not in_flight.cancelled()
