@@ -34,9 +34,25 @@ def add_tenant(tenant_id: str) -> Tx[str]:
     return tenant_id
 
 
+# Turns of the event loop a call may run before it is cancelled: a transaction here takes 45-220
+# (each turn while it waits on SQLite's thread or PostgreSQL is one poll), so a random count in
+# this range lands before it starts, anywhere inside it, or after it ended.
+TURNS = 250
+
+
+async def loop_turns(count: int) -> None:
+    """Let the event loop run ``count`` times: a point in a call's life chosen by the scheduler's
+    progress rather than the clock, so the test neither waits on time nor depends on speed."""
+    loop = asyncio.get_running_loop()
+    for _ in range(count):
+        turn = loop.create_future()
+        loop.call_soon(turn.set_result, None)
+        await turn
+
+
 async def cancel_soon(store: Store, tenant_id: str, rng: random.Random) -> None:
     call = asyncio.ensure_future(store.transact(partial(add_tenant, tenant_id)))
-    await asyncio.sleep(rng.random() * 0.003)
+    await loop_turns(rng.randrange(TURNS))
     call.cancel()
     with contextlib.suppress(asyncio.CancelledError):
         await call
@@ -104,7 +120,7 @@ async def test_cancelled_session_writes_end_cleanly(store: Store, caplog: pytest
     with caplog.at_level(logging.ERROR, logger="sqlalchemy.pool"):
         for i in range(CANCELLED):
             call = asyncio.ensure_future(add_tenant_in_session(store, f"gone-{i}"))
-            await asyncio.sleep(rng.random() * 0.003)
+            await loop_turns(rng.randrange(TURNS))
             call.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await call

@@ -142,8 +142,8 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store, monkey
         await node_commands.register(store, CONTROL_PLANE, Inventory(f"n{i}", GpuModel.H100, gpus, "z", "r", "l"))
         await node_commands.complete_burn_in(store, CONTROL_PLANE, f"n{i}", passed=True, detail="")
     tenant = Principal("t", Role.TENANT, tenant_id="acme")
-    wake = Notifier()
-    releaser = Releaser(store, scrub_seconds=0, wake=wake, done=Notifier())
+    wake, released = Notifier(), Notifier()
+    releaser = Releaser(store, scrub_seconds=0, wake=wake, done=released)
     outcomes: Counter[str] = Counter()
     loop = asyncio.get_running_loop()
     stop = loop.time() + 3
@@ -153,11 +153,13 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store, monkey
         while loop.time() < stop:
             attempt += 1
             request = AllocationRequest("acme", GpuModel.H100, 3, f"caller-{number}-{attempt}")
+            seen = released.generation
             try:
                 view = await commands.create(store, request)
             except ResourceExhausted:
                 outcomes["refused"] += 1
-                await asyncio.sleep(0.001)
+                # Capacity comes back with a release: try again after the next one.
+                await released.wait(seen, timeout=1.0)
                 continue
             outcomes["placed"] += 1
             await commands.cancel(store, tenant, view.row.allocation_id)
@@ -175,7 +177,10 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store, monkey
     assert victims() == 0
 
 
-@pytest.mark.skipif(backend() != "postgresql", reason="row locks: SQLite's writer runs one transaction at a time")
+@pytest.mark.skipif(
+    backend() != "postgresql",
+    reason="PostgreSQL row-lock order (runs in .ci/run's PostgreSQL pass); SQLite has no row locks to order",
+)
 async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
     store: Store, database_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -208,8 +213,8 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
             )
             < count
         ):
+            # No pause: each check is a round trip to the server, which paces the loop.
             assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
-            await asyncio.sleep(0.01)
 
     async def until_the_store_blocks_itself() -> None:
         """Wait until one of the store's sessions waits on another of its own (not on ours)."""
@@ -221,7 +226,6 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
             ours,
         ):
             assert asyncio.get_running_loop().time() < deadline, "the create never waited on the release"
-            await asyncio.sleep(0.01)
 
     async def release(connection: asyncpg.Connection) -> None:
         await connection.execute("ROLLBACK")
