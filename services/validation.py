@@ -21,11 +21,6 @@ TIMESTAMP_MIN_SECONDS = -62_135_596_800
 TIMESTAMP_MAX_SECONDS = 253_402_300_799
 
 
-# Violations kept per request; more are only counted (a batch of a million bad samples must not
-# build a million records just to report the first few).
-_KEPT = MAX_REPORTED_VIOLATIONS
-
-
 class Violations:
     """Collects the bad fields of one request; ``count`` counts them all."""
 
@@ -41,7 +36,9 @@ class Violations:
 
     def add(self, field_path: str, description: str) -> None:
         self._count += 1
-        if len(self.items) < _KEPT:
+        # Past what one error reports, violations are only counted: a batch of a million bad
+        # samples must not build a million records to report the first few.
+        if len(self.items) < MAX_REPORTED_VIOLATIONS:
             self.items.append(FieldViolation(field_path, description))
 
     def raise_if_any(self) -> None:

@@ -19,7 +19,7 @@ take turns in order instead of polling each other through the busy handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -35,6 +35,8 @@ from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
 from services.store.tx import Tx, run_on_asyncpg
 from services.store.writer import SqliteWriter
+
+log = structlog.get_logger(__name__)
 
 T = TypeVar("T")
 
@@ -54,9 +56,6 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
     @event.listens_for(engine.sync_engine, "begin")
     def _on_begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
-
-
-log = structlog.get_logger(__name__)
 
 
 class Store:
@@ -159,10 +158,7 @@ class Store:
                     if lock is not None:
                         lock.release()
 
-        task = asyncio.get_running_loop().create_task(end())
-        self._in_flight.add(task)  # close() waits for it
-        task.add_done_callback(self._forget)
-        return task
+        return self._owned(end())
 
     async def transact(self, make: Callable[[], Tx[T]]) -> T:
         """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
@@ -180,14 +176,20 @@ class Store:
         # begun commits or fails as a whole, and one whose caller left before it began does
         # not begin at all: a burst of expired deadlines must not leave a backlog to run.
         abandoned = asyncio.Event()
-        task = asyncio.get_running_loop().create_task(self._transact_on_postgresql(make, abandoned))
-        self._in_flight.add(task)
-        task.add_done_callback(self._forget)
+        task = self._owned(self._transact_on_postgresql(make, abandoned))
         try:
             return await asyncio.shield(task)
         except asyncio.CancelledError:
             abandoned.set()
             raise
+
+    def _owned(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
+        """Run ``coroutine`` on a task the store owns: ``settled()`` and ``close()`` wait for it,
+        whether or not whoever started it still does."""
+        task = asyncio.get_running_loop().create_task(coroutine)
+        self._in_flight.add(task)
+        task.add_done_callback(self._forget)
+        return task
 
     def _forget(self, task: asyncio.Task[Any]) -> None:
         self._in_flight.discard(task)
