@@ -259,11 +259,19 @@ def _labels(v: Violations, path: str, labels: Mapping[str, str]) -> bool:
         elif name == FIELD:
             _field_name(v, label_path, value)
         elif name == GPU:
-            if not (value.isascii() and value.isdigit() and str(int(value)) == value and int(value) <= MAX_GPU_INDEX):
+            if not _is_gpu_index(value):
                 v.add(label_path, f"must be a GPU index 0-{MAX_GPU_INDEX} in decimal (got {value[:80]!r})")
         elif not value or len(value) > MAX_LABEL_VALUE or not value.isprintable():
             v.add(label_path, f"must be 1-{MAX_LABEL_VALUE} printable characters")
     return v.count == before
+
+
+def _is_gpu_index(value: str) -> bool:
+    """A GPU index in plain decimal: no sign, no leading zero, 0-MAX_GPU_INDEX."""
+    # Length first: int() refuses strings of more than 4,300 digits with a ValueError.
+    if not (0 < len(value) <= len(str(MAX_GPU_INDEX)) and value.isascii() and value.isdigit()):
+        return False
+    return str(int(value)) == value and int(value) <= MAX_GPU_INDEX
 
 
 def _labeled_series(

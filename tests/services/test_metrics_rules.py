@@ -107,6 +107,9 @@ class TestBuildBatch:
             ({"field": "p"}, [1], [1.0], "series[0].labels['node']"),
             ({"node": "n1"}, [1], [1.0], "series[0].labels['field']"),
             ({"node": "n1", "field": "p", "gpu": "07"}, [1], [1.0], "series[0].labels['gpu']"),
+            ({"node": "n1", "field": "p", "gpu": "64"}, [1], [1.0], "series[0].labels['gpu']"),
+            # Longer than int() converts (4,300 digits): refused as a bad index, not a crash.
+            ({"node": "n1", "field": "p", "gpu": "0" * 4301}, [1], [1.0], "series[0].labels['gpu']"),
             ({"node": "n1", "field": "p", "Rack": "r1"}, [1], [1.0], "series[0].labels['Rack']"),
             ({"node": "n1", "field": "p"}, [], [], "series[0].timestamps_ms"),
             ({"node": "n1", "field": "p"}, [1, 2], [1.0], "series[0].values"),
