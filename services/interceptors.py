@@ -16,6 +16,7 @@ from typing import Any, cast
 import grpc
 import structlog
 from google.protobuf.any_pb2 import Any as AnyProto
+from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
 
@@ -82,7 +83,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             # Every servicer here is async, so the unary behaviour is a coroutine function.
             wrapped = grpc.unary_unary_rpc_method_handler(
                 self._wrap(method, cast(Handler, handler.unary_unary)),
-                request_deserializer=handler.request_deserializer,
+                request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
         self._wrapped[method] = (handler, wrapped)
@@ -100,6 +101,8 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             try:
                 principal = await self._authenticator.authenticate(context.invocation_metadata())
                 _authorize(method, principal)
+                if type(request) is Undecodable:
+                    raise request.as_error(method)
                 set_current_principal(principal)
                 structlog.contextvars.bind_contextvars(
                     tenant=principal.tenant_id, node=principal.node_id, request_id=request_id or None
@@ -137,6 +140,40 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                 )
 
         return behaviour
+
+
+class Undecodable:
+    """A request body that does not parse as the method's message (corrupt wire format, a
+    string field that is not UTF-8). Handed to the handler in place of the request, so that
+    the caller is authenticated first and then told INVALID_ARGUMENT: gRPC would answer the
+    deserializer's exception with UNKNOWN, before any credential is checked."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: DecodeError) -> None:
+        self.error = error
+
+    def as_error(self, method: str) -> InvalidArgument:
+        return InvalidArgument(
+            reason="MALFORMED_REQUEST",
+            message=f"the request body is not a valid message for {method}: {self.error}",
+            metadata={"method": method},
+        )
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer``, returning an ``Undecodable`` instead of raising on a bad body."""
+    if deserializer is None:
+        return None
+    parse = deserializer
+
+    def tolerant(data: bytes) -> Any:
+        try:
+            return parse(data)
+        except DecodeError as error:
+            return Undecodable(error)
+
+    return tolerant
 
 
 def _authorize(method: str, principal: Principal) -> None:

@@ -960,3 +960,36 @@ async def test_register_node_any_gpu_list(world: World, items: list[tuple[str, i
     allowed = {"gpus"} | {f"gpus[{i}].uuid" for i in range(len(items))}
     assert error.field_violations and set(error.field_violations) <= allowed, error.field_violations
     assert await world.rows() == world.tables
+
+
+# Bodies that are not a message at all --------------------------------------------------------
+
+# Field 1 (a string in each request below) announced as five bytes that never come.
+TRUNCATED = b"\x0a\x05"
+# Field 1 holding two bytes that are not UTF-8, which a proto3 string refuses.
+NOT_UTF8 = b"\x0a\x02\xff\xfe"
+RAW_METHODS = (
+    "/gpucloud.v1.TenantService/GetTenant",
+    "/gpucloud.v1.TenantService/CreateTenant",
+    "/gpucloud.v1.NodeService/RegisterNode",
+    "/gpucloud.v1.AllocationService/CreateAllocation",
+    "/google.longrunning.Operations/GetOperation",
+)
+
+
+@pytest.mark.parametrize("body", [TRUNCATED, NOT_UTF8], ids=["truncated", "not-utf8"])
+@pytest.mark.parametrize("method", RAW_METHODS)
+async def test_an_undecodable_body_is_invalid_argument_after_authentication(
+    world: World, method: str, body: bytes
+) -> None:
+    """gRPC answers a body its deserializer refuses with UNKNOWN before any interceptor runs;
+    the server must check the credential first, then say INVALID_ARGUMENT, and change nothing."""
+    call = world.channel.unary_unary(method, request_serializer=lambda b: b, response_deserializer=lambda b: b)
+    with pytest.raises(grpc.aio.AioRpcError) as anonymous:
+        await call(body, timeout=15)
+    assert anonymous.value.code() == grpc.StatusCode.UNAUTHENTICATED
+    with pytest.raises(grpc.aio.AioRpcError) as operator:
+        await call(body, metadata=world.metadata, timeout=15)
+    error = from_rpc_error(operator.value)
+    assert (error.code, error.reason) == (INVALID, "MALFORMED_REQUEST"), error
+    assert await world.rows() == world.tables
