@@ -6,10 +6,11 @@ unary grpc.aio call measured in the same run on the same machine.
 Each server runs in its own process (spawned, so no gRPC state crosses a fork); the load runs
 in this process through ``clients.AsyncClient``. Both are measured at each concurrency (calls
 in flight): 8, where a create's latency bounds the rate, and 64, where the empty-call run
-keeps the machine busy and the control plane is bounded by its event loop and group commit. The seconds of each measurement are
-split into rounds that alternate empty calls and pairs, so that drift in a shared machine's
-speed weighs on both sides alike. The figure that matters is the ratio, since machines here
-are shared and noisy: the goal is creates/s >= 25% of empty calls/s on SQLite.
+keeps the machine busy and the control plane is bounded by its event loop and group commit.
+The seconds of each measurement are split into rounds that alternate empty calls and pairs,
+so that drift in a shared machine's speed weighs on both sides alike. The figure that matters
+is the ratio, since machines here are shared and noisy: the goal is creates/s >= 25% of empty
+calls/s on SQLite.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Our metrics store (tsdb.Store) against DuckDB on the same GPU telemetry, in the same run.
 
     uv run python bench/tsdb.py                 # 12 nodes x 8 GPUs x 12 fields x 24.1 h at 10 s = 10.0M samples
-    uv run python bench/tsdb.py --quick         # under a minute: 2 nodes x 24.1 h
+    uv run python bench/tsdb.py --quick         # a few seconds: 2 nodes x 24.1 h
     uv run python bench/tsdb.py --jitter 25 --json > out.json   # +-25 ms scrape jitter; JSON on stdout
 
 Data comes from ``bench/telemetry.py`` (deterministic in ``--seed``). Both systems get the same
@@ -833,7 +833,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--nodes", type=int, default=12)
     parser.add_argument("--hours", type=float, default=DEFAULT_HOURS, help="a little over a day, so it compacts")
-    parser.add_argument("--quick", action="store_true", help="about a minute: 2 nodes, fewer repetitions")
+    parser.add_argument("--quick", action="store_true", help="a few seconds: 2 nodes, fewer repetitions")
     parser.add_argument("--jitter", type=int, default=0, help="+- ms of scrape jitter (e.g. 25)")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--windows", type=int, default=300, help="random narrow-query windows")

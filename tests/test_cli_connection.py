@@ -61,6 +61,20 @@ def test_both_token_flags_are_refused(tmp_path: Path) -> None:
     assert "not both" in output
 
 
+def test_help_names_the_token_variable() -> None:
+    code, output = gpucloud("--help")
+    assert code == 0
+    assert "GPUCLOUD_TOKEN" in output
+
+
+def test_uncordon_takes_no_reason() -> None:
+    """UncordonNode records no reason, so the command must not accept one and drop it."""
+    code, output = gpucloud("nodes", "uncordon", "node-1", "--reason", "fixed")
+    assert code == 2
+    assert "No such option" in output
+    assert gpucloud("nodes", "cordon", "--help")[1].count("--reason") == 1
+
+
 def test_an_unreadable_token_file_is_one_line(tmp_path: Path) -> None:
     for path in (tmp_path / "missing.token", tmp_path):
         code, output = gpucloud("--addr", "127.0.0.1:1", "--token-file", str(path), "tenants", "list")

@@ -32,7 +32,7 @@ app.add_typer(metrics_verbs.metrics, name="metrics")
 def connect(
     ctx: typer.Context,
     addr: Annotated[str, typer.Option(envvar="GPUCLOUD_ADDR", help="Control plane address.")] = DEFAULT_ADDR,
-    token: Annotated[str | None, typer.Option(help="Bearer token. [default: $GPUCLOUD_TOKEN]")] = None,
+    token: Annotated[str | None, typer.Option(help="Bearer token; default: $GPUCLOUD_TOKEN.")] = None,
     token_file: Annotated[Path | None, typer.Option(help="Read the bearer token from this file.")] = None,
 ) -> None:
     """Connection settings for the client verbs."""

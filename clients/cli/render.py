@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 import grpc
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from clients import models
 from clients.errors import GpucloudError
@@ -49,11 +50,18 @@ def money(value: Decimal | None, currency: str) -> str:
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
+    """A table whose first column, the id people copy into the next command, is never cut or
+    wrapped on a narrow terminal: the other columns give up the room."""
     grid = Table(title=title, title_justify="left", header_style="bold")
-    for column in columns:
-        grid.add_column(column)
-    for row in rows:
-        grid.add_row(*cells(row))
+    lines = [cells(row) for row in rows]
+    widest_id = max((len(Text.from_markup(line[0]).plain) for line in lines), default=0)
+    for index, column in enumerate(columns):
+        if index == 0:
+            grid.add_column(column, no_wrap=True, min_width=max(widest_id, len(column)))
+        else:
+            grid.add_column(column)
+    for line in lines:
+        grid.add_row(*line)
     return grid
 
 

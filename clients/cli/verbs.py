@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
 import typer
@@ -135,20 +135,26 @@ def nodes_events(
     _show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
 
 
-def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -> None:
-    def verb(
-        ctx: typer.Context,
-        node_id: str,
-        reason: Annotated[str, typer.Option(help="Recorded with the change.")] = "",
-        json_out: JsonFlag = False,
-    ) -> None:
-        def action(client: AsyncClient) -> Awaitable[models.Node]:
-            bound = getattr(client, method)
-            result: Awaitable[models.Node] = bound(node_id, reason) if takes_reason else bound(node_id)
-            return result
+Reason = Annotated[str, typer.Option(help="Recorded with the change.")]
 
+
+def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -> None:
+    """Register ``gpucloud nodes <name>``, calling ``AsyncClient.<method>``; with ``--reason``
+    only where the request carries one (uncordon's does not)."""
+
+    def show(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[models.Node]], json_out: bool) -> None:
         node = call(ctx, action)
         render.print_json(node) if json_out else render.console.print(render.nodes_table([node], name))
+
+    if takes_reason:
+
+        def verb(ctx: typer.Context, node_id: str, reason: Reason = "", json_out: JsonFlag = False) -> None:
+            show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out)
+
+    else:
+
+        def verb(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:  # type: ignore[misc]
+            show(ctx, lambda client: getattr(client, method)(node_id), json_out)
 
     verb.__doc__ = doc
     nodes.command(name)(verb)
