@@ -20,6 +20,11 @@ clients retry (nothing is acknowledged). One savepoint around the group would ke
 instead, at 2.8% more instructions per create+cancel; with one server per SQLite file, which
 is how the embedded store is meant to be run, the race has nobody to lose to.
 
+Whether the writer limits the server shows in its load, logged as ``sqlite_writer_load`` at
+most once a minute while it works: the share of the time a group was in progress (``busy``),
+transactions per group, and the milliseconds a group spends beginning, running its statements
+and committing. Under a steady load that saturates it, ``busy`` is close to 1.
+
 Where each part runs, and why:
 
 - ``BEGIN IMMEDIATE`` and ``COMMIT`` run on the writer's thread: they are the calls that wait
@@ -38,6 +43,7 @@ import asyncio
 import contextlib
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -53,6 +59,8 @@ log = structlog.get_logger(__name__)
 T = TypeVar("T")
 # Transactions per commit at most: bounds how long one group holds the loop and the lock.
 MAX_GROUP = 64
+# How often the writer logs how busy it was (``sqlite_writer_load``), at most.
+LOAD_REPORT_SECONDS = 60.0
 
 
 class WriterClosed(RuntimeError):
@@ -71,11 +79,49 @@ class _Job:
     outcome: tuple[bool, Any] = field(default_factory=lambda: (False, WriterClosed("the transaction was not run")))
 
 
+@dataclass(slots=True)
+class WriterLoad:
+    """Where the writer's time went since ``since`` (``time.perf_counter``): the figures that
+    say whether the embedded store is what limits the server. A writer busy nearly all the
+    time, with large groups, is saturated: a faster disk or PostgreSQL is the next step."""
+
+    since: float
+    groups: int = 0
+    transactions: int = 0
+    # Waiting for the write lock and BEGIN IMMEDIATE, on the writer's thread.
+    beginning: float = 0.0
+    # The group's statements, on the event loop.
+    running: float = 0.0
+    # COMMIT (WAL writes and fsync) on the writer's thread.
+    committing: float = 0.0
+
+    def report(self, now: float) -> dict[str, float | int]:
+        """The load as log fields: shares of the window, and milliseconds per group."""
+        window = max(now - self.since, 1e-9)
+        per_group = 1000 / max(self.groups, 1)
+        return {
+            "window_s": round(window, 3),
+            "groups": self.groups,
+            "transactions_per_group": round(self.transactions / max(self.groups, 1), 1),
+            "busy": round((self.beginning + self.running + self.committing) / window, 3),
+            "begin_ms": round(self.beginning * per_group, 2),
+            "statements_ms": round(self.running * per_group, 2),
+            "commit_ms": round(self.committing * per_group, 2),
+        }
+
+
 class SqliteWriter:
     """Owns the write connection, its thread and the pump task; ``start`` inside the event
     loop, ``run`` transactions, ``close`` to finish what is queued and stop."""
 
-    def __init__(self, path: str, *, timeout: float, lock: asyncio.Lock | None = None) -> None:
+    def __init__(
+        self,
+        path: str,
+        *,
+        timeout: float,
+        lock: asyncio.Lock | None = None,
+        report_seconds: float = LOAD_REPORT_SECONDS,
+    ) -> None:
         self._path = path
         self._timeout = timeout
         # Held from BEGIN to COMMIT. The store shares it with its other SQLite writes, so the
@@ -95,6 +141,8 @@ class SqliteWriter:
         self._closed = False
         # Groups committed so far: transactions per commit is how well group commit works.
         self.commits = 0
+        self.load = WriterLoad(time.perf_counter())
+        self._report_seconds = report_seconds
 
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
@@ -197,17 +245,31 @@ class SqliteWriter:
                 continue
             group.append(job)
 
+    def _account(self, transactions: int, started: float, begun: float, ran: float, committed: float) -> None:
+        """Add one committed group to the load; log the load once a report is due."""
+        load = self.load
+        load.groups += 1
+        load.transactions += transactions
+        load.beginning += begun - started
+        load.running += ran - begun
+        load.committing += committed - ran
+        if committed - load.since >= self._report_seconds:
+            log.info("sqlite_writer_load", **load.report(committed))
+            self.load = WriterLoad(committed)
+
     async def _commit_group(self, group: list[_Job]) -> None:
         """Begin, then take every transaction waiting into ``group`` (those that arrived
         while BEGIN waited for the lock ride along), run them, commit."""
+        started = time.perf_counter()
         async with self._lock:
-            await self._commit_group_locked(group)
+            await self._commit_group_locked(group, started)
 
-    async def _commit_group_locked(self, group: list[_Job]) -> None:
+    async def _commit_group_locked(self, group: list[_Job], started: float) -> None:
         connection = self._connection
         assert connection is not None
         try:
             await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
+            begun = time.perf_counter()
             self._take(group)
             if not group:
                 connection.execute("ROLLBACK")  # every caller had given up: nothing to do
@@ -220,8 +282,10 @@ class SqliteWriter:
                     return
                 await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
                 _run_with_savepoints(connection, group)
+            ran = time.perf_counter()
             await self._on_thread(self._commit, connection)
             self.commits += 1
+            self._account(len(group), started, begun, ran, time.perf_counter())
         except StorageReplaced as error:
             log.error("sqlite_database_replaced", error=str(error), transactions=len(group))
             for job in group:

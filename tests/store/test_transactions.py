@@ -12,6 +12,7 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+import structlog
 from sqlalchemy import exc as sqlalchemy_exc
 
 from services.errors import ApiError, Unavailable
@@ -142,6 +143,25 @@ async def test_writer_groups_what_arrives_together_into_one_commit(sqlite_file: 
         await writer.close()
     with sqlite3.connect(sqlite_file) as raw:
         assert [r[0] for r in raw.execute("SELECT tenant_id FROM tenants ORDER BY tenant_id")] == sorted(names)
+
+
+async def test_writer_reports_its_load(sqlite_file: str) -> None:
+    """The load line counts every group and transaction it covers, and its shares add up."""
+    writer = SqliteWriter(sqlite_file, timeout=5, report_seconds=0)
+    await writer.start()
+    try:
+        with structlog.testing.capture_logs() as logs:
+            await asyncio.gather(*(writer.run(partial(add_tenant, f"a{i}")) for i in range(6)))
+            await writer.run(partial(add_tenant, "b"))
+    finally:
+        await writer.close()
+    reports = [entry for entry in logs if entry["event"] == "sqlite_writer_load"]
+    assert [(r["groups"], r["transactions_per_group"]) for r in reports] == [(1, 6.0), (1, 1.0)]
+    for report in reports:
+        assert 0 < report["busy"] <= 1
+        assert min(report["begin_ms"], report["statements_ms"], report["commit_ms"]) >= 0
+        spent = report["begin_ms"] + report["statements_ms"] + report["commit_ms"]
+        assert spent <= report["window_s"] * 1000 + 1  # each figure is rounded
 
 
 class Counted:
