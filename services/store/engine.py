@@ -27,6 +27,7 @@ from typing import Any, TypeVar
 import structlog
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -108,7 +109,8 @@ class Store:
                 parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, lock=write_lock
             )
         else:
-            write_engine = create_async_engine(url, pool_size=10, max_overflow=10, pool_pre_ping=True)
+            write_engine = create_async_engine(url, pool_size=10, max_overflow=10)
+            _replace_closed_connections(write_engine)
             # Same pool; a read is one snapshot, as on SQLite: at PostgreSQL's default READ
             # COMMITTED each statement would see a newer state than the one before it.
             read_engine = write_engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
@@ -197,22 +199,32 @@ class Store:
             task.exception()  # retrieved here: a caller that went away no longer wants it
 
     async def _transact_on_postgresql(self, make: Callable[[], Tx[T]], abandoned: asyncio.Event) -> T:
-        async with self._write_engine.connect() as connection:
-            if abandoned.is_set():
-                raise asyncio.CancelledError  # its caller left while it waited for a connection
-            # The pooled asyncpg connection, in a transaction of asyncpg's own: SQLAlchemy
-            # begins its transactions lazily, on its first statement, which never comes here.
-            raw = (await connection.get_raw_connection()).driver_connection
-            assert raw is not None
-            try:
-                async with raw.transaction():
-                    return await run_on_asyncpg(raw, make())
-            except BaseException:
-                if raw.is_in_transaction() or _begun(raw):
-                    # The rollback did not happen (the connection broke, or this task was
-                    # cancelled at close): it must not go back to the pool inside a transaction.
-                    await connection.invalidate()
-                raise
+        for attempt in range(2):
+            async with self._write_engine.connect() as connection:
+                if abandoned.is_set():
+                    raise asyncio.CancelledError  # its caller left while it waited for a connection
+                # The pooled asyncpg connection, in a transaction of asyncpg's own: SQLAlchemy
+                # begins its transactions lazily, on its first statement, which never comes here.
+                raw = (await connection.get_raw_connection()).driver_connection
+                assert raw is not None
+                begun = False
+                try:
+                    async with raw.transaction():
+                        begun = True
+                        return await run_on_asyncpg(raw, make())
+                except BaseException as error:
+                    if raw.is_in_transaction() or _begun(raw) or raw.is_closed():
+                        # The rollback did not happen (the connection broke, or this task was
+                        # cancelled at close): it must not go back to the pool inside a transaction.
+                        await connection.invalidate()
+                    if not begun and attempt == 0 and _connection_lost(raw, error):
+                        # The server closed the connection before the pool knew (the pool does
+                        # not ping: see _replace_closed_connections). BEGIN was the first to
+                        # find out and nothing ran, so the transaction starts over on a fresh one.
+                        log.info("postgresql_connection_replaced", error=repr(error))
+                        continue
+                    raise
+        raise AssertionError("unreachable: the second attempt returns or raises")
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
@@ -243,6 +255,33 @@ class Store:
         await self._write_engine.dispose()
         if self._read_engine.sync_engine.pool is not self._write_engine.sync_engine.pool:
             await self._read_engine.dispose()  # SQLite's own read pool; PostgreSQL's is shared
+
+
+def _replace_closed_connections(engine: AsyncEngine) -> None:
+    """Hand out no pooled PostgreSQL connection whose socket the server has closed.
+
+    Instead of ``pool_pre_ping`` (a round trip on every checkout, about a fifth of the
+    round trips of a create), the pool asks asyncpg, which learns of the close as soon as the
+    event loop reads the socket's end: a restart or a terminated session is met at checkout,
+    and the pool connects afresh. A close not yet read fails the first statement instead:
+    ``transact`` starts over when that was its BEGIN; a session's caller gets UNAVAILABLE,
+    which clients retry.
+    """
+
+    @event.listens_for(engine.sync_engine, "checkout")
+    def refuse_closed(dbapi_connection: Any, record: Any, proxy: Any) -> None:
+        driver = record.driver_connection
+        if driver is not None and driver.is_closed():
+            raise DisconnectionError("the server closed this pooled connection")
+
+
+def _connection_lost(raw: Any, error: BaseException) -> bool:
+    """Whether ``error`` means the connection itself is gone (not a statement's failure)."""
+    import asyncpg  # here, not at the top: a SQLite-only server never loads the driver
+
+    if not isinstance(error, Exception):
+        return False  # a cancellation: the caller is gone, whatever the connection's state
+    return raw.is_closed() or isinstance(error, asyncpg.ConnectionDoesNotExistError | ConnectionError)
 
 
 def _begun(raw: Any) -> bool:

@@ -82,6 +82,10 @@ def translate(error: BaseException) -> ApiError | None:
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if isinstance(error, exc.DBAPIError):
+        if error.connection_invalidated:
+            # The connection broke under a session (a server restart, a terminated session);
+            # SQLAlchemy threw it away, and the next call gets a fresh one.
+            return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database connection was lost; retry")
         sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
         if sqlstate in _RETRY_SQLSTATES:
             return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")

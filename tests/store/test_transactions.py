@@ -355,6 +355,15 @@ def sqlite_error(sql: str) -> sqlite3.OperationalError:
         (asyncpg.exceptions.DeadlockDetectedError("deadlock detected"), "ABORTED"),
         (asyncpg.exceptions.ConnectionDoesNotExistError("connection was closed"), "UNAVAILABLE"),
         (asyncpg.exceptions.UndefinedColumnError("column x does not exist"), None),
+        # A session whose connection the server closed: SQLAlchemy wraps the driver's error in
+        # its base DBAPIError and invalidates the connection.
+        (
+            sqlalchemy_exc.DBAPIError(
+                "SELECT 1", {}, asyncpg.exceptions.ConnectionDoesNotExistError("gone"), connection_invalidated=True
+            ),
+            "UNAVAILABLE",
+        ),
+        (sqlalchemy_exc.DBAPIError("SELECT 1", {}, ValueError("bad bind")), None),
     ],
 )
 def test_which_database_failures_a_client_may_retry(error: BaseException, code: str | None) -> None:
