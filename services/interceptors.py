@@ -150,7 +150,7 @@ class Undecodable:
 
     __slots__ = ("error",)
 
-    def __init__(self, error: DecodeError) -> None:
+    def __init__(self, error: DecodeError | UnicodeDecodeError) -> None:
         self.error = error
 
     def as_error(self, method: str) -> InvalidArgument:
@@ -170,7 +170,9 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     def tolerant(data: bytes) -> Any:
         try:
             return parse(data)
-        except DecodeError as error:
+        except (DecodeError, UnicodeDecodeError) as error:
+            # upb raises DecodeError for every malformed body; protobuf's pure-Python
+            # implementation raises UnicodeDecodeError for a string that is not UTF-8.
             return Undecodable(error)
 
     return tolerant

@@ -10,6 +10,7 @@ from decimal import Decimal
 from typing import Any, TypeVar
 
 import grpc
+from rich.cells import cell_len
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
@@ -49,17 +50,27 @@ def money(value: Decimal | None, currency: str) -> str:
     return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
 
 
+# Room a column needs to stay readable beside the id column, and what each column costs in
+# borders and padding.
+_READABLE_COLUMN = 8
+_COLUMN_FRAME = 3
+
+
 def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
-    """A table whose first column, the id people copy into the next command, is never cut or
-    wrapped on a narrow terminal: the other columns give up the room."""
+    """A table whose first column is the id people paste into the next command: it keeps its
+    full width on one line when the terminal leaves the other columns room to be read, and
+    otherwise wraps, but is never cut short with an ellipsis."""
     grid = Table(title=title, title_justify="left", header_style="bold")
     lines = [cells(row) for row in rows]
-    widest_id = max((len(Text.from_markup(line[0]).plain) for line in lines), default=0)
+    widest_id = max((cell_len(Text.from_markup(line[0]).plain) for line in lines), default=0)
+    needed = widest_id + _COLUMN_FRAME * len(columns) + 1 + _READABLE_COLUMN * (len(columns) - 1)
     for index, column in enumerate(columns):
-        if index == 0:
+        if index > 0:
+            grid.add_column(column)
+        elif needed <= console.width:
             grid.add_column(column, no_wrap=True, min_width=max(widest_id, len(column)))
         else:
-            grid.add_column(column)
+            grid.add_column(column, overflow="fold")
     for line in lines:
         grid.add_row(*line)
     return grid

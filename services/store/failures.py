@@ -24,6 +24,10 @@ from tsdb.errors import WalError
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
+# The server is shutting down, restarting or starting up (57P01-57P03), or refuses more
+# connections (53300): a connection, new or pooled, could not be had. Class 08 (connection
+# exceptions) is matched by its prefix.
+_UNAVAILABLE_SQLSTATES = frozenset({"57P01", "57P02", "57P03", "53300"})
 # Primary result codes (the low byte of an extended one).
 _SQLITE_BUSY = frozenset({sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED})
 _SQLITE_STORAGE = frozenset({sqlite3.SQLITE_IOERR, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_CANTOPEN})
@@ -54,6 +58,18 @@ def _disk_full(error: BaseException) -> bool:
     return isinstance(cause, OSError) and cause.errno == errno.ENOSPC
 
 
+def _sqlstate(error: BaseException) -> str | None:
+    """The PostgreSQL SQLSTATE of ``error``, raw or wrapped by SQLAlchemy."""
+    driver = _unwrapped(error)
+    state = getattr(driver, "sqlstate", None) or getattr(driver, "pgcode", None)
+    return state if isinstance(state, str) else None
+
+
+def _server_unreachable(error: BaseException) -> bool:
+    state = _sqlstate(error)
+    return state is not None and (state in _UNAVAILABLE_SQLSTATES or state.startswith("08"))
+
+
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
     # From Store.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
@@ -81,13 +97,14 @@ def translate(error: BaseException) -> ApiError | None:
         return _storage_error(str(error))
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
+    if _server_unreachable(error):
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is restarting or full; retry")
     if isinstance(error, exc.DBAPIError):
         if error.connection_invalidated:
             # The connection broke under a session (a server restart, a terminated session);
             # SQLAlchemy threw it away, and the next call gets a fresh one.
             return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database connection was lost; retry")
-        sqlstate = getattr(error.orig, "sqlstate", None) or getattr(error.orig, "pgcode", None)
-        if sqlstate in _RETRY_SQLSTATES:
+        if _sqlstate(error) in _RETRY_SQLSTATES:
             return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
     if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable or busy; retry")

@@ -86,8 +86,12 @@ class WriterLoad:
     time, with large groups, is saturated: a faster disk or PostgreSQL is the next step."""
 
     since: float
+    # Groups committed, and the transactions they held.
     groups: int = 0
     transactions: int = 0
+    # Groups that did not commit (BEGIN or COMMIT failed, e.g. locked past the busy timeout)
+    # or had nothing left to run (every caller gave up): their time counts as busy too.
+    other_groups: int = 0
     # Waiting for the write lock and BEGIN IMMEDIATE, on the writer's thread.
     beginning: float = 0.0
     # The group's statements, on the event loop.
@@ -98,16 +102,27 @@ class WriterLoad:
     def report(self, now: float) -> dict[str, float | int]:
         """The load as log fields: shares of the window, and milliseconds per group."""
         window = max(now - self.since, 1e-9)
-        per_group = 1000 / max(self.groups, 1)
+        per_group = 1000 / max(self.groups + self.other_groups, 1)
         return {
             "window_s": round(window, 3),
             "groups": self.groups,
+            "groups_not_committed": self.other_groups,
             "transactions_per_group": round(self.transactions / max(self.groups, 1), 1),
             "busy": round((self.beginning + self.running + self.committing) / window, 3),
             "begin_ms": round(self.beginning * per_group, 2),
             "statements_ms": round(self.running * per_group, 2),
             "commit_ms": round(self.committing * per_group, 2),
         }
+
+
+@dataclass(slots=True)
+class _GroupClock:
+    """When one group reached each step (``time.perf_counter``); None for a step not reached."""
+
+    started: float
+    begun: float | None = None
+    ran: float | None = None
+    committed: bool = False
 
 
 class SqliteWriter:
@@ -218,8 +233,9 @@ class SqliteWriter:
                 await self._wake.wait()
                 continue
             group: list[_Job] = []
+            clock = _GroupClock(time.perf_counter())
             try:
-                await self._commit_group(group)
+                await self._commit_group(group, clock)
             except Exception as error:
                 # A bug here must not stop the pump (every later caller would wait forever) nor
                 # leave its transaction open under the next group.
@@ -229,6 +245,7 @@ class SqliteWriter:
                 await self._roll_back()
             finally:
                 _settle(group)
+                self._record(clock, len(group))
 
     async def _roll_back(self) -> None:
         connection = self._connection
@@ -245,31 +262,40 @@ class SqliteWriter:
                 continue
             group.append(job)
 
-    def _account(self, transactions: int, started: float, begun: float, ran: float, committed: float) -> None:
-        """Add one committed group to the load; log the load once a report is due."""
-        load = self.load
-        load.groups += 1
-        load.transactions += transactions
-        load.beginning += begun - started
-        load.running += ran - begun
-        load.committing += committed - ran
-        if committed - load.since >= self._report_seconds:
-            log.info("sqlite_writer_load", **load.report(committed))
-            self.load = WriterLoad(committed)
+    def _record(self, clock: _GroupClock, transactions: int) -> None:
+        """Add one group, committed or not, to the load; log the load once a report is due.
 
-    async def _commit_group(self, group: list[_Job]) -> None:
+        Called after the group's callers have their answers: the log line must not be able to
+        turn a committed group into an error."""
+        ended = time.perf_counter()
+        begun = clock.begun if clock.begun is not None else ended
+        ran = clock.ran if clock.ran is not None else ended
+        load = self.load
+        load.beginning += begun - clock.started
+        load.running += ran - begun
+        load.committing += ended - ran
+        if clock.committed:
+            load.groups += 1
+            load.transactions += transactions
+        else:
+            load.other_groups += 1
+        if ended - load.since >= self._report_seconds:
+            self.load = WriterLoad(ended)
+            with contextlib.suppress(Exception):
+                log.info("sqlite_writer_load", **load.report(ended))
+
+    async def _commit_group(self, group: list[_Job], clock: _GroupClock) -> None:
         """Begin, then take every transaction waiting into ``group`` (those that arrived
         while BEGIN waited for the lock ride along), run them, commit."""
-        started = time.perf_counter()
         async with self._lock:
-            await self._commit_group_locked(group, started)
+            await self._commit_group_locked(group, clock)
 
-    async def _commit_group_locked(self, group: list[_Job], started: float) -> None:
+    async def _commit_group_locked(self, group: list[_Job], clock: _GroupClock) -> None:
         connection = self._connection
         assert connection is not None
         try:
             await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
-            begun = time.perf_counter()
+            clock.begun = time.perf_counter()
             self._take(group)
             if not group:
                 connection.execute("ROLLBACK")  # every caller had given up: nothing to do
@@ -282,10 +308,10 @@ class SqliteWriter:
                     return
                 await self._on_thread(connection.execute, "BEGIN IMMEDIATE")
                 _run_with_savepoints(connection, group)
-            ran = time.perf_counter()
+            clock.ran = time.perf_counter()
             await self._on_thread(self._commit, connection)
             self.commits += 1
-            self._account(len(group), started, begun, ran, time.perf_counter())
+            clock.committed = True
         except StorageReplaced as error:
             log.error("sqlite_database_replaced", error=str(error), transactions=len(group))
             for job in group:

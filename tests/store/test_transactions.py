@@ -17,6 +17,7 @@ from sqlalchemy import exc as sqlalchemy_exc
 
 from services.errors import ApiError, Unavailable
 from services.store import failures
+from services.store import writer as writer_module
 from services.store.engine import Store
 from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
@@ -153,15 +154,40 @@ async def test_writer_reports_its_load(sqlite_file: str) -> None:
         with structlog.testing.capture_logs() as logs:
             await asyncio.gather(*(writer.run(partial(add_tenant, f"a{i}")) for i in range(6)))
             await writer.run(partial(add_tenant, "b"))
+            with pytest.raises(ValueError, match="failed after writing"):
+                await writer.run(partial(add_tenant, "c", then_fail=True))
     finally:
         await writer.close()
     reports = [entry for entry in logs if entry["event"] == "sqlite_writer_load"]
-    assert [(r["groups"], r["transactions_per_group"]) for r in reports] == [(1, 6.0), (1, 1.0)]
+    assert [(r["groups"], r["transactions_per_group"], r["groups_not_committed"]) for r in reports] == [
+        (1, 6.0, 0),
+        (1, 1.0, 0),
+        (0, 0.0, 1),  # the lone transaction that failed after writing: its group rolled back
+    ]
     for report in reports:
         assert 0 < report["busy"] <= 1
         assert min(report["begin_ms"], report["statements_ms"], report["commit_ms"]) >= 0
         spent = report["begin_ms"] + report["statements_ms"] + report["commit_ms"]
         assert spent <= report["window_s"] * 1000 + 1  # each figure is rounded
+
+
+async def test_a_load_report_that_cannot_be_written_fails_no_commit(
+    sqlite_file: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The report is written after the group's callers have their answers: a log that raises
+    (stderr on a full disk) must not turn a committed transaction into an error."""
+
+    def broken(*args: object, **kwargs: object) -> None:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(writer_module.log, "info", broken)
+    writer = SqliteWriter(sqlite_file, timeout=5, report_seconds=0)
+    await writer.start()
+    try:
+        assert await writer.run(partial(add_tenant, "kept")) == "kept"
+        assert await writer.run(partial(add_tenant, "kept-too")) == "kept-too"
+    finally:
+        await writer.close()
 
 
 class Counted:
@@ -364,6 +390,16 @@ def sqlite_error(sql: str) -> sqlite3.OperationalError:
             "UNAVAILABLE",
         ),
         (sqlalchemy_exc.DBAPIError("SELECT 1", {}, ValueError("bad bind")), None),
+        # A restarting or full server refuses the connection that replaces a dead one.
+        (asyncpg.exceptions.CannotConnectNowError("the database system is starting up"), "UNAVAILABLE"),
+        (asyncpg.exceptions.AdminShutdownError("terminating connection"), "UNAVAILABLE"),
+        (asyncpg.exceptions.TooManyConnectionsError("too many clients already"), "UNAVAILABLE"),
+        (
+            sqlalchemy_exc.DBAPIError(
+                "SELECT 1", {}, asyncpg.exceptions.CannotConnectNowError("the database system is shutting down")
+            ),
+            "UNAVAILABLE",
+        ),
     ],
 )
 def test_which_database_failures_a_client_may_retry(error: BaseException, code: str | None) -> None:
