@@ -173,10 +173,14 @@ async def get(store: Store, principal: Principal, allocation_id: str) -> Allocat
 
 
 async def list_page(
-    store: Store, flt: AllocationFilter, *, cursor: Cursor | None, page_size: int
+    store: Store, flt: AllocationFilter, *, cursor: Cursor | None, page_size: int, tenant_must_exist: bool = False
 ) -> tuple[list[AllocationView], Cursor | None]:
-    """One page and the cursor after it (None on the last page)."""
+    """One page and the cursor after it (None on the last page). ``tenant_must_exist``: the
+    filter's tenant was named by an operator, and is NOT_FOUND when there is no such tenant
+    (the parent of a list, as in AIP-132), rather than an empty list that hides a typo."""
     async with store.read() as session:
+        if tenant_must_exist and flt.tenant_id is not None:
+            await tenants_repo.get(session, flt.tenant_id)
         rows = await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=page_size + 1))
         more = len(rows) > page_size
         rows = rows[:page_size]

@@ -88,7 +88,9 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             # would confirm the other tenant exists.
             return allocation_pb2.ListAllocationsResponse()
         flt = AllocationFilter(tenant_id=tenant_filter, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
-        page, after = await commands.list_page(self._store, flt, cursor=cursor, page_size=size)
+        page, after = await commands.list_page(
+            self._store, flt, cursor=cursor, page_size=size, tenant_must_exist=scope_tenant is None
+        )
         return allocation_pb2.ListAllocationsResponse(
             allocations=[allocation_to_proto(a) for a in page],
             next_page_token=self._tokens.encode(after, scope) if after else "",

@@ -27,6 +27,7 @@ from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
 from services.store.engine import Store
+from services.tenants import repository as tenants_repo
 
 log = structlog.get_logger(__name__)
 
@@ -129,10 +130,13 @@ class Billing:
         return replace(view, finalized_us=finalized_us), True
 
     async def events_page(
-        self, flt: EventFilter, *, cursor: Cursor | None, page_size: int
+        self, flt: EventFilter, *, cursor: Cursor | None, page_size: int, tenant_must_exist: bool = False
     ) -> tuple[list[StoredEvent], Cursor | None]:
-        """One page of the usage-event log and the cursor after it (None on the last page)."""
+        """One page of the usage-event log and the cursor after it (None on the last page).
+        ``tenant_must_exist``: an operator named the filter's tenant; NOT_FOUND if none such."""
         async with self._store.read() as session:
+            if tenant_must_exist and flt.tenant_id is not None:
+                await tenants_repo.get(session, flt.tenant_id)
             rows = await repo.list_events(session, flt, cursor=cursor, limit=page_size + 1)
         page = rows[:page_size]
         after = None

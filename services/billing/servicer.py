@@ -86,7 +86,9 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
             # the other tenant exists.
             return billing_pb2.ListUsageEventsResponse()
         flt = EventFilter(tenant_id=scope_tenant or request.tenant_id or None, start_us=start_us, end_us=end_us)
-        page, after = await self._billing.events_page(flt, cursor=cursor, page_size=size)
+        page, after = await self._billing.events_page(
+            flt, cursor=cursor, page_size=size, tenant_must_exist=scope_tenant is None
+        )
         return billing_pb2.ListUsageEventsResponse(
             usage_events=[usage_event_to_proto(e) for e in page],
             next_page_token=self._tokens.encode(after, scope) if after else "",

@@ -219,6 +219,12 @@ class TestScoping:
             assert len(seen) == len(set(seen)) == 16
             assert all(e.startswith(first.allocation_id + "/") for e in seen)
             assert len(await acme.list_usage_events(tenant_id="globex")) == 0
+            assert len(await acme.list_usage_events(tenant_id="nobody")) == 0  # same answer: no leak
+            # An operator naming a tenant that does not exist is told so, not given an empty log.
+            with pytest.raises(NotFoundError) as unknown:
+                await operator.list_usage_events(tenant_id="nobody")
+            assert unknown.value.metadata["field"] == "tenant_id"
+            assert len(await operator.list_usage_events(tenant_id="globex")) == 8
             everything = await operator.list_usage_events(page_size=1000)
             assert len(everything) == 24
             assert [(e.event_time, e.event_id) for e in everything] == sorted(

@@ -69,6 +69,8 @@ async def test_other_tenant_list_never_shows_allocations(tenants: TwoTenants) ->
     other = await tenants.b.list_allocations(tenant_id="tenant-a")
     assert len(other) == 0
     assert other.next_page_token == ""
+    # A tenant that does not exist reads the same: the answer does not tell which ids exist.
+    assert len(await tenants.b.list_allocations(tenant_id="no-such-tenant")) == 0
     # A still sees its own allocation.
     assert [x.allocation_id for x in await tenants.a.list_allocations()] == [tenants.allocation.allocation_id]
 

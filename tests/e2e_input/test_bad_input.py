@@ -623,6 +623,7 @@ async def test_other_allocation_rpcs_bad_input(world: World) -> None:
     cases += [
         invalid("list: negative size", a, m, allocation_pb2.ListAllocationsRequest(page_size=-1), "page_size"),
         invalid("list: bad tenant", a, m, allocation_pb2.ListAllocationsRequest(tenant_id="Bad Tenant"), "tenant_id"),
+        not_found("list: unknown tenant", a, m, allocation_pb2.ListAllocationsRequest(tenant_id="ghost"), "tenant_id"),
         invalid("list: unknown state", a, m, allocation_pb2.ListAllocationsRequest(state=9), "state"),
         invalid("list: negative state", a, m, allocation_pb2.ListAllocationsRequest(state=-1), "state"),
         invalid("list: garbage token", a, m, allocation_pb2.ListAllocationsRequest(page_token="nope"), "page_token"),
