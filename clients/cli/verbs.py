@@ -146,16 +146,13 @@ def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -
         node = call(ctx, action)
         render.print_json(node) if json_out else render.console.print(render.nodes_table([node], name))
 
-    if takes_reason:
+    def with_reason(ctx: typer.Context, node_id: str, reason: Reason = "", json_out: JsonFlag = False) -> None:
+        show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out)
 
-        def verb(ctx: typer.Context, node_id: str, reason: Reason = "", json_out: JsonFlag = False) -> None:
-            show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out)
+    def without_reason(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+        show(ctx, lambda client: getattr(client, method)(node_id), json_out)
 
-    else:
-
-        def verb(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:  # type: ignore[misc]
-            show(ctx, lambda client: getattr(client, method)(node_id), json_out)
-
+    verb: Callable[..., None] = with_reason if takes_reason else without_reason
     verb.__doc__ = doc
     nodes.command(name)(verb)
 

@@ -75,11 +75,11 @@ def translate(error: BaseException) -> ApiError | None:
     # From Store.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
     # the driver (SQLite) cannot be holding one of its errors.
     asyncpg = sys.modules.get("asyncpg")
-    if asyncpg is not None:
-        if isinstance(error, asyncpg.PostgresError) and getattr(error, "sqlstate", None) in _RETRY_SQLSTATES:
-            return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
-        if isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError):
-            return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
+    if asyncpg is not None and isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError):
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
+    # Raw from asyncpg (Store.transact) or wrapped by SQLAlchemy (sessions), alike.
+    if _sqlstate(error) in _RETRY_SQLSTATES:
+        return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
     if isinstance(error, ConnectionError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
     if isinstance(error, Conflict):
@@ -99,13 +99,10 @@ def translate(error: BaseException) -> ApiError | None:
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if _server_unreachable(error):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is restarting or full; retry")
-    if isinstance(error, exc.DBAPIError):
-        if error.connection_invalidated:
-            # The connection broke under a session (a server restart, a terminated session);
-            # SQLAlchemy threw it away, and the next call gets a fresh one.
-            return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database connection was lost; retry")
-        if _sqlstate(error) in _RETRY_SQLSTATES:
-            return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
+    if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
+        # The connection broke under a session (a server restart, a terminated session);
+        # SQLAlchemy threw it away, and the next call gets a fresh one.
+        return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database connection was lost; retry")
     if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable or busy; retry")
     return None
