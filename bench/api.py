@@ -299,18 +299,22 @@ def main() -> None:
     print("(steadier than rates on a shared machine):")
     print(
         f"{'in flight':>9}  {'per empty call':>15}  {'per create+cancel':>17}  {'empty / pair (loop)':>19}"
-        f"  {'client: empty':>13}  {'client: pair':>12}"
+        f"  {'client: empty':>13}  {'client: pair':>12}  {'empty / pair (all)':>18}"
     )
     for concurrency, (e, p) in totals.items():
         client = f"  {1e3 * e.client / e.calls:>13.3f}  {1e3 * p.client / p.calls:>12.3f}"
         e_main, e_process = e.per_call(e.server_main), e.per_call(e.server_process)
         p_main, p_process = p.per_call(p.server_main), p.per_call(p.server_process)
         if e_main is None or e_process is None or p_main is None or p_process is None:
-            print(f"{concurrency:>9}  {'n/a':>15}  {'n/a':>17}  {'n/a':>19}{client}")
+            print(f"{concurrency:>9}  {'n/a':>15}  {'n/a':>17}  {'n/a':>19}{client}  {'n/a':>18}")
             continue
+        # Client and server CPU together, per empty call over per pair: the ratio the rates
+        # would reach if the pairs kept every core as busy as the empty calls do. The loop
+        # column is the ratio if the loop thread alone were the limit; the lower of the two binds.
+        machine = (e_process + e.client / e.calls) / (p_process + p.client / p.calls)
         print(
             f"{concurrency:>9}  {1e3 * e_main:>7.3f} / {1e3 * e_process:<5.3f}  "
-            f"{1e3 * p_main:>8.3f} / {1e3 * p_process:<6.3f}  {e_main / p_main:>19.1%}{client}"
+            f"{1e3 * p_main:>8.3f} / {1e3 * p_process:<6.3f}  {e_main / p_main:>19.1%}{client}  {machine:>18.1%}"
         )
 
 

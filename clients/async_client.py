@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -65,9 +66,33 @@ class CreatedTenant:
     token: str
 
 
-def _operations_stub(channel: grpc.aio.Channel) -> Any:
+@dataclass(frozen=True, slots=True)
+class _Stubs:
+    """A channel and one stub per service on it, made together on first use. A stub builds a
+    callable for every method of its service: 7 us for AllocationService's, which a stub made
+    per call paid on every call."""
+
+    channel: grpc.aio.Channel
+    tenants: tenant_pb2_grpc.TenantServiceAsyncStub
+    nodes: node_pb2_grpc.NodeServiceAsyncStub
+    allocations: allocation_pb2_grpc.AllocationServiceAsyncStub
     # googleapis-common-protos ships no types for its grpc stubs.
-    return operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
+    operations: Any
+    metrics: metrics_pb2_grpc.MetricsServiceAsyncStub
+    billing: billing_pb2_grpc.BillingServiceAsyncStub
+
+    @classmethod
+    def connect(cls, address: str) -> _Stubs:
+        channel = grpc.aio.insecure_channel(address)
+        return cls(
+            channel,
+            tenant_pb2_grpc.TenantServiceStub(channel),
+            node_pb2_grpc.NodeServiceStub(channel),
+            allocation_pb2_grpc.AllocationServiceStub(channel),
+            operations_pb2_grpc.OperationsStub(channel),  # type: ignore[no-untyped-call]
+            metrics_pb2_grpc.MetricsServiceStub(channel),
+            billing_pb2_grpc.BillingServiceStub(channel),
+        )
 
 
 class AsyncClient:
@@ -86,7 +111,7 @@ class AsyncClient:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._retry = retry or RetryPolicy()
         # Created on first use so it binds to the loop the caller runs in (grpc#32480).
-        self._channel: grpc.aio.Channel | None = None
+        self._connection: _Stubs | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -95,14 +120,14 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._channel is not None:
-            await self._channel.close()
-            self._channel = None
+        if self._connection is not None:
+            await self._connection.channel.close()
+            self._connection = None
 
-    def _ch(self) -> grpc.aio.Channel:
-        if self._channel is None:
-            self._channel = grpc.aio.insecure_channel(self.address)
-        return self._channel
+    def _stubs(self) -> _Stubs:
+        if self._connection is None:
+            self._connection = _Stubs.connect(self.address)
+        return self._connection
 
     async def _call(
         self,
@@ -112,41 +137,42 @@ class AsyncClient:
         retry_on: frozenset[grpc.StatusCode] = _SAFE,
         timeout: float | None = None,
     ) -> R:
-        # One deadline for the whole call, retries included.
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + (timeout or self.timeout)
+        # One deadline for the whole call, retries included; read off time.monotonic, since
+        # asking for the running loop's clock is a getpid system call on Python 3.11.
+        deadline = time.monotonic() + (timeout or self.timeout)
         attempt = 0
         while True:
             try:
-                return await method(request, metadata=self._metadata, timeout=max(0.001, deadline - loop.time()))
+                return await method(request, metadata=self._metadata, timeout=max(0.001, deadline - time.monotonic()))
             except grpc.aio.AioRpcError as error:
                 attempt += 1
                 pause = self._retry.delay(attempt)
-                if error.code() not in retry_on or attempt >= self._retry.attempts or loop.time() + pause >= deadline:
+                out_of_time = time.monotonic() + pause >= deadline
+                if error.code() not in retry_on or attempt >= self._retry.attempts or out_of_time:
                     raise from_rpc_error(error) from None
                 await asyncio.sleep(pause)
 
     # Tenants --------------------------------------------------------------------------------
 
     async def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
-        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name)
         response = await self._call(stub.CreateTenant, request, retry_on=frozenset())
         return CreatedTenant(convert.tenant(response.tenant), response.token)
 
     async def get_tenant(self, tenant_id: str) -> models.Tenant:
-        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        stub = self._stubs().tenants
         response = await self._call(stub.GetTenant, tenant_pb2.GetTenantRequest(tenant_id=tenant_id))
         return convert.tenant(response.tenant)
 
     async def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
-        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        stub = self._stubs().tenants
         request = tenant_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListTenants, request)
         return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
 
     async def create_tenant_token(self, tenant_id: str) -> str:
-        stub = tenant_pb2_grpc.TenantServiceStub(self._ch())
+        stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
         return (await self._call(stub.CreateTenantToken, request, retry_on=frozenset())).token
 
@@ -163,7 +189,7 @@ class AsyncClient:
         leaf_switch: str,
     ) -> models.Node:
         """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         request = node_pb2.RegisterNodeRequest(
             node_id=node_id,
             gpu_model=convert.gpu_model_value(gpu_model),
@@ -175,7 +201,7 @@ class AsyncClient:
         return convert.node((await self._call(stub.RegisterNode, request)).node)
 
     async def get_node(self, node_id: str) -> models.Node:
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         return convert.node((await self._call(stub.GetNode, node_pb2.GetNodeRequest(node_id=node_id))).node)
 
     async def list_nodes(
@@ -187,7 +213,7 @@ class AsyncClient:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[models.Node]:
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         request = node_pb2.ListNodesRequest(
             state=convert.node_state_value(state) if state else node_pb2.NODE_STATE_UNSPECIFIED,
             gpu_model=convert.gpu_model_value(gpu_model) if gpu_model else node_pb2.GPU_MODEL_UNSPECIFIED,
@@ -199,17 +225,17 @@ class AsyncClient:
         return models.Page([convert.node(n) for n in response.nodes], response.next_page_token)
 
     async def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         request = node_pb2.CompleteBurnInRequest(node_id=node_id, passed=passed, detail=detail)
         return convert.node((await self._call(stub.CompleteBurnIn, request, retry_on=frozenset())).node)
 
     async def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         request = node_pb2.CordonNodeRequest(node_id=node_id, reason=reason)
         return convert.node((await self._call(stub.CordonNode, request)).node)
 
     async def uncordon_node(self, node_id: str) -> models.Node:
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         return convert.node((await self._call(stub.UncordonNode, node_pb2.UncordonNodeRequest(node_id=node_id))).node)
 
     async def drain_node(self, node_id: str, reason: str = "") -> models.Node:
@@ -228,14 +254,14 @@ class AsyncClient:
     async def _lifecycle(self, rpc: str, request: Any) -> models.Node:
         # State transitions are not retried: a lost reply followed by a retry would be refused
         # as an illegal transition, which is confusing; the caller re-reads instead.
-        method = getattr(node_pb2_grpc.NodeServiceStub(self._ch()), rpc)
+        method = getattr(self._stubs().nodes, rpc)
         return convert.node((await self._call(method, request, retry_on=frozenset())).node)
 
     async def list_node_events(
         self, node_id: str, *, page_size: int = 0, page_token: str = ""
     ) -> models.Page[models.NodeEvent]:
         """One page of a node's recorded state changes, oldest first."""
-        stub = node_pb2_grpc.NodeServiceStub(self._ch())
+        stub = self._stubs().nodes
         request = node_pb2.ListNodeEventsRequest(node_id=node_id, page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListNodeEvents, request)
         return models.Page([convert.node_event(e) for e in response.events], response.next_page_token)
@@ -257,7 +283,7 @@ class AsyncClient:
         retries; pass your own to make a create idempotent across processes or restarts.
         ``timeout`` bounds the whole call, retries included.
         """
-        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        stub = self._stubs().allocations
         request = allocation_pb2.CreateAllocationRequest(
             tenant_id=tenant_id,
             gpu_model=convert.gpu_model_value(gpu_model),
@@ -269,7 +295,7 @@ class AsyncClient:
         return convert.allocation(response.allocation)
 
     async def get_allocation(self, allocation_id: str) -> models.Allocation:
-        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        stub = self._stubs().allocations
         request = allocation_pb2.GetAllocationRequest(allocation_id=allocation_id)
         return convert.allocation((await self._call(stub.GetAllocation, request)).allocation)
 
@@ -281,7 +307,7 @@ class AsyncClient:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[models.Allocation]:
-        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        stub = self._stubs().allocations
         request = allocation_pb2.ListAllocationsRequest(
             tenant_id=tenant_id,
             state=convert.allocation_state_value(state) if state else allocation_pb2.ALLOCATION_STATE_UNSPECIFIED,
@@ -309,19 +335,19 @@ class AsyncClient:
 
     async def cancel_allocation(self, allocation_id: str) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
-        stub = allocation_pb2_grpc.AllocationServiceStub(self._ch())
+        stub = self._stubs().allocations
         request = allocation_pb2.CancelAllocationRequest(allocation_id=allocation_id)
         return convert.operation(await self._call(stub.CancelAllocation, request))
 
     # Operations -----------------------------------------------------------------------------
 
     async def get_operation(self, name: str) -> models.Operation:
-        stub = _operations_stub(self._ch())
+        stub = self._stubs().operations
         return convert.operation(await self._call(stub.GetOperation, operations_pb2.GetOperationRequest(name=name)))
 
     async def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
         """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
-        stub = _operations_stub(self._ch())
+        stub = self._stubs().operations
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         while True:
@@ -334,13 +360,13 @@ class AsyncClient:
                 return operation
 
     async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
-        stub = _operations_stub(self._ch())
+        stub = self._stubs().operations
         request = operations_pb2.ListOperationsRequest(page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListOperations, request)
         return models.Page([convert.operation(o) for o in response.operations], response.next_page_token)
 
     async def delete_operation(self, name: str) -> None:
-        stub = _operations_stub(self._ch())
+        stub = self._stubs().operations
         await self._call(stub.DeleteOperation, operations_pb2.DeleteOperationRequest(name=name))
 
     # Metrics --------------------------------------------------------------------------------
@@ -353,7 +379,7 @@ class AsyncClient:
         Retried on UNAVAILABLE: the store takes a sample repeating a stored time with the same
         value as a retry and does not add it twice.
         """
-        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        stub = self._stubs().metrics
         request = metrics.write_request(nodes, series)
         response = await self._call(stub.WriteSamples, request)
         return metrics.WriteResult(response.samples_written, response.series_written)
@@ -368,7 +394,7 @@ class AsyncClient:
         fields: Sequence[str] = (),
     ) -> metrics.MetricsResult:
         """Raw samples in [start, end) (datetimes, or ms since the epoch); empty lists match all."""
-        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        stub = self._stubs().metrics
         request = metrics_pb2.QueryRequest(
             selector=metrics.selector(node_ids, gpu_indexes, fields),
             start_ms=metrics.to_ms(start),
@@ -389,7 +415,7 @@ class AsyncClient:
         fields: Sequence[str] = (),
     ) -> metrics.MetricsResult:
         """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int)."""
-        stub = metrics_pb2_grpc.MetricsServiceStub(self._ch())
+        stub = self._stubs().metrics
         request = metrics_pb2.QueryRangeRequest(
             selector=metrics.selector(node_ids, gpu_indexes, fields),
             start_ms=metrics.to_ms(start),
@@ -407,13 +433,13 @@ class AsyncClient:
 
         ``tenant_id`` defaults to the caller's own tenant; operators must name one.
         """
-        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        stub = self._stubs().billing
         request = billing_pb2.GetInvoiceRequest(tenant_id=tenant_id, period=period)
         return billing.invoice((await self._call(stub.GetInvoice, request)).invoice)
 
     async def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
         """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
-        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        stub = self._stubs().billing
         request = billing_pb2.FinalizeInvoiceRequest(tenant_id=tenant_id, period=period)
         response = await self._call(stub.FinalizeInvoice, request)
         return billing.FinalizedInvoice(billing.invoice(response.invoice), response.newly_finalized)
@@ -428,7 +454,7 @@ class AsyncClient:
         page_token: str = "",
     ) -> models.Page[billing.UsageEvent]:
         """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given."""
-        stub = billing_pb2_grpc.BillingServiceStub(self._ch())
+        stub = self._stubs().billing
         request = billing_pb2.ListUsageEventsRequest(
             tenant_id=tenant_id,
             start_time=_timestamp(start_time),

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from google.longrunning import operations_pb2
@@ -13,23 +13,26 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clients import models
 from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_ENUMS: dict[str, EnumDescriptor] = {
+    "GpuModel": node_pb2.GpuModel.DESCRIPTOR,
+    "NodeState": node_pb2.NodeState.DESCRIPTOR,
+    "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
+}
+
 
 def optional_time(message: Message, field: str) -> datetime | None:
     """The Timestamp ``field`` of ``message`` as an aware UTC datetime, or None when unset."""
     if not message.HasField(field):
         return None
     ts: Timestamp = getattr(message, field)
-    return ts.ToDatetime(tzinfo=UTC)
+    # What Timestamp.ToDatetime(tzinfo=UTC) gives, in two thirds of its time.
+    return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
 
 
 def enum_name(descriptor_name: str, prefix: str, number: int) -> str:
     """``GpuModel`` 2 -> ``H100``. Unknown numbers from a newer server read ``UNKNOWN_<n>``."""
-    descriptors = {
-        "GpuModel": node_pb2.GpuModel.DESCRIPTOR,
-        "NodeState": node_pb2.NodeState.DESCRIPTOR,
-        "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
-    }
-    return enum_label(descriptors[descriptor_name], prefix, number)
+    return enum_label(_ENUMS[descriptor_name], prefix, number)
 
 
 def enum_label(descriptor: EnumDescriptor, prefix: str, number: int) -> str:

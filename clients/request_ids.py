@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 
 _VERSION_7 = 0x7 << 76
 _VARIANT_RFC = 0x2 << 62
@@ -22,4 +21,5 @@ def new_request_id() -> str:
     value = (time.time_ns() // 1_000_000) << 80 | int.from_bytes(os.urandom(10), "big")
     value = (value & ~(0xF << 76)) | _VERSION_7
     value = (value & ~(0x3 << 62)) | _VARIANT_RFC
-    return str(uuid.UUID(int=value))
+    digits = f"{value:032x}"  # str(uuid.UUID(int=value)), without building the UUID
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"

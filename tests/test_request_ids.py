@@ -10,8 +10,10 @@ from clients.request_ids import new_request_id
 
 def test_a_request_id_is_a_version_7_rfc_uuid_stamped_now() -> None:
     before = time.time_ns() // 1_000_000
-    made = uuid.UUID(new_request_id())
+    text = new_request_id()
+    made = uuid.UUID(text)
     after = time.time_ns() // 1_000_000
+    assert text == str(made)  # the canonical form: lower-case hex in 8-4-4-4-12 groups
     assert made.version == 7 and made.variant == uuid.RFC_4122
     assert before <= made.int >> 80 <= after
 
