@@ -76,22 +76,30 @@ class RunningControlPlane:
         return AsyncClient(self.address, token or self.operator_token, timeout=15)
 
 
-async def start_control_plane(data_dir: Path, database_url: str, **overrides: object) -> RunningControlPlane:
+async def start_control_plane(
+    data_dir: Path, database_url: str, *, operator_token: str | None = None, **overrides: object
+) -> RunningControlPlane:
+    """Start a control plane. ``operator_token``: for a replica of a database another plane
+    has bootstrapped, which mints no token of its own; by default the one in ``data_dir``."""
     config = ServerConfig(data_dir=data_dir, listen="127.0.0.1:0", database_url=database_url, scrub_seconds=0.05)
     for key, value in overrides.items():
         object.__setattr__(config, key, value)
     plane = ControlPlane(config)
     await plane.start()
-    token = plane.operator_token_path.read_text().strip()
+    try:
+        token = operator_token or plane.operator_token_path.read_text().strip()
+    except BaseException:
+        await plane.stop()
+        raise
     return RunningControlPlane(plane, config, token)
 
 
 @asynccontextmanager
 async def running_control_plane(
-    data_dir: Path, database_url: str, **overrides: object
+    data_dir: Path, database_url: str, *, operator_token: str | None = None, **overrides: object
 ) -> AsyncIterator[RunningControlPlane]:
     """A started control plane, stopped on exit whatever happens."""
-    running = await start_control_plane(data_dir, database_url, **overrides)
+    running = await start_control_plane(data_dir, database_url, operator_token=operator_token, **overrides)
     try:
         yield running
     finally:
