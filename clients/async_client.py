@@ -82,7 +82,7 @@ class _Stubs:
     billing: billing_pb2_grpc.BillingServiceAsyncStub
 
     @classmethod
-    def connect(cls, address: str) -> _Stubs:
+    def on_new_channel(cls, address: str) -> _Stubs:
         channel = grpc.aio.insecure_channel(address)
         return cls(
             channel,
@@ -111,7 +111,7 @@ class AsyncClient:
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._retry = retry or RetryPolicy()
         # Created on first use so it binds to the loop the caller runs in (grpc#32480).
-        self._connection: _Stubs | None = None
+        self._channel_stubs: _Stubs | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -120,14 +120,14 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
-        if self._connection is not None:
-            await self._connection.channel.close()
-            self._connection = None
+        if self._channel_stubs is not None:
+            await self._channel_stubs.channel.close()
+            self._channel_stubs = None
 
     def _stubs(self) -> _Stubs:
-        if self._connection is None:
-            self._connection = _Stubs.connect(self.address)
-        return self._connection
+        if self._channel_stubs is None:
+            self._channel_stubs = _Stubs.on_new_channel(self.address)
+        return self._channel_stubs
 
     async def _call(
         self,
@@ -137,8 +137,9 @@ class AsyncClient:
         retry_on: frozenset[grpc.StatusCode] = _SAFE,
         timeout: float | None = None,
     ) -> R:
-        # One deadline for the whole call, retries included; read off time.monotonic, since
-        # asking for the running loop's clock is a getpid system call on Python 3.11.
+        # One deadline for the whole call, retries included; read off time.monotonic (the
+        # default loop's clock), since asking for the running loop is a getpid system call on
+        # Python 3.11.
         deadline = time.monotonic() + (timeout or self.timeout)
         attempt = 0
         while True:
@@ -348,15 +349,14 @@ class AsyncClient:
     async def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
         """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
         stub = self._stubs().operations
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout
+        deadline = time.monotonic() + timeout
         while True:
-            left = max(0.0, deadline - loop.time())
+            left = max(0.0, deadline - time.monotonic())
             wait = Duration()
             wait.FromNanoseconds(int(min(left, 30.0) * 1e9))
             request = operations_pb2.WaitOperationRequest(name=name, timeout=wait)
             operation = convert.operation(await self._call(stub.WaitOperation, request, timeout=min(left, 30.0) + 5))
-            if operation.done or loop.time() >= deadline:
+            if operation.done or time.monotonic() >= deadline:
                 return operation
 
     async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:

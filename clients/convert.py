@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -26,8 +27,11 @@ def optional_time(message: Message, field: str) -> datetime | None:
     if not message.HasField(field):
         return None
     ts: Timestamp = getattr(message, field)
-    # What Timestamp.ToDatetime(tzinfo=UTC) gives, in two thirds of its time.
-    return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+    if 0 <= ts.nanos < 1_000_000_000:
+        # What Timestamp.ToDatetime(tzinfo=UTC) gives, in about two thirds of its time.
+        with contextlib.suppress(OverflowError):
+            return _EPOCH + timedelta(seconds=ts.seconds, microseconds=ts.nanos // 1000)
+    return ts.ToDatetime(tzinfo=UTC)  # out of range: protobuf's own ValueError
 
 
 def enum_name(descriptor_name: str, prefix: str, number: int) -> str:

@@ -15,6 +15,9 @@ from services.store.engine import Store
 from services.store.models import TokenRow
 
 OPERATOR_TOKEN_FILE = "operator.token"
+# Arbitrary, fixed: the PostgreSQL advisory lock under which a starting replica checks for an
+# operator and mints the first one.
+BOOTSTRAP_LOCK_ID = 0x67707564  # 'gpud'
 
 
 async def create_token(
@@ -55,6 +58,12 @@ async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
     The file is created 0600 before the token is written, so it is never world-readable.
     """
     async with store.write() as session:
+        if store.dialect == "postgresql":
+            # Replicas starting together on a fresh database would each find no operator (READ
+            # COMMITTED) and each mint one. One at a time, a later one sees the first's token.
+            # (SQLite's writes already run one at a time.)
+            connection = await session.connection()
+            await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({BOOTSTRAP_LOCK_ID})")
         query = select(TokenRow.token_id).where(col(TokenRow.role) == Role.OPERATOR).limit(1)
         if (await session.exec(query)).first() is not None:
             return None

@@ -108,11 +108,11 @@ async def test_replicas_share_one_fleet_without_granting_a_gpu_twice(tmp_path: P
         assert [(n.state, n.allocation_id) for n in nodes] == [("READY", None)] * len(nodes)
 
 
-async def test_cancels_on_both_replicas_are_each_released_once_though_both_releasers_run(
+async def test_cancels_on_both_replicas_are_each_released_once_with_both_releasers_looking(
     tmp_path: Path, database_url: str
 ) -> None:
-    """Cancels arrive on both replicas, so both releasers wake and find the same CANCELLING
-    allocations due at once; each allocation is released by exactly one of them."""
+    """Cancels arrive on both replicas, so both releasers wake and look for the same CANCELLING
+    allocations as they come due; each allocation is released by exactly one of them."""
     async with (
         running_control_plane(tmp_path / "a", database_url, scrub_seconds=0.3) as first,
         running_control_plane(

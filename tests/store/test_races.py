@@ -7,6 +7,7 @@ import contextlib
 import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 from typing import TypeVar
 
 import asyncpg
@@ -17,6 +18,7 @@ from services.allocations import commands
 from services.allocations.commands import AllocationRequest
 from services.allocations.releaser import Releaser
 from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.auth.repository import BOOTSTRAP_LOCK_ID, OPERATOR_TOKEN_FILE, bootstrap_operator, create_token
 from services.errors import ResourceExhausted
 from services.nodes import commands as node_commands
 from services.nodes import repository as nodes_repo
@@ -267,3 +269,36 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
         for connection in holders:
             await connection.close()
         await monitor.close()
+
+
+@pytest.mark.skipif(
+    backend() != "postgresql",
+    reason="replicas share a PostgreSQL database (runs in .ci/run's PostgreSQL pass); SQLite writes run one at a time",
+)
+async def test_a_replica_starting_while_another_mints_the_operator_token_mints_none(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Replica A is minting the first operator token of a fresh database (in its bootstrap
+    transaction, not committed yet) when replica B starts: B waits for A, then finds A's token
+    and writes no token file of its own."""
+    first, second = await Store.open(database_url), await Store.open(database_url)
+    monitor = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
+    try:
+        async with first.write() as session:
+            connection = await session.connection()
+            await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({BOOTSTRAP_LOCK_ID})")
+            starting = asyncio.create_task(bootstrap_operator(second, tmp_path))
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await monitor.fetchval(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                " WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted"
+            ):
+                # No pause: each check is a round trip to the server, which paces the loop.
+                assert asyncio.get_running_loop().time() < deadline, "the second replica never waited"
+            await create_token(session, Role.OPERATOR)
+        assert await starting is None
+        assert not (tmp_path / OPERATOR_TOKEN_FILE).exists()
+    finally:
+        await monitor.close()
+        await first.close()
+        await second.close()
