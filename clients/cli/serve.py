@@ -23,7 +23,7 @@ async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFor
         await plane.start()  # a failed start has closed what it opened
         try:
             freeze_startup_heap()
-            _announce_token(plane.operator_token_created, plane.operator_token_path)
+            announce_operator_token(plane.operator_token_created, plane.operator_token_path)
             await stop.wait()
         finally:
             await plane.stop()
@@ -64,7 +64,8 @@ def _exit_at_once(signum: int) -> None:
     os._exit(128 + signum)
 
 
-def _announce_token(created: Path | None, path: Path) -> None:
+def announce_operator_token(created: Path | None, path: Path) -> None:
+    """Tell the user where the operator token is: just written, written before, or none here."""
     from clients.cli.render import errors
 
     if created is not None:
@@ -72,5 +73,11 @@ def _announce_token(created: Path | None, path: Path) -> None:
             f"[bold]First start:[/bold] created an operator token in [bold]{created}[/bold] (mode 0600).\n"
             f"  export GPUCLOUD_TOKEN=$(cat {created})"
         )
+    elif path.exists():
+        errors.print(f"operator token: {path}")
     else:
-        errors.print(f"operator token: {path} (if this data directory created it)")
+        # A replica of a database another control plane bootstrapped, or a token file moved away.
+        errors.print(
+            "operator token: none in this data directory; the database already has operators (the first"
+            " token was written into the data directory of the control plane that first started on it)"
+        )
