@@ -24,6 +24,7 @@ class Interval:
 
     @property
     def length(self) -> int:
+        """``end - start``, or 0 when the interval is empty."""
         return max(0, self.end - self.start)
 
 

@@ -128,6 +128,7 @@ class Period:
 
     @property
     def seconds(self) -> Decimal:
+        """The period's length in seconds, exact."""
         return us_to_seconds(self.end_us - self.start_us)
 
 

@@ -32,14 +32,17 @@ class BillingPeriod:
 
     @property
     def name(self) -> str:
+        """``YYYY-MM``, e.g. ``2026-11``."""
         return f"{self.year:04d}-{self.month:02d}"
 
     @property
     def start_us(self) -> int:
+        """The first instant, 00:00 UTC on the 1st, in microseconds since the epoch."""
         return datetime_to_us(datetime(self.year, self.month, 1, tzinfo=UTC))
 
     @property
     def end_us(self) -> int:
+        """The next month's ``start_us``: the first instant after the period."""
         return self.next().start_us
 
     @property
@@ -48,9 +51,11 @@ class BillingPeriod:
         return Period(self.start_us, self.end_us)
 
     def next(self) -> BillingPeriod:
+        """The month after (December is followed by January of the next year)."""
         return BillingPeriod(self.year + self.month // 12, self.month % 12 + 1)
 
     def previous(self) -> BillingPeriod:
+        """The month before (January is preceded by December of the previous year)."""
         return BillingPeriod(self.year - (self.month == 1), (self.month - 2) % 12 + 1)
 
     def __str__(self) -> str:

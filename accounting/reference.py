@@ -38,10 +38,12 @@ class Held:
 
     @property
     def event_ids(self) -> tuple[str, ...]:
+        """The start's event id, and the stop's when there is one."""
         return (self.start.event_id,) if self.stop is None else (self.start.event_id, self.stop.event_id)
 
     @property
     def gpu(self) -> GpuKey:
+        """The GPU: ``(gpu_uuid, gpu_model)``."""
         return (self.start.gpu_uuid, self.start.gpu_model)
 
 

@@ -1,10 +1,11 @@
 """``AsyncClient``: the typed asyncio client of the gpucloud API.
 
 Every call carries a deadline (``timeout``, 30 s by default) and the bearer token. Calls that
-are safe to repeat are retried on UNAVAILABLE with exponential back-off and jitter; creates get
-a ``request_id`` automatically (a UUIDv7: clients/request_ids.py) so that they are safe to
-repeat too, and are also retried on ABORTED, which the server answers while another call with
-the same key is running.
+are safe to repeat are retried on UNAVAILABLE with exponential back-off and jitter.
+``create_allocation`` gets a ``request_id`` automatically (a UUIDv7: clients/request_ids.py)
+so that it is safe to repeat too, and is also retried on ABORTED, which the server answers
+while another call with the same key is running. Creating tenants and tokens, and node state
+transitions, are not retried: a repeat after a lost reply would be refused.
 """
 
 from __future__ import annotations
@@ -50,12 +51,15 @@ _SAFE_WITH_KEY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED
 class RetryPolicy:
     """Exponential back-off with full jitter."""
 
+    # Tries in all, the first one included.
     attempts: int = 6
     initial_backoff: float = 0.05
     max_backoff: float = 2.0
 
-    def delay(self, attempt: int) -> float:
-        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2**attempt))
+    def delay(self, retry: int) -> float:
+        """Seconds to sleep before retry number ``retry`` (1-based): random, up to
+        ``initial_backoff * 2**(retry - 1)`` capped at ``max_backoff``."""
+        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** (retry - 1)))
 
 
 @dataclass(frozen=True)
@@ -83,6 +87,7 @@ class _Stubs:
 
     @classmethod
     def on_new_channel(cls, address: str) -> _Stubs:
+        """Open an insecure (plaintext) channel to ``address`` and make every stub on it."""
         channel = grpc.aio.insecure_channel(address)
         return cls(
             channel,
@@ -106,6 +111,7 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
+        """``timeout`` is each call's default deadline in seconds, retries included; the channel opens on first use."""
         self.address = address
         self.timeout = timeout
         self._metadata = (("authorization", f"Bearer {token}"),)
@@ -120,6 +126,7 @@ class AsyncClient:
         await self.close()
 
     async def close(self) -> None:
+        """Close the channel. Safe to call twice; a later call opens a new channel."""
         if self._channel_stubs is not None:
             await self._channel_stubs.channel.close()
             self._channel_stubs = None
@@ -140,7 +147,7 @@ class AsyncClient:
         # One deadline for the whole call, retries included; read off time.monotonic (the
         # default loop's clock), since asking for the running loop is a getpid system call on
         # Python 3.11.
-        deadline = time.monotonic() + (timeout or self.timeout)
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         attempt = 0
         while True:
             try:
@@ -156,23 +163,27 @@ class AsyncClient:
     # Tenants --------------------------------------------------------------------------------
 
     async def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+        """Create a tenant and its first API token (operators). Not retried; a taken id is ``AlreadyExistsError``."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name)
         response = await self._call(stub.CreateTenant, request, retry_on=frozenset())
         return CreatedTenant(convert.tenant(response.tenant), response.token)
 
     async def get_tenant(self, tenant_id: str) -> models.Tenant:
+        """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
         stub = self._stubs().tenants
         response = await self._call(stub.GetTenant, tenant_pb2.GetTenantRequest(tenant_id=tenant_id))
         return convert.tenant(response.tenant)
 
     async def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+        """One page of every tenant, ordered by id (operators)."""
         stub = self._stubs().tenants
         request = tenant_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListTenants, request)
         return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
 
     async def create_tenant_token(self, tenant_id: str) -> str:
+        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
         return (await self._call(stub.CreateTenantToken, request, retry_on=frozenset())).token
@@ -202,6 +213,7 @@ class AsyncClient:
         return convert.node((await self._call(stub.RegisterNode, request)).node)
 
     async def get_node(self, node_id: str) -> models.Node:
+        """The node ``node_id`` (operators and agents; an agent reading another node is ``PermissionDeniedError``)."""
         stub = self._stubs().nodes
         return convert.node((await self._call(stub.GetNode, node_pb2.GetNodeRequest(node_id=node_id))).node)
 
@@ -214,6 +226,7 @@ class AsyncClient:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[models.Node]:
+        """One page of the fleet, ordered by node id (operators). ``state``, ``gpu_model`` and ``zone`` filter it."""
         stub = self._stubs().nodes
         request = node_pb2.ListNodesRequest(
             state=convert.node_state_value(state) if state else node_pb2.NODE_STATE_UNSPECIFIED,
@@ -226,30 +239,44 @@ class AsyncClient:
         return models.Page([convert.node(n) for n in response.nodes], response.next_page_token)
 
     async def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+        """Record a burn-in result: passed moves the node to READY, failed to QUARANTINED.
+
+        Not retried; a node not in BURN_IN is ``FailedPreconditionError``.
+        """
         stub = self._stubs().nodes
         request = node_pb2.CompleteBurnInRequest(node_id=node_id, passed=passed, detail=detail)
         return convert.node((await self._call(stub.CompleteBurnIn, request, retry_on=frozenset())).node)
 
     async def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Stop new placements on the node without changing its state (operators). Idempotent, so retried."""
         stub = self._stubs().nodes
         request = node_pb2.CordonNodeRequest(node_id=node_id, reason=reason)
         return convert.node((await self._call(stub.CordonNode, request)).node)
 
     async def uncordon_node(self, node_id: str) -> models.Node:
+        """Let placement pick the node again and clear its status reason (operators). Idempotent, so retried."""
         stub = self._stubs().nodes
         return convert.node((await self._call(stub.UncordonNode, node_pb2.UncordonNodeRequest(node_id=node_id))).node)
 
     async def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Take the node out of service and cordon it (operators).
+
+        A free node is QUARANTINED at once; a held one drains: its tenant keeps it until release, and it
+        is quarantined after its scrub. Not retried: after a lost reply, read the node again.
+        """
         return await self._lifecycle("DrainNode", node_pb2.DrainNodeRequest(node_id=node_id, reason=reason))
 
     async def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+        """Move a QUARANTINED node to REPAIR (operators). Not retried; other states are ``FailedPreconditionError``."""
         return await self._lifecycle("StartRepair", node_pb2.StartRepairRequest(node_id=node_id, reason=reason))
 
     async def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+        """Send a QUARANTINED or REPAIR node back to BURN_IN, uncordoned (operators). Not retried."""
         request = node_pb2.ReturnToServiceRequest(node_id=node_id, reason=reason)
         return await self._lifecycle("ReturnToService", request)
 
     async def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Retire a REGISTERED, QUARANTINED or REPAIR node for good (operators). Not retried."""
         return await self._lifecycle("RetireNode", node_pb2.RetireNodeRequest(node_id=node_id, reason=reason))
 
     async def _lifecycle(self, rpc: str, request: Any) -> models.Node:
@@ -296,6 +323,7 @@ class AsyncClient:
         return convert.allocation(response.allocation)
 
     async def get_allocation(self, allocation_id: str) -> models.Allocation:
+        """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""
         stub = self._stubs().allocations
         request = allocation_pb2.GetAllocationRequest(allocation_id=allocation_id)
         return convert.allocation((await self._call(stub.GetAllocation, request)).allocation)
@@ -308,6 +336,11 @@ class AsyncClient:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[models.Allocation]:
+        """One page of allocations, newest first.
+
+        Tenants see only their own (another tenant's ``tenant_id`` gives an empty page); operators see all,
+        or one tenant's with ``tenant_id`` (``NotFoundError`` if there is no such tenant).
+        """
         stub = self._stubs().allocations
         request = allocation_pb2.ListAllocationsRequest(
             tenant_id=tenant_id,
@@ -343,6 +376,7 @@ class AsyncClient:
     # Operations -----------------------------------------------------------------------------
 
     async def get_operation(self, name: str) -> models.Operation:
+        """The operation ``name`` (``operations/<id>``), done or not; another tenant's is ``NotFoundError``."""
         stub = self._stubs().operations
         return convert.operation(await self._call(stub.GetOperation, operations_pb2.GetOperationRequest(name=name)))
 
@@ -360,14 +394,32 @@ class AsyncClient:
                 return operation
 
     async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+        """One page of the operations the caller may see, newest first."""
         stub = self._stubs().operations
         request = operations_pb2.ListOperationsRequest(page_size=page_size, page_token=page_token)
         response = await self._call(stub.ListOperations, request)
         return models.Page([convert.operation(o) for o in response.operations], response.next_page_token)
 
     async def delete_operation(self, name: str) -> None:
+        """Forget a finished operation; one still running is ``FailedPreconditionError``.
+
+        Retried on UNAVAILABLE. A retry that finds the operation gone counts as deleted: the try
+        before it may have deleted it and lost only the reply.
+        """
         stub = self._stubs().operations
-        await self._call(stub.DeleteOperation, operations_pb2.DeleteOperationRequest(name=name))
+        tries = 0
+
+        async def delete(request: operations_pb2.DeleteOperationRequest, **call: Any) -> object:
+            nonlocal tries
+            tries += 1
+            try:
+                return await stub.DeleteOperation(request, **call)
+            except grpc.aio.AioRpcError as error:
+                if tries > 1 and error.code() == grpc.StatusCode.NOT_FOUND:
+                    return None
+                raise
+
+        await self._call(delete, operations_pb2.DeleteOperationRequest(name=name))
 
     # Metrics --------------------------------------------------------------------------------
 

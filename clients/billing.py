@@ -16,6 +16,8 @@ from gpucloud.v1 import billing_pb2
 
 @dataclass(frozen=True)
 class InvoiceLine:
+    """One priced line of the period's own usage: the GPU-seconds of one GPU model and price class."""
+
     gpu_model: str
     price_class: str
     gpu_seconds: Decimal
@@ -37,6 +39,9 @@ class InvoiceAdjustment:
 
 @dataclass(frozen=True)
 class InvoiceAnomaly:
+    """An event, or a stretch of GPU time, that did not pair cleanly (``kind`` such as ``DUPLICATE_START``):
+    reported, never dropped."""
+
     kind: str
     gpu_uuid: str | None
     allocation_id: str | None
@@ -47,6 +52,10 @@ class InvoiceAnomaly:
 
 @dataclass(frozen=True)
 class InvoiceReconciliation:
+    """Where every input event and every second of usage went. Two identities hold: ``events_in`` = billed + in
+    anomalies + outside the period, and ``interval_seconds`` = usage + same-tenant overlap + credited; ``extra``
+    counts the events in anomalies by anomaly kind."""
+
     events_in: int
     events_billed: int
     events_in_anomalies: int
@@ -126,6 +135,7 @@ def _gpu_model(number: int) -> str:
 
 
 def invoice(message: billing_pb2.Invoice) -> Invoice:
+    """The client's ``Invoice`` of an Invoice message; an unpriced (empty) rate or amount reads None."""
     rec = message.reconciliation
     return Invoice(
         tenant_id=message.tenant_id,
@@ -190,6 +200,7 @@ def invoice(message: billing_pb2.Invoice) -> Invoice:
 
 
 def usage_event(message: billing_pb2.UsageEvent) -> UsageEvent:
+    """The client's ``UsageEvent`` of a UsageEvent message."""
     return UsageEvent(
         event_id=message.event_id,
         tenant_id=message.tenant_id,

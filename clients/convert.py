@@ -55,16 +55,19 @@ def _value(wrapper: Any, prefix: str, name: str, what: str) -> Any:
 
 
 def gpu_model_value(name: str) -> node_pb2.GpuModel.ValueType:
+    """``H100`` (any case) or ``GPU_MODEL_H100`` -> its number; ValueError naming the known models."""
     value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model")
     return value
 
 
 def node_state_value(name: str) -> node_pb2.NodeState.ValueType:
+    """``READY`` (any case) or ``NODE_STATE_READY`` -> its number; ValueError naming the known states."""
     value: node_pb2.NodeState.ValueType = _value(node_pb2.NodeState, "NODE_STATE_", name, "node state")
     return value
 
 
 def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueType:
+    """``ACTIVE`` (any case) or ``ALLOCATION_STATE_ACTIVE`` -> its number; ValueError naming the known states."""
     value: allocation_pb2.AllocationState.ValueType = _value(
         allocation_pb2.AllocationState, "ALLOCATION_STATE_", name, "allocation state"
     )
@@ -72,10 +75,12 @@ def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueTyp
 
 
 def tenant(message: tenant_pb2.Tenant) -> models.Tenant:
+    """The client's ``Tenant`` of a Tenant message."""
     return models.Tenant(message.tenant_id, message.display_name, optional_time(message, "create_time"))
 
 
 def node(message: node_pb2.Node) -> models.Node:
+    """The client's ``Node`` of a Node message; an empty ``allocation_id`` reads None."""
     return models.Node(
         node_id=message.node_id,
         gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
@@ -93,6 +98,7 @@ def node(message: node_pb2.Node) -> models.Node:
 
 
 def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
+    """The client's ``NodeEvent`` of a NodeEvent message."""
     return models.NodeEvent(
         node_id=message.node_id,
         event=message.event,
@@ -105,6 +111,7 @@ def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
 
 
 def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
+    """The client's ``Allocation`` of an Allocation message."""
     return models.Allocation(
         allocation_id=message.allocation_id,
         tenant_id=message.tenant_id,
@@ -119,6 +126,8 @@ def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
 
 
 def operation(message: operations_pb2.Operation) -> models.Operation:
+    """The client's ``Operation`` of a cancel-allocation Operation: progress from its CancelAllocationMetadata, the
+    Allocation once done, and the error's code and message if it failed."""
     metadata = allocation_pb2.CancelAllocationMetadata()
     message.metadata.Unpack(metadata)
     response: models.Allocation | None = None

@@ -5,11 +5,11 @@ GpucloudError                 carries code, reason, message, field violations, m
 ├── NotFoundError
 ├── AlreadyExistsError
 ├── FailedPreconditionError   the object's state forbids it now
-├── AbortedError              lost a race; creates are retried automatically
-├── ResourceExhaustedError    not enough capacity
+├── AbortedError              lost a race; create_allocation retries it automatically
+├── ResourceExhaustedError    not enough capacity, or a query or message too large
 ├── UnauthenticatedError
 ├── PermissionDeniedError
-├── UnavailableError          server unreachable; safe calls are retried automatically
+├── UnavailableError          server or its storage unavailable; safe calls are retried
 ├── DeadlineExceededError
 └── InternalError
 """
@@ -52,46 +52,111 @@ class GpucloudError(Exception):
 
 
 class InvalidArgumentError(GpucloudError):
+    """INVALID_ARGUMENT: the request is wrong whatever the system's state; sending it again cannot help.
+
+    A bad field (reason INVALID_FIELD; ``field_violations`` names each, at most 10, with the total in
+    ``metadata["violations"]`` when there were more), a bad page token (INVALID_PAGE_TOKEN), a ``request_id`` reused
+    for a different request (IDEMPOTENCY_KEY_REUSED), a metric sample not newer than what the store holds for its
+    series (SAMPLES_OUT_OF_ORDER) or a body that is not a valid message (MALFORMED_REQUEST). Never retried.
+    """
+
     code = grpc.StatusCode.INVALID_ARGUMENT
 
 
 class NotFoundError(GpucloudError):
+    """NOT_FOUND: no such tenant, node, allocation, operation or invoice, or one the caller may not see.
+
+    Another tenant's object reads exactly like a missing one, so ids cannot be probed; a tenant also sees it for the
+    metrics of a node it never held. ``reason`` is ``<KIND>_NOT_FOUND``: ``NODE_NOT_FOUND``, ``INVOICE_NOT_FOUND``...
+    """
+
     code = grpc.StatusCode.NOT_FOUND
 
 
 class AlreadyExistsError(GpucloudError):
+    """ALREADY_EXISTS: what the call would create exists already.
+
+    A taken tenant id (TENANT_EXISTS, whatever the display name), a node registered again with a different
+    inventory (NODE_INVENTORY_MISMATCH), a GPU UUID that belongs to another node (GPU_ALREADY_REGISTERED), or a
+    registration that lost to a concurrent one (NODE_REGISTERED_CONCURRENTLY). Registering a node again with the same
+    inventory is not an error: it returns the node.
+    """
+
     code = grpc.StatusCode.ALREADY_EXISTS
 
 
 class FailedPreconditionError(GpucloudError):
+    """FAILED_PRECONDITION: the object's current state forbids the call; read the state again before deciding.
+
+    A node event its state does not allow (ILLEGAL_NODE_TRANSITION, e.g. retiring an allocated node), finalizing a
+    period that has not ended (PERIOD_NOT_ENDED), deleting a running operation (OPERATION_NOT_DONE), or cancelling
+    an operation, which is never allowed (OPERATION_NOT_CANCELLABLE). Never retried.
+    """
+
     code = grpc.StatusCode.FAILED_PRECONDITION
 
 
 class AbortedError(GpucloudError):
+    """ABORTED: the call lost a race to a concurrent one; retrying the whole call may succeed.
+
+    Reasons: PLACEMENT_CONTENDED, IDEMPOTENCY_KEY_IN_USE (a call with the same ``request_id`` is still running),
+    NODE_CHANGED_CONCURRENTLY and DATABASE_CONFLICT. ``create_allocation`` retries it itself within its deadline,
+    keeping its ``request_id``; every other call raises it at once.
+    """
+
     code = grpc.StatusCode.ABORTED
 
 
 class ResourceExhaustedError(GpucloudError):
+    """RESOURCE_EXHAUSTED: not enough capacity, or too large an answer.
+
+    INSUFFICIENT_CAPACITY: ``create_allocation`` asked for more nodes than are free (READY and not cordoned) and,
+    all or nothing, holds none (``metadata["free"]`` says how many are). QUERY_TOO_LARGE: a metrics query matched more
+    than 200,000 points. With no ``reason``, gRPC itself refused a message or its headers as too large.
+    """
+
     code = grpc.StatusCode.RESOURCE_EXHAUSTED
 
 
 class UnauthenticatedError(GpucloudError):
+    """UNAUTHENTICATED: the call carried no bearer token (MISSING_TOKEN) or one that matches no live credential
+    (INVALID_TOKEN)."""
+
     code = grpc.StatusCode.UNAUTHENTICATED
 
 
 class PermissionDeniedError(GpucloudError):
+    """PERMISSION_DENIED: the token is valid but may not do this: its role may not call the method
+    (ROLE_NOT_ALLOWED), a tenant asked for another tenant (OTHER_TENANT), or an agent for another node
+    (AGENT_NODE_MISMATCH)."""
+
     code = grpc.StatusCode.PERMISSION_DENIED
 
 
 class UnavailableError(GpucloudError):
+    """UNAVAILABLE: the call may succeed if made again later.
+
+    With no ``reason`` the transport failed (no server at the address, a dropped connection); with one, the server's
+    database or storage failed (DATABASE_UNAVAILABLE, STORAGE_FULL, STORAGE_ERROR) or its metrics store is closing
+    (METRICS_UNAVAILABLE). Retried with back-off within the call's deadline, except by ``create_tenant``,
+    ``create_tenant_token``, ``complete_burn_in`` and the node lifecycle calls (drain, repair, return to service,
+    retire), which raise it at once: the first attempt may have taken effect.
+    """
+
     code = grpc.StatusCode.UNAVAILABLE
 
 
 class DeadlineExceededError(GpucloudError):
+    """DEADLINE_EXCEEDED: no answer within the call's deadline (the client's ``timeout``, retries included); the
+    call may still have taken effect on the server."""
+
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
 
 class InternalError(GpucloudError):
+    """INTERNAL: the server failed in a way it did not expect (a bug: the server log has the traceback, the message
+    does not). The client raises it too when a listing returns the same page token twice."""
+
     code = grpc.StatusCode.INTERNAL
 
 

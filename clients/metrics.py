@@ -47,6 +47,9 @@ class SeriesSamples:
 
 @dataclass(frozen=True)
 class WriteResult:
+    """What a write added: the samples new to the store (a resent batch's repeats are not counted) and how many
+    series the batch held."""
+
     samples_written: int
     series_written: int
 
@@ -62,14 +65,17 @@ class Series:
 
     @property
     def node_id(self) -> str:
+        """The ``node`` label: the id of the node measured."""
         return self.labels.get("node", "")
 
     @property
     def gpu(self) -> str:
+        """The ``gpu`` label, the GPU index as a decimal string; "" for a series of the whole node."""
         return self.labels.get("gpu", "")
 
     @property
     def field(self) -> str:
+        """The ``field`` label: what is measured, e.g. ``power_w``."""
         return self.labels.get("field", "")
 
     def times(self) -> list[datetime]:
@@ -93,6 +99,8 @@ class QueryStats:
 
 @dataclass(frozen=True)
 class MetricsResult:
+    """The series a query matched and what reading them cost on the server."""
+
     series: list[Series]
     stats: QueryStats
 
@@ -107,6 +115,7 @@ def to_ms(moment: datetime | int) -> int:
 
 
 def from_ms(millis: int) -> datetime:
+    """The aware UTC datetime of milliseconds since the epoch."""
     return _EPOCH + timedelta(milliseconds=millis)
 
 
@@ -123,10 +132,12 @@ def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:
 
 
 def selector(node_ids: Sequence[str], gpu_indexes: Sequence[int], fields: Sequence[str]) -> metrics_pb2.SeriesSelector:
+    """The series to read; an empty sequence matches everything the caller may read."""
     return metrics_pb2.SeriesSelector(node_ids=list(node_ids), gpu_indexes=list(gpu_indexes), fields=list(fields))
 
 
 def write_request(nodes: Sequence[NodeSamples], series: Sequence[SeriesSamples]) -> metrics_pb2.WriteSamplesRequest:
+    """One WriteSamplesRequest of node pushes (their GPUs in index order) and columnar series."""
     import numpy as np
 
     return metrics_pb2.WriteSamplesRequest(
@@ -150,6 +161,7 @@ def write_request(nodes: Sequence[NodeSamples], series: Sequence[SeriesSamples])
 
 
 def result(series: Sequence[metrics_pb2.Series], stats: metrics_pb2.QueryStats) -> MetricsResult:
+    """A query response's series, as numpy arrays, and its stats."""
     import numpy as np
 
     return MetricsResult(

@@ -16,6 +16,8 @@ T = TypeVar("T")
 
 @dataclass(frozen=True)
 class Tenant:
+    """A customer of the cloud; every allocation, invoice and metric read is scoped to one tenant."""
+
     tenant_id: str
     display_name: str
     create_time: datetime | None
@@ -23,12 +25,18 @@ class Tenant:
 
 @dataclass(frozen=True)
 class Gpu:
+    """One GPU of a node: its NVML UUID (``GPU-5f3c...``) and its index on the node."""
+
     uuid: str
     index: int
 
 
 @dataclass(frozen=True)
 class Node:
+    """A bare-metal node: its GPUs, where it sits (zone, rack, leaf switch), its lifecycle ``state``, whether
+    placement skips it (``cordoned``), why it is cordoned or draining (``status_reason``, as the operator gave it)
+    and the allocation holding it, if any."""
+
     node_id: str
     gpu_model: str
     gpus: tuple[Gpu, ...]
@@ -45,6 +53,9 @@ class Node:
 
 @dataclass(frozen=True)
 class NodeEvent:
+    """One recorded state change of a node: the event, the states it moved between, why, and who made it
+    (``actor``: ``operator``, ``tenant:<id>``, ``agent:<node>`` or ``control-plane``)."""
+
     node_id: str
     event: str
     from_state: str
@@ -56,6 +67,9 @@ class NodeEvent:
 
 @dataclass(frozen=True)
 class Allocation:
+    """A tenant's hold on whole nodes of one GPU model. ``release_time`` is when its last node was released,
+    where billing for it ends."""
+
     allocation_id: str
     tenant_id: str
     gpu_model: str

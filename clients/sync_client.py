@@ -2,7 +2,8 @@
 
 It runs an ``AsyncClient`` on a private event loop in a daemon thread, so it works the same
 inside and outside programs that already run an event loop, and shares every behaviour of the
-async client (deadlines, retries, automatic request ids, error types).
+async client (deadlines, retries, automatic request ids, error types), except that a closed
+``Client`` stays closed: make a new one.
 """
 
 from __future__ import annotations
@@ -26,15 +27,20 @@ class Client:
     def __init__(
         self, address: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None
     ) -> None:
+        """Start the client's event-loop thread; ``timeout`` and ``retry`` are as for ``AsyncClient``."""
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gpucloud-client", daemon=True)
         self._thread.start()
         self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        if self._loop.is_closed():
+            coroutine.close()  # never to run: no "never awaited" warning
+            raise RuntimeError("this Client is closed; make a new one")
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
     def close(self) -> None:
+        """Close the channel and stop the loop thread. Safe to call twice; the client cannot be used after."""
         if self._loop.is_closed():
             return
         self._run(self._async.close())
@@ -49,20 +55,25 @@ class Client:
         self.close()
 
     def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+        """Create a tenant and its first API token (operators). Not retried; a taken id is ``AlreadyExistsError``."""
         return self._run(self._async.create_tenant(tenant_id, display_name))
 
     def get_tenant(self, tenant_id: str) -> models.Tenant:
+        """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
         return self._run(self._async.get_tenant(tenant_id))
 
     def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+        """One page of every tenant, ordered by id (operators)."""
         return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token))
 
     def create_tenant_token(self, tenant_id: str) -> str:
+        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
         return self._run(self._async.create_tenant_token(tenant_id))
 
     def register_node(
-        self, node_id: str, *, gpu_model: str, gpu_uuids: list[str], zone: str, rack: str, leaf_switch: str
+        self, node_id: str, *, gpu_model: str, gpu_uuids: Sequence[str], zone: str, rack: str, leaf_switch: str
     ) -> models.Node:
+        """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
         return self._run(
             self._async.register_node(
                 node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuids, zone=zone, rack=rack, leaf_switch=leaf_switch
@@ -70,6 +81,7 @@ class Client:
         )
 
     def get_node(self, node_id: str) -> models.Node:
+        """The node ``node_id`` (operators and agents; an agent reading another node is ``PermissionDeniedError``)."""
         return self._run(self._async.get_node(node_id))
 
     def list_nodes(
@@ -81,6 +93,7 @@ class Client:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[models.Node]:
+        """One page of the fleet, ordered by node id (operators). ``state``, ``gpu_model`` and ``zone`` filter it."""
         return self._run(
             self._async.list_nodes(
                 state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token
@@ -88,46 +101,64 @@ class Client:
         )
 
     def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+        """Record a burn-in result: passed -> READY, failed -> QUARANTINED. Not retried."""
         return self._run(self._async.complete_burn_in(node_id, passed=passed, detail=detail))
 
     def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Stop new placements on the node without changing its state (operators). Idempotent, so retried."""
         return self._run(self._async.cordon_node(node_id, reason))
 
     def uncordon_node(self, node_id: str) -> models.Node:
+        """Let placement pick the node again and clear its status reason (operators). Idempotent, so retried."""
         return self._run(self._async.uncordon_node(node_id))
 
     def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Take the node out of service and cordon it (operators); a held node drains until released. Not retried."""
         return self._run(self._async.drain_node(node_id, reason))
 
     def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+        """Move a QUARANTINED node to REPAIR (operators). Not retried; other states are ``FailedPreconditionError``."""
         return self._run(self._async.start_repair(node_id, reason))
 
     def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+        """Send a QUARANTINED or REPAIR node back to BURN_IN, uncordoned (operators). Not retried."""
         return self._run(self._async.return_to_service(node_id, reason))
 
     def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+        """Retire a REGISTERED, QUARANTINED or REPAIR node for good (operators). Not retried."""
         return self._run(self._async.retire_node(node_id, reason))
 
     def list_node_events(
         self, node_id: str, *, page_size: int = 0, page_token: str = ""
     ) -> models.Page[models.NodeEvent]:
+        """One page of a node's recorded state changes, oldest first."""
         return self._run(self._async.list_node_events(node_id, page_size=page_size, page_token=page_token))
 
     def create_allocation(
-        self, *, gpu_model: str, node_count: int, tenant_id: str = "", request_id: str | None = None
+        self,
+        *,
+        gpu_model: str,
+        node_count: int,
+        tenant_id: str = "",
+        request_id: str | None = None,
+        timeout: float | None = None,
     ) -> models.Allocation:
+        """Allocate ``node_count`` whole nodes, all or nothing; retried under one ``request_id`` (made if not
+        given); ``timeout`` bounds the whole call, retries included."""
         return self._run(
             self._async.create_allocation(
-                gpu_model=gpu_model, node_count=node_count, tenant_id=tenant_id, request_id=request_id
+                gpu_model=gpu_model, node_count=node_count, tenant_id=tenant_id, request_id=request_id, timeout=timeout
             )
         )
 
     def get_allocation(self, allocation_id: str) -> models.Allocation:
+        """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""
         return self._run(self._async.get_allocation(allocation_id))
 
     def list_allocations(
         self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
     ) -> models.Page[models.Allocation]:
+        """One page of allocations, newest first; tenants see only their own, operators may filter by ``tenant_id``."""
         return self._run(
             self._async.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=page_token)
         )
@@ -135,6 +166,7 @@ class Client:
     def iter_allocations(
         self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0
     ) -> Iterator[models.Allocation]:
+        """Every allocation visible to the caller, newest first, fetching pages as needed."""
         token = ""
         while True:
             page = self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
@@ -146,23 +178,29 @@ class Client:
             token = page.next_page_token
 
     def cancel_allocation(self, allocation_id: str) -> models.Operation:
+        """Accept a cancel; the returned operation finishes when every node is released."""
         return self._run(self._async.cancel_allocation(allocation_id))
 
     def get_operation(self, name: str) -> models.Operation:
+        """The operation ``name`` (``operations/<id>``), done or not; another tenant's is ``NotFoundError``."""
         return self._run(self._async.get_operation(name))
 
     def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
+        """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
         return self._run(self._async.wait_operation(name, timeout=timeout))
 
     def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+        """One page of the operations the caller may see, newest first."""
         return self._run(self._async.list_operations(page_size=page_size, page_token=page_token))
 
     def delete_operation(self, name: str) -> None:
+        """Forget a finished operation; one still running is ``FailedPreconditionError``."""
         self._run(self._async.delete_operation(name))
 
     def write_samples(
         self, nodes: Sequence[metrics.NodeSamples] = (), series: Sequence[metrics.SeriesSamples] = ()
     ) -> metrics.WriteResult:
+        """Write node pushes and columnar series in one all-or-nothing batch. Retried: repeats are not added twice."""
         return self._run(self._async.write_samples(nodes, series))
 
     def query_metrics(
@@ -174,6 +212,7 @@ class Client:
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
     ) -> metrics.MetricsResult:
+        """Raw samples in [start, end) (datetimes, or ms since the epoch); empty lists match all."""
         return self._run(
             self._async.query_metrics(start=start, end=end, node_ids=node_ids, gpu_indexes=gpu_indexes, fields=fields)
         )
@@ -189,6 +228,7 @@ class Client:
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
     ) -> metrics.MetricsResult:
+        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int)."""
         return self._run(
             self._async.query_metrics_range(
                 start=start,
@@ -202,9 +242,11 @@ class Client:
         )
 
     def get_invoice(self, period: str, *, tenant_id: str = "") -> billing.Invoice:
+        """The invoice for ``period`` (``YYYY-MM``, UTC); operators must name ``tenant_id``, tenants may omit it."""
         return self._run(self._async.get_invoice(period, tenant_id=tenant_id))
 
     def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
+        """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
         return self._run(self._async.finalize_invoice(period, tenant_id=tenant_id))
 
     def list_usage_events(
@@ -216,6 +258,7 @@ class Client:
         page_size: int = 0,
         page_token: str = "",
     ) -> models.Page[billing.UsageEvent]:
+        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given."""
         return self._run(
             self._async.list_usage_events(
                 tenant_id=tenant_id,

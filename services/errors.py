@@ -101,6 +101,7 @@ class InvalidArgument(ApiError):
 
     @classmethod
     def for_field(cls, field_path: str, description: str, *, reason: str = "INVALID_FIELD") -> InvalidArgument:
+        """Bad input in one field: ``for_fields`` with a single violation."""
         return cls.for_fields([FieldViolation(field_path, description)], reason=reason)
 
 
@@ -112,6 +113,7 @@ class NotFound(ApiError):
 
     @classmethod
     def of(cls, kind: str, object_id: str, *, field_path: str) -> NotFound:
+        """NOT_FOUND with reason ``<KIND>_NOT_FOUND``, naming the object's id and the request field that gave it."""
         return cls(
             reason=f"{kind.upper()}_NOT_FOUND",
             message=f"{kind} {object_id!r} not found",
@@ -121,7 +123,8 @@ class NotFound(ApiError):
 
 @dataclass(eq=False)
 class AlreadyExists(ApiError):
-    """An object with this identity already exists and differs from the request."""
+    """An object with this identity already exists: a taken tenant id (even by an identical request), a
+    node registered with another inventory, a GPU that belongs to another node."""
 
     code: Code = field(init=False, default=Code.ALREADY_EXISTS)
 
@@ -142,7 +145,7 @@ class Aborted(ApiError):
 
 @dataclass(eq=False)
 class ResourceExhausted(ApiError):
-    """Not enough capacity to satisfy the request; nothing was held."""
+    """Not enough capacity (nothing was held), or a query too large to answer."""
 
     code: Code = field(init=False, default=Code.RESOURCE_EXHAUSTED)
 
@@ -156,7 +159,8 @@ class Unauthenticated(ApiError):
 
 @dataclass(eq=False)
 class PermissionDenied(ApiError):
-    """The caller is known but its role may not call this method."""
+    """The caller is known but may not do this: its role may not call the method, a tenant named
+    another tenant, or an agent spoke for another node."""
 
     code: Code = field(init=False, default=Code.PERMISSION_DENIED)
 

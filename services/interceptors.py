@@ -57,6 +57,8 @@ def _pack(message: Any) -> AnyProto:
 
 
 class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
+    """Authenticates, authorizes, logs and maps the errors of every unary RPC (see the module docstring)."""
+
     def __init__(self, authenticator: Authenticator) -> None:
         self._authenticator = authenticator
         # The wrapped handler of each method, built once: the servicer's handler for a method
@@ -68,6 +70,8 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
         continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler[Any, Any] | None]],
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
+        """The method's handler, wrapped once per method; unknown and public methods pass through unwrapped, and
+        streaming ones are refused with UNIMPLEMENTED."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or policy.is_public(method):
@@ -154,6 +158,7 @@ class Undecodable:
         self.error = error
 
     def as_error(self, method: str) -> InvalidArgument:
+        """INVALID_ARGUMENT (MALFORMED_REQUEST) naming ``method`` and what failed to decode."""
         return InvalidArgument(
             reason="MALFORMED_REQUEST",
             message=f"the request body is not a valid message for {method}: {self.error}",

@@ -12,6 +12,8 @@ import contextlib
 
 
 class Notifier:
+    """A wake-up signal: ``notify`` bumps ``generation`` and wakes every task in ``wait``."""
+
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self.generation = 0

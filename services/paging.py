@@ -5,9 +5,10 @@ caller's tenant) and an issue time, HMAC-SHA256 signed with a server-wide key an
 encoded. The server re-derives the query hash on every call, so a token replayed with other
 filters or by another tenant is INVALID_ARGUMENT; a token never authorizes anything by itself.
 
-Lists order by an immutable (create time, id) pair, newest first. Rows inserted while a client
-pages land before its cursor, so every row that exists for the whole traversal is returned
-exactly once.
+Every list orders by an immutable key with a unique tiebreaker: allocations and operations by
+(create time, id), newest first, so rows inserted while a client pages land before its cursor;
+nodes and tenants by id; a node's events, and usage events, oldest first by sequence or by
+(event time, id). Every row that exists for the whole traversal is returned exactly once.
 """
 
 from __future__ import annotations
@@ -70,6 +71,7 @@ class PageTokens:
         self._key = key
 
     def encode(self, cursor: Cursor, scope: Mapping[str, str | int]) -> str:
+        """A signed token for the page after ``cursor``; ``decode`` takes it back for the same ``scope`` only."""
         payload = json.dumps(
             {"v": VERSION, "t": cursor.created_us, "id": cursor.last_id, "q": query_hash(scope), "iat": now_us()},
             separators=(",", ":"),

@@ -7,6 +7,7 @@ workers and closes the database, leaking no task.
 
 from __future__ import annotations
 
+import sqlite3
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,6 +19,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from accounting.model import Rates
 from gpucloud.v1 import (
     allocation_pb2,
     allocation_pb2_grpc,
@@ -110,15 +112,18 @@ class ControlPlane:
 
     @property
     def operator_token_path(self) -> Path:
+        """The data directory's operator token file; it exists only where the first operator token was minted."""
         return self.config.data_dir / OPERATOR_TOKEN_FILE
 
     @property
     def address(self) -> str:
+        """The ``host:port`` being served, with the port actually bound; meaningful after ``start``."""
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
     async def start(self) -> None:
-        """Open the store (migrating it), bootstrap credentials, bind and serve."""
+        """Open the store (migrating it), bootstrap credentials, bind and serve. A start that
+        fails closes whatever it had opened before it raises."""
         config = self.config
         config.data_dir.mkdir(parents=True, exist_ok=True)
         # A bad rate card fails the start before anything is opened.
@@ -134,11 +139,19 @@ class ControlPlane:
         except StoreLockedError as error:
             raise StartError(f"{metrics_dir} is in use by another gpucloud server ({error})") from error
         self._samples = samples
+        try:
+            await self._open_and_serve(samples, rates)
+        except BaseException:
+            await self.stop()
+            raise
+
+    async def _open_and_serve(self, samples: SampleStore, rates: Rates) -> None:
+        config = self.config
         url = config.database_url or sqlite_url(config.data_dir)
         try:
             store = await Store.open(url)
-        except (OSError, SQLAlchemyError) as error:
-            await self.stop()
+        except (OSError, sqlite3.Error, SQLAlchemyError) as error:
+            # sqlite3.Error: a file there that is not a database (the driver opens it itself).
             shown = make_url(url).render_as_string(hide_password=True)
             raise StartError(f"cannot open the database {shown}: {error}") from error
         self._store = store
@@ -152,6 +165,9 @@ class ControlPlane:
             # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
             options=[("grpc.so_reuseport", 0)],
         )
+        # Kept before binding, so that a failed start stops it too (an unstopped grpc server
+        # complains when it is collected after its loop has closed).
+        self._server = server
         tenant_pb2_grpc.add_TenantServiceServicer_to_server(TenantServicer(store, page_tokens), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(store, page_tokens), server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
@@ -169,9 +185,7 @@ class ControlPlane:
         try:
             self.port = server.add_insecure_port(config.listen)
         except RuntimeError as error:  # grpc's "Failed to bind to address ..."
-            await self.stop()
             raise StartError(f"cannot listen on {config.listen!r}: not a free host:port ({error})") from error
-        self._server = server
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
         self._workers.start(releaser.run(), name="releaser")
@@ -186,6 +200,7 @@ class ControlPlane:
         log.info("control_plane_started", address=self.address, database=store.dialect, data_dir=str(config.data_dir))
 
     async def wait(self) -> None:
+        """Wait until the server terminates; only after ``start``."""
         assert self._server is not None
         await self._server.wait_for_termination()
 

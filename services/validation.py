@@ -35,6 +35,7 @@ class Violations:
         return self._count
 
     def add(self, field_path: str, description: str) -> None:
+        """Record a bad field; past ``MAX_REPORTED_VIOLATIONS`` it is only counted."""
         self._count += 1
         # Past what one error reports, violations are only counted: a batch of a million bad
         # samples must not build a million records to report the first few.
@@ -42,6 +43,7 @@ class Violations:
             self.items.append(FieldViolation(field_path, description))
 
     def raise_if_any(self) -> None:
+        """Raise INVALID_ARGUMENT naming the bad fields, if any; a bad page token alone keeps its own reason."""
         if self._count == 1 and self._token_error is not None:
             raise self._token_error  # keeps its reason, INVALID_PAGE_TOKEN
         if self._count:

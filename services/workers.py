@@ -22,6 +22,7 @@ class Workers:
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, coroutine: Coroutine[Any, Any, None], *, name: str) -> None:
+        """Run ``coroutine`` as a task named ``name``, owned by this set."""
         task = asyncio.create_task(coroutine, name=name)
         self._tasks.add(task)
         task.add_done_callback(self._finished)
@@ -35,6 +36,7 @@ class Workers:
         return len(self._tasks)
 
     async def stop(self) -> None:
+        """Cancel every worker and wait until all have ended."""
         tasks = list(self._tasks)
         for task in tasks:
             task.cancel()

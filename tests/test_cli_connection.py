@@ -240,6 +240,15 @@ def test_serve_with_an_unreachable_database_says_so_in_one_line(tmp_path: Path) 
     assert "secret" not in output and "Traceback" not in output
 
 
+def test_serve_on_a_file_that_is_not_a_database_says_so_in_one_line(tmp_path: Path) -> None:
+    (tmp_path / "gpucloud.db").write_bytes(b"not a database, " * 512)
+    code, output = serve("--data-dir", str(tmp_path))
+    assert code == 2, output
+    database = f"sqlite+aiosqlite:///{tmp_path / 'gpucloud.db'}"
+    assert f"error: cannot open the database {database}: file is not a database" in output
+    assert "Traceback" not in output
+
+
 def test_no_server_at_the_address_says_where_it_looked() -> None:
     code, output = gpucloud("--addr", "127.0.0.1:1", "--token", "x", "tenants", "list")
     assert code == 1

@@ -233,6 +233,7 @@ def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> 
 
 
 def reconciliation_line(invoice: billing.Invoice) -> str:
+    """One dim line of rich markup: where the invoice's events went, and its usage in GPU-seconds."""
     rec = invoice.reconciliation
     return (
         f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, {rec.events_in_anomalies} in anomalies, "

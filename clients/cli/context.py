@@ -47,13 +47,15 @@ class TokenFileError(Exception):
 
 
 def connection(ctx: typer.Context) -> Connection:
+    """The ``Connection`` the root callback stored on the context."""
     obj = ctx.find_root().obj
     assert isinstance(obj, Connection)
     return obj
 
 
 def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    """Run one client action; turn API errors into a readable message and exit code 1."""
+    """Run one client action; turn API errors into a readable message and exit code 1 (a
+    missing or unreadable token, and a bad value given on the command line, exit 2)."""
     conn = connection(ctx)
     try:
         credential = conn.credential()

@@ -1,10 +1,10 @@
 """``gpucloud demo``: the main job end to end on embedded defaults.
 
-Starts a real control plane (SQLite in a throwaway data directory, a free loopback port),
-registers a small simulated fleet, creates a tenant, allocates, shows idempotency and an
-all-or-nothing capacity refusal, lists, writes and queries metrics (the tenant sees its node's
-samples only since its allocation), cancels and waits for the release, and shows the tenant's
-invoice for the month, printing each step.
+Starts a real control plane (SQLite in a throwaway data directory unless ``--data-dir`` names
+one, a free loopback port), registers a small simulated fleet, creates a tenant, allocates,
+shows idempotency and an all-or-nothing capacity refusal, lists, writes and queries metrics
+(the tenant sees its node's samples only since its allocation), cancels and waits for the
+release, and shows the tenant's invoice for the month, printing each step.
 """
 
 from __future__ import annotations
@@ -42,10 +42,13 @@ FLEET = [
 
 
 def step(title: str) -> None:
+    """Print a rule headed ``title``: the start of one step of the walkthrough."""
     render.console.print(Rule(f"[bold]{title}[/bold]", align="left"))
 
 
 async def run_demo(data_dir: Path | None = None, *, scrub_seconds: float = 0.5) -> None:
+    """Start a control plane on a free loopback port with its data in ``data_dir`` (default: a temporary
+    directory, removed at the end), walk through the demo, and stop the control plane even if a step fails."""
     configure("warning", "console")
     with tempfile.TemporaryDirectory(prefix="gpucloud-demo-") as scratch:
         config = ServerConfig(

@@ -42,6 +42,7 @@ def print_json(value: Any) -> None:
 
 
 def when(value: datetime | None) -> str:
+    """``2026-11-03 14:05:00`` in the datetime's own zone (UTC for the client's), or "-" for None."""
     return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
 
 
@@ -77,6 +78,7 @@ def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable
 
 
 def tenants_table(items: Sequence[models.Tenant], title: str = "Tenants") -> Table:
+    """Tenants: id, display name, creation time."""
     return table(
         title, ["TENANT", "NAME", "CREATED"], items, lambda t: [t.tenant_id, t.display_name, when(t.create_time)]
     )
@@ -98,11 +100,13 @@ _STATE_STYLE = {
 
 
 def styled(state: str) -> str:
+    """``state`` in rich markup, coloured by what it means (READY green, QUARANTINED red...); unknown ones plain."""
     style = _STATE_STYLE.get(state)
     return f"[{style}]{state}[/{style}]" if style else state
 
 
 def nodes_table(items: Sequence[models.Node], title: str = "Nodes") -> Table:
+    """Nodes: inventory, location, state, cordon, the allocation holding each, and the status reason."""
     return table(
         title,
         ["NODE", "MODEL", "GPUS", "ZONE", "RACK", "LEAF", "STATE", "CORDONED", "ALLOCATION", "REASON"],
@@ -123,6 +127,7 @@ def nodes_table(items: Sequence[models.Node], title: str = "Nodes") -> Table:
 
 
 def node_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
+    """A node's state changes: time, event, from and to state, actor, reason."""
     return table(
         title,
         ["TIME", "EVENT", "FROM", "TO", "ACTOR", "REASON"],
@@ -132,6 +137,7 @@ def node_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
 
 
 def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
+    """Allocations: tenant, model, node count, state, creation and release times, node ids."""
     return table(
         title,
         ["ALLOCATION", "TENANT", "MODEL", "NODES", "STATE", "CREATED", "RELEASED", "NODE IDS"],
@@ -150,6 +156,7 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
 
 
 def operations_table(items: Sequence[models.Operation], title: str = "Operations") -> Table:
+    """Cancel operations: done or not, the allocation and its state, nodes released of all, and their times."""
     return table(
         title,
         ["OPERATION", "DONE", "ALLOCATION", "STATE", "RELEASED", "REQUESTED", "RELEASED AT"],

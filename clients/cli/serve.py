@@ -15,6 +15,9 @@ from services.server import ControlPlane, ServerConfig
 
 
 async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFormat) -> None:
+    """Run a control plane until the first SIGINT or SIGTERM, then drain and stop it; a second signal stops the
+    process at once. Says where the operator token is once serving. A failed start raises: StartError, or
+    InputError for a bad rate card."""
     configure(log_level, log_format)
     plane = ControlPlane(config)
     stop = asyncio.Event()

@@ -45,6 +45,8 @@ _MAX_ATTEMPTS = 5
 
 @dataclass(frozen=True)
 class AllocationRequest:
+    """A checked create: for which tenant, how many nodes of which model, and its ``request_id`` ("" for none)."""
+
     tenant_id: str
     gpu_model: GpuModel
     node_count: int
@@ -68,6 +70,13 @@ def resolve_tenant(principal: Principal, requested: str) -> str:
 
 
 async def create(store: Store, request: AllocationRequest) -> AllocationView:
+    """Place the request's nodes and record the allocation, all or nothing, in one transaction.
+
+    A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY) when
+    too few nodes are free; NOT_FOUND for an unknown tenant; INVALID_ARGUMENT (IDEMPOTENCY_KEY_REUSED) for a
+    key first used with another request; ABORTED after losing every attempt to concurrent transactions
+    (IDEMPOTENCY_KEY_IN_USE while a duplicate holds the key, otherwise PLACEMENT_CONTENDED).
+    """
     fingerprint = idempotency.fingerprint(
         CREATE_METHOD,
         {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
@@ -168,6 +177,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
 
 
 async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:
+    """The allocation with its nodes; NOT_FOUND if there is none or, for a tenant, it is another tenant's."""
     async with store.read() as session:
         return await run_in_session(session, repo.get_view(allocation_id, tenant_id=tenant_scope(principal)))
 

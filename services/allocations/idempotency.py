@@ -23,11 +23,13 @@ RETENTION_HOURS = 24
 
 
 def fingerprint(method: str, fields: Mapping[str, str | int]) -> str:
+    """The SHA-256 (hex) of ``method`` and the request's ``fields`` as canonical JSON."""
     canonical = json.dumps({"method": method, **fields}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def reused(request_id: str) -> InvalidArgument:
+    """INVALID_ARGUMENT (IDEMPOTENCY_KEY_REUSED) on ``request_id``: the key was used for a different request."""
     error = InvalidArgument.for_field(
         "request_id",
         f"{request_id!r} was already used for a different request; use a new request_id",
@@ -37,6 +39,7 @@ def reused(request_id: str) -> InvalidArgument:
 
 
 def in_use(request_id: str) -> Aborted:
+    """ABORTED (IDEMPOTENCY_KEY_IN_USE): a request with this key is still in progress; retrying finds its result."""
     return Aborted(
         reason="IDEMPOTENCY_KEY_IN_USE",
         message=f"a request with request_id {request_id!r} is in progress; retry it",

@@ -33,6 +33,7 @@ class KeyJanitor:
         self._interval = interval_seconds
 
     async def run(self) -> None:
+        """Prune at once, then every ``interval_seconds``, until cancelled; a failed pass is logged and retried."""
         while True:
             try:
                 await self.prune_expired()

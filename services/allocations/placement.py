@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Candidate:
+    """A free node placement may choose, with its place in the fabric."""
+
     node_id: str
     zone: str
     rack: str

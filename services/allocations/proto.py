@@ -10,6 +10,7 @@ from services.nodes.inventory import GpuModel
 
 
 def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
+    """The API form of an allocation, its nodes in placement order."""
     row = view.row
     return allocation_pb2.Allocation(
         allocation_id=row.allocation_id,

@@ -47,6 +47,8 @@ class Releaser:
         self._done = done
 
     async def run(self) -> None:
+        """Release due allocations until cancelled, waiting between passes until the next scrub is due (at most
+        ``POLL_SECONDS``) or a cancel wakes it; a failed pass is logged and retried."""
         while True:
             seen = self._wake.generation
             try:

@@ -44,6 +44,8 @@ class AllocationView:
 
 @dataclass(frozen=True)
 class AllocationFilter:
+    """ListAllocations' filters; None matches every tenant or state."""
+
     tenant_id: str | None = None
     state: AllocationState | None = None
 
@@ -101,6 +103,7 @@ def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
 
 
 def get_view(allocation_id: str, *, tenant_id: str | None) -> Tx[AllocationView]:
+    """``get_row`` with the allocation's nodes attached; NOT_FOUND likewise."""
     row = yield from get_row(allocation_id, tenant_id=tenant_id)
     return (yield from views([row]))[0]
 
@@ -129,6 +132,7 @@ def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
 
 
 def mark_cancelling(allocation_id: str, *, now_us: int) -> Tx[None]:
+    """Turn the allocation CANCELLING, cancelled at ``now_us``; its nodes stay assigned until the release."""
     yield Sql(
         "UPDATE allocations SET state = :state, cancel_us = :now WHERE allocation_id = :id",
         {"state": AllocationState.CANCELLING.value, "now": now_us, "id": allocation_id},

@@ -27,6 +27,8 @@ _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 
 
 class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
+    """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
+
     def __init__(
         self, store: Store, page_tokens: PageTokens, operations: OperationBuilder, wake_releaser: Notifier
     ) -> None:
@@ -38,6 +40,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     async def CreateAllocation(
         self, request: allocation_pb2.CreateAllocationRequest, context: Context
     ) -> allocation_pb2.CreateAllocationResponse:
+        """Allocate nodes for the caller's tenant (operators name one); a tenant naming another is PERMISSION_DENIED."""
         principal = current_principal()
         v = Violations()
         v.identifier("tenant_id", request.tenant_id, required=principal.tenant_id is None)
@@ -59,6 +62,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     async def GetAllocation(
         self, request: allocation_pb2.GetAllocationRequest, context: Context
     ) -> allocation_pb2.GetAllocationResponse:
+        """Read one allocation; a tenant sees only its own (another tenant's is NOT_FOUND)."""
         v = Violations()
         v.identifier("allocation_id", request.allocation_id)
         v.raise_if_any()
@@ -68,6 +72,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     async def ListAllocations(
         self, request: allocation_pb2.ListAllocationsRequest, context: Context
     ) -> allocation_pb2.ListAllocationsResponse:
+        """List allocations; tenants see only their own (another's reads empty); an unknown tenant is NOT_FOUND."""
         principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)
@@ -99,6 +104,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     async def CancelAllocation(
         self, request: allocation_pb2.CancelAllocationRequest, context: Context
     ) -> operations_pb2.Operation:
+        """Accept a cancel and wake the releaser; returns the cancel Operation (the same one on a repeat)."""
         v = Violations()
         v.identifier("allocation_id", request.allocation_id)
         v.raise_if_any()

@@ -6,6 +6,8 @@ from enum import StrEnum
 
 
 class AllocationState(StrEnum):
+    """The state of an allocation, as ``allocations.state`` stores it."""
+
     ACTIVE = "ACTIVE"
     CANCELLING = "CANCELLING"
     CANCELLED = "CANCELLED"

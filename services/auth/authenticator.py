@@ -43,6 +43,7 @@ class Authenticator:
         self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
 
     async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
+        """The principal of a call's bearer token; UNAUTHENTICATED when it is missing, unknown or revoked."""
         token = bearer_token(metadata)
         if token is None:
             raise Unauthenticated(

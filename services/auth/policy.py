@@ -52,4 +52,5 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
 
 
 def is_public(method: str) -> bool:
+    """Whether ``method`` is served without a token (health checking and reflection)."""
     return method.startswith(PUBLIC_PREFIXES)

@@ -54,4 +54,5 @@ def current_principal() -> Principal:
 
 
 def set_current_principal(principal: Principal) -> contextvars.Token[Principal]:
+    """Make ``principal`` the caller of the RPC being served (the interceptor does); returns the token to reset it."""
     return _current.set(principal)

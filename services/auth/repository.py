@@ -55,7 +55,7 @@ async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
     """On a fresh database, mint the first operator token into ``data_dir/operator.token``.
 
     Returns the file's path when a token was created, None when operators already exist.
-    The file is created 0600 before the token is written, so it is never world-readable.
+    The file is made 0600 before the token is written, so it is never world-readable.
     """
     async with store.write() as session:
         if store.dialect == "postgresql":
@@ -70,6 +70,9 @@ async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
         plaintext = await create_token(session, Role.OPERATOR)
         path = data_dir / OPERATOR_TOKEN_FILE
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # The mode above applies only to a new file: one left from an earlier database keeps
+        # its own, perhaps world-readable, unless it is set before the token goes in.
+        os.fchmod(descriptor, 0o600)
         with os.fdopen(descriptor, "w") as handle:
             handle.write(plaintext + "\n")
         return path

@@ -24,6 +24,7 @@ class IssuedToken:
 
 
 def issue() -> IssuedToken:
+    """Mint a token: a random public id and a 256-bit secret, of which only the digest is to be stored."""
     token_id = secrets.token_hex(8)
     secret = secrets.token_urlsafe(32)
     return IssuedToken(token_id, f"{PREFIX}_{token_id}_{secret}", _digest(secret))

@@ -33,6 +33,7 @@ log = structlog.get_logger(__name__)
 
 
 def invoice_not_found(tenant_id: str, period: BillingPeriod) -> NotFound:
+    """NOT_FOUND (INVOICE_NOT_FOUND): no invoice of ``tenant_id`` for ``period`` that the caller may see."""
     return NotFound(
         reason="INVOICE_NOT_FOUND",
         message=f"no invoice of tenant {tenant_id!r} for {period}",

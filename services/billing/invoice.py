@@ -64,14 +64,17 @@ class InvoiceView:
 
     @property
     def adjustments_total(self) -> Decimal:
+        """The sum of the priced adjustments; unpriced ones are left out."""
         return sum((a.amount for a in self.adjustments if a.amount is not None), Decimal(0))
 
     @property
     def total(self) -> Decimal:
+        """What the invoice bills: ``subtotal`` plus ``adjustments_total``."""
         return self.subtotal + self.adjustments_total
 
     @property
     def finalized(self) -> bool:
+        """Whether the invoice is frozen (``finalized_us`` is set)."""
         return self.finalized_us is not None
 
 

@@ -29,6 +29,7 @@ def gpu_model(name: str) -> node_pb2.GpuModel.ValueType:
 
 
 def invoice_to_proto(view: InvoiceView) -> billing_pb2.Invoice:
+    """The API form of an invoice; its late events become LATE_AFTER_FINALIZATION anomalies."""
     anomalies = [
         billing_pb2.InvoiceAnomaly(
             kind=a.kind.value,
@@ -103,6 +104,7 @@ def invoice_to_proto(view: InvoiceView) -> billing_pb2.Invoice:
 
 
 def usage_event_to_proto(stored: StoredEvent) -> billing_pb2.UsageEvent:
+    """The API form of a stored usage event."""
     event = stored.logged.event
     return billing_pb2.UsageEvent(
         event_id=event.event_id,

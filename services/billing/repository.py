@@ -53,6 +53,7 @@ def _stored(row: Any) -> StoredEvent:
 
 
 async def tenant_exists(session: AsyncSession, tenant_id: str) -> bool:
+    """Whether a tenant with this id exists."""
     return await session.get(TenantRow, tenant_id) is not None
 
 
@@ -75,6 +76,8 @@ def logged_events(rows: Iterable[Any]) -> list[LoggedEvent]:
 
 @dataclass(frozen=True)
 class EventFilter:
+    """ListUsageEvents' filters: a tenant (None: every one) and ``start_us <= at_us < end_us`` (None: unbounded)."""
+
     tenant_id: str | None = None
     start_us: int | None = None
     end_us: int | None = None

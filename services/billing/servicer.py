@@ -30,6 +30,8 @@ def _period(v: Violations, value: str) -> BillingPeriod | None:
 
 
 class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
+    """BillingService: checks each request (tenant, period, time range), then calls ``Billing``."""
+
     def __init__(self, billing: Billing, page_tokens: PageTokens) -> None:
         self._billing = billing
         self._tokens = page_tokens
@@ -48,6 +50,7 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
     async def GetInvoice(
         self, request: billing_pb2.GetInvoiceRequest, context: Context
     ) -> billing_pb2.GetInvoiceResponse:
+        """Read a tenant's invoice for a period (operators name the tenant); another tenant's is NOT_FOUND."""
         tenant_id, period = self._target(request)
         view = await self._billing.invoice(tenant_id, period)
         return billing_pb2.GetInvoiceResponse(invoice=invoice_to_proto(view))
@@ -55,6 +58,7 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
     async def FinalizeInvoice(
         self, request: billing_pb2.FinalizeInvoiceRequest, context: Context
     ) -> billing_pb2.FinalizeInvoiceResponse:
+        """Freeze a tenant's invoice for an ended period; ``newly_finalized`` says whether this call froze it."""
         tenant_id, period = self._target(request)
         view, newly = await self._billing.finalize(tenant_id, period)
         return billing_pb2.FinalizeInvoiceResponse(invoice=invoice_to_proto(view), newly_finalized=newly)
@@ -62,6 +66,7 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
     async def ListUsageEvents(
         self, request: billing_pb2.ListUsageEventsRequest, context: Context
     ) -> billing_pb2.ListUsageEventsResponse:
+        """List usage events; tenants see only their own (another's reads empty); an unknown tenant is NOT_FOUND."""
         principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)

@@ -93,10 +93,12 @@ class SeriesBatch:
 
     @property
     def sample_count(self) -> int:
+        """Samples in the batch, over every run."""
         return sum(len(run.timestamps_ms) for run in self.runs)
 
     @property
     def node_ids(self) -> frozenset[str]:
+        """The nodes the batch writes for."""
         return frozenset(run.labels[NODE] for run in self.runs)
 
 

@@ -29,11 +29,14 @@ MAX_QUERY_POINTS = 200_000
 
 @dataclass(frozen=True)
 class QueryResult:
+    """The series a query returns and what reading them cost."""
+
     series: list[SeriesData]
     stats: ReadStats
 
     @property
     def points(self) -> int:
+        """Points returned, over every series."""
         return sum(len(s.timestamps_ms) for s in self.series)
 
 
@@ -73,6 +76,11 @@ class Metrics:
         return await self._samples.write(batch)
 
     async def query(self, principal: Principal, selector: Selector, window: Window) -> QueryResult:
+        """Raw samples of the selected series in the window; a tenant's only from the time it held each node.
+
+        NOT_FOUND for a named node the caller cannot see; RESOURCE_EXHAUSTED (QUERY_TOO_LARGE) for a result of
+        more than ``MAX_QUERY_POINTS``.
+        """
         holds = await self._visible(principal, selector, window)
         if holds is None:
             series, stats = await self._samples.read(partial(reads.query_all, selector=selector, window=window))
@@ -85,6 +93,7 @@ class Metrics:
     async def query_range(
         self, principal: Principal, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation
     ) -> QueryResult:
+        """One ``aggregation`` per step of the selected series in the window; visibility and errors as ``query``."""
         holds = await self._visible(principal, selector, window)
         if holds is None:
             read = partial(

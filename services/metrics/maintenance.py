@@ -27,6 +27,7 @@ class Maintenance:
         self.passes = 0
 
     async def run(self) -> None:
+        """Run a pass every ``interval_seconds`` (the first after one interval) until cancelled."""
         while True:
             await asyncio.sleep(self._interval)
             await self.run_once()

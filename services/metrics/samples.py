@@ -46,6 +46,7 @@ class SeriesData:
 
     @property
     def key(self) -> SeriesKey:
+        """The series' identity: its labels in name order."""
         return series_key(self.labels)
 
 
@@ -61,11 +62,13 @@ class ReadStats:
     head_samples: int = 0
 
     def add(self, stats: tsdb.QueryStats) -> None:
+        """Count one store read: ``segments_total`` keeps the largest seen, the other counters add up."""
         self.segments_total = max(self.segments_total, int(stats.segments_total))
         for name in ("segments_opened", "segments_skipped", "bytes_read", "samples_decoded", "head_samples"):
             setattr(self, name, getattr(self, name) + int(getattr(stats, name)))
 
     def as_dict(self) -> dict[str, int]:
+        """The counters by name (the names of the API's QueryStats fields)."""
         return {f.name: int(getattr(self, f.name)) for f in fields(self)}
 
 

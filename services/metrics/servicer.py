@@ -1,4 +1,4 @@
-"""MetricsService: protobuf in, rules and use cases, protobuf out. No rules live here."""
+"""MetricsService: protobuf in, domain calls (services/metrics/commands.py), protobuf out. No rules live here."""
 
 from __future__ import annotations
 
@@ -39,12 +39,15 @@ def _series(result: QueryResult) -> list[metrics_pb2.Series]:
 
 
 class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
+    """MetricsService: turns requests into checked batches, selectors and windows for ``Metrics``."""
+
     def __init__(self, metrics: Metrics) -> None:
         self._metrics = metrics
 
     async def WriteSamples(
         self, request: metrics_pb2.WriteSamplesRequest, context: Context
     ) -> metrics_pb2.WriteSamplesResponse:
+        """Check and write a batch, all or nothing; returns the samples that were new and the batch's series count."""
         nodes = [
             NodePush(n.node_id, n.timestamp_ms, [GpuFields(g.gpu_index, dict(g.fields)) for g in n.gpus])
             for n in request.nodes
@@ -62,6 +65,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
         return metrics_pb2.WriteSamplesResponse(samples_written=written, series_written=len(batch.runs))
 
     async def Query(self, request: metrics_pb2.QueryRequest, context: Context) -> metrics_pb2.QueryResponse:
+        """Read raw samples of the selected series in a window."""
         selector, window = _selector(request.selector), Window(request.start_ms, request.end_ms)
         v = Violations()
         check_selector(v, selector)
@@ -73,6 +77,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     async def QueryRange(
         self, request: metrics_pb2.QueryRangeRequest, context: Context
     ) -> metrics_pb2.QueryRangeResponse:
+        """Read one aggregate per step of the selected series in a window."""
         selector, window = _selector(request.selector), Window(request.start_ms, request.end_ms)
         v = Violations()
         check_selector(v, selector)

@@ -96,6 +96,7 @@ async def transition(store: Store, principal: Principal, node_id: str, event: No
 
 
 async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, passed: bool, detail: str) -> NodeView:
+    """Record a burn-in result: BURN_IN to READY if passed, else QUARANTINED (FAILED_PRECONDITION from other states)."""
     event = NodeEvent.PASS_BURN_IN if passed else NodeEvent.FAIL_BURN_IN
     return await transition(
         store, principal, node_id, event, detail or ("burn-in passed" if passed else "burn-in failed")

@@ -13,6 +13,8 @@ GPU_UUID_PATTERN = re.compile(r"GPU-[0-9A-Za-z-]{1,92}")
 
 
 class GpuModel(StrEnum):
+    """The GPU models the fleet is built from; every GPU of a node is the same model."""
+
     A100 = "A100"
     H100 = "H100"
     H200 = "H200"
@@ -22,6 +24,8 @@ class GpuModel(StrEnum):
 
 @dataclass(frozen=True)
 class GpuSpec:
+    """One GPU as registered: its NVML UUID and its index on the node."""
+
     uuid: str
     index: int
 

@@ -17,6 +17,8 @@ from services.store.tx import Sql, Tx, expand, for_update
 
 @dataclass(frozen=True)
 class NodeFilter:
+    """ListNodes' filters; None (or "" for the zone) matches everything."""
+
     state: NodeState | None = None
     gpu_model: GpuModel | None = None
     zone: str = ""
@@ -59,10 +61,12 @@ async def views(session: AsyncSession, rows: Sequence[NodeRow]) -> list[NodeView
 
 
 async def get_view(session: AsyncSession, node_id: str) -> NodeView:
+    """The node with its GPUs and the allocation holding it; NOT_FOUND if unknown."""
     return (await views(session, [await get_row(session, node_id)]))[0]
 
 
 async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now_us: int) -> NodeRow:
+    """Add a REGISTERED node, its GPUs and its REGISTER event to ``session`` (flushed); returns the row."""
     row = NodeRow(
         node_id=inventory.node_id,
         gpu_model=inventory.gpu_model,

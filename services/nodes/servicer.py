@@ -30,6 +30,7 @@ _KNOWN_STATES = frozenset(NODE_STATE_FROM_PROTO)
 
 
 def node_to_proto(view: NodeView) -> node_pb2.Node:
+    """The API form of a node."""
     row = view.row
     return node_pb2.Node(
         node_id=row.node_id,
@@ -56,6 +57,8 @@ def _node_id_and_reason(request: Any) -> tuple[str, str]:
 
 
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
+    """NodeService: checks each request, then calls ``commands`` or reads the repository."""
+
     def __init__(self, store: Store, page_tokens: PageTokens) -> None:
         self._store = store
         self._tokens = page_tokens
@@ -63,6 +66,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def RegisterNode(
         self, request: node_pb2.RegisterNodeRequest, context: Context
     ) -> node_pb2.RegisterNodeResponse:
+        """Register a node after checking its inventory, and start its burn-in; an agent registers only its own."""
         v = Violations()
         v.identifier("node_id", request.node_id)
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
@@ -83,6 +87,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.RegisterNodeResponse(node=node_to_proto(view))
 
     async def GetNode(self, request: node_pb2.GetNodeRequest, context: Context) -> node_pb2.GetNodeResponse:
+        """Read one node; an agent may read only its own (PERMISSION_DENIED otherwise)."""
         node_id, _ = _node_id_and_reason(request)
         commands.check_speaks_for(current_principal(), node_id)
         async with self._store.read() as session:
@@ -90,6 +95,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.GetNodeResponse(node=node_to_proto(view))
 
     async def ListNodes(self, request: node_pb2.ListNodesRequest, context: Context) -> node_pb2.ListNodesResponse:
+        """List nodes by id, filtered by state, GPU model and zone."""
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         v.enum("state", request.state, _KNOWN_STATES, required=False)
@@ -125,6 +131,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def CompleteBurnIn(
         self, request: node_pb2.CompleteBurnInRequest, context: Context
     ) -> node_pb2.CompleteBurnInResponse:
+        """Record a node's burn-in result; an agent only for its own node."""
         v = Violations()
         v.identifier("node_id", request.node_id)
         v.text("detail", request.detail)
@@ -135,6 +142,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.CompleteBurnInResponse(node=node_to_proto(view))
 
     async def CordonNode(self, request: node_pb2.CordonNodeRequest, context: Context) -> node_pb2.CordonNodeResponse:
+        """Stop placements on a node, keeping its state; ``reason`` becomes its status reason."""
         node_id, reason = _node_id_and_reason(request)
         view = await commands.set_cordon(self._store, current_principal(), node_id, cordoned=True, reason=reason)
         return node_pb2.CordonNodeResponse(node=node_to_proto(view))
@@ -142,27 +150,33 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def UncordonNode(
         self, request: node_pb2.UncordonNodeRequest, context: Context
     ) -> node_pb2.UncordonNodeResponse:
+        """Let placement use a node again, clearing its status reason."""
         node_id, _ = _node_id_and_reason(request)
         view = await commands.set_cordon(self._store, current_principal(), node_id, cordoned=False, reason="")
         return node_pb2.UncordonNodeResponse(node=node_to_proto(view))
 
     async def DrainNode(self, request: node_pb2.DrainNodeRequest, context: Context) -> node_pb2.DrainNodeResponse:
+        """Cordon a node and take it out of service, at once if free or after its tenant releases it."""
         return node_pb2.DrainNodeResponse(node=await self._transition(request, NodeEvent.DRAIN))
 
     async def StartRepair(self, request: node_pb2.StartRepairRequest, context: Context) -> node_pb2.StartRepairResponse:
+        """Move a QUARANTINED node to REPAIR."""
         return node_pb2.StartRepairResponse(node=await self._transition(request, NodeEvent.START_REPAIR))
 
     async def ReturnToService(
         self, request: node_pb2.ReturnToServiceRequest, context: Context
     ) -> node_pb2.ReturnToServiceResponse:
+        """Send a QUARANTINED or REPAIR node back to burn-in, uncordoned."""
         return node_pb2.ReturnToServiceResponse(node=await self._transition(request, NodeEvent.RETURN_TO_SERVICE))
 
     async def RetireNode(self, request: node_pb2.RetireNodeRequest, context: Context) -> node_pb2.RetireNodeResponse:
+        """Retire a REGISTERED, QUARANTINED or REPAIR node for good."""
         return node_pb2.RetireNodeResponse(node=await self._transition(request, NodeEvent.RETIRE))
 
     async def ListNodeEvents(
         self, request: node_pb2.ListNodeEventsRequest, context: Context
     ) -> node_pb2.ListNodeEventsResponse:
+        """List a node's state changes, oldest first; NOT_FOUND for an unknown node."""
         v = Violations()
         v.identifier("node_id", request.node_id)
         size = v.page_size("page_size", request.page_size)

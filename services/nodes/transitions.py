@@ -14,6 +14,8 @@ from services.errors import FailedPrecondition
 
 
 class NodeState(StrEnum):
+    """Where a node is in its lifecycle; only ``next_state`` moves it."""
+
     REGISTERED = "REGISTERED"
     BURN_IN = "BURN_IN"
     READY = "READY"
@@ -26,6 +28,8 @@ class NodeState(StrEnum):
 
 
 class NodeEvent(StrEnum):
+    """Something that happens to a node: the inputs of ``TRANSITIONS``, recorded in ``node_events``."""
+
     START_BURN_IN = "START_BURN_IN"
     PASS_BURN_IN = "PASS_BURN_IN"
     FAIL_BURN_IN = "FAIL_BURN_IN"

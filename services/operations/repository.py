@@ -15,6 +15,7 @@ NAME_PREFIX = "operations/"
 
 
 def name_of(operation_id: str) -> str:
+    """The resource name of an operation: ``operations/<id>``."""
     return NAME_PREFIX + operation_id
 
 
@@ -60,6 +61,7 @@ def get_row(operation_id: str, *, tenant_id: str | None) -> Tx[Operation]:
 
 
 def delete(operation_id: str) -> Tx[None]:
+    """Delete the operation, done or not (the caller checks)."""
     yield Sql("DELETE FROM operations WHERE operation_id = :id", {"id": operation_id})
 
 
@@ -74,6 +76,7 @@ def for_target(kind: str, target_id: str) -> Tx[Operation | None]:
 
 
 def insert(row: Operation) -> Tx[None]:
+    """Store a new operation."""
     yield Sql(
         f"INSERT INTO operations ({_COLUMNS}) VALUES (:operation_id, :tenant_id, :kind, :target_id, :done,"
         " :error_message, :created_us, :done_us)",

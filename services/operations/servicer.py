@@ -41,6 +41,8 @@ def _operation_id(name: str) -> str:
 
 
 class OperationsServicer(operations_pb2_grpc.OperationsServicer):
+    """google.longrunning.Operations over the stored operations; a tenant sees only its own."""
+
     def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, changed: Notifier) -> None:
         self._store = store
         self._tokens = page_tokens
@@ -50,6 +52,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def GetOperation(
         self, request: operations_pb2.GetOperationRequest, context: Context
     ) -> operations_pb2.Operation:
+        """Read an operation by name; another tenant's is NOT_FOUND."""
         operation_id = _operation_id(request.name)
         async with self._store.read() as session:
             row = await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
@@ -86,6 +89,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def ListOperations(
         self, request: operations_pb2.ListOperationsRequest, context: Context
     ) -> operations_pb2.ListOperationsResponse:
+        """List operations newest first, a tenant's own only; ``name`` is empty or ``operations``, ``filter`` empty."""
         principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)

@@ -249,6 +249,7 @@ class Store:
             await asyncio.wait(set(self._in_flight))
 
     async def close(self) -> None:
+        """Finish the SQLite writer's queue, wait for abandoned transactions, then dispose of the pools."""
         if self._writer is not None:
             await self._writer.close()
         await self.settled()  # before the pool goes

@@ -22,6 +22,8 @@ _LIVE = text("released_us IS NULL")
 
 
 class TenantRow(SQLModel, table=True):
+    """A tenant: a customer of the cloud, whose tokens, allocations and invoices refer to it."""
+
     __tablename__ = "tenants"
 
     tenant_id: str = Field(primary_key=True, max_length=63)
@@ -44,6 +46,8 @@ class TokenRow(SQLModel, table=True):
 
 
 class NodeRow(SQLModel, table=True):
+    """A machine of the fleet: its GPU model, place in the fabric, lifecycle state and cordon and drain flags."""
+
     __tablename__ = "nodes"
     # Placement's read order (services/nodes/repository.py free_nodes), so LIMIT stops early.
     __table_args__ = (Index("ix_nodes_placement", "gpu_model", "state", "zone", "rack", "leaf_switch", "node_id"),)
@@ -63,6 +67,8 @@ class NodeRow(SQLModel, table=True):
 
 
 class GpuRow(SQLModel, table=True):
+    """One GPU of a node, by its NVML UUID, with its index on the node."""
+
     __tablename__ = "gpus"
     __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_gpus_node_index"),)
 
@@ -87,6 +93,8 @@ class NodeEventRow(SQLModel, table=True):
 
 
 class AllocationRow(SQLModel, table=True):
+    """A tenant's allocation of whole nodes of one GPU model; ``assignments`` holds its nodes."""
+
     __tablename__ = "allocations"
     __table_args__ = (
         # The keyset order of ListAllocations: immutable create time, unique id tiebreaker.

@@ -64,10 +64,12 @@ class OneHopCursor:
         return None
 
     async def execute(self, sql: str, parameters: Any = ()) -> OneHopCursor:
+        """Run ``sql`` on the connection's thread and bring back all its rows, in one round trip."""
         self._outcome = await self._connection.on_thread(_run, sql, parameters)
         return self
 
     async def executemany(self, sql: str, parameters: Iterable[Any]) -> OneHopCursor:
+        """Run ``sql`` once per parameter set on the connection's thread, in one round trip."""
         self._outcome = await self._connection.on_thread(_run_many, sql, parameters)
         return self
 
@@ -82,28 +84,35 @@ class OneHopCursor:
         return rows[:count]
 
     async def fetchall(self) -> list[Any]:
+        """The rows not fetched yet, from memory."""
         return self._take(None)
 
     async def fetchmany(self, size: int | None = None) -> list[Any]:
+        """Up to ``size`` (default ``arraysize``) of the rows not fetched yet."""
         return self._take(size or self.arraysize)
 
     async def fetchone(self) -> Any:
+        """The next row, or None when none is left."""
         rows = self._take(1)
         return rows[0] if rows else None
 
     async def close(self) -> None:
+        """Drop what is left of the result; nothing runs on the thread."""
         self._outcome = None
 
     @property
     def description(self) -> _Description:
+        """The last statement's DB-API column description; None for one without result columns, or before any."""
         return self._outcome.description if self._outcome else None
 
     @property
     def rowcount(self) -> int:
+        """Rows the last statement changed, as sqlite3 counts them (-1 for a query); -1 before any statement."""
         return self._outcome.rowcount if self._outcome else -1
 
     @property
     def lastrowid(self) -> int | None:
+        """The rowid sqlite3 reports for the last statement; None before any statement."""
         return self._outcome.lastrowid if self._outcome else None
 
 
@@ -111,6 +120,7 @@ class OneHopConnection(aiosqlite.Connection):
     """aiosqlite.Connection with one-round-trip cursors."""
 
     def cursor(self) -> OneHopCursor:  # type: ignore[override]
+        """A one-hop cursor on this connection."""
         return OneHopCursor(self)
 
     async def on_thread(self, function: Callable[..., _Outcome], *args: Any) -> _Outcome:

@@ -52,6 +52,7 @@ class Rows(NamedTuple):
     rowcount: int
 
     def first(self) -> Sequence[Any] | None:
+        """The first row, or None when there is none."""
         return self.rows[0] if self.rows else None
 
 

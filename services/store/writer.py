@@ -160,6 +160,7 @@ class SqliteWriter:
         self._report_seconds = report_seconds
 
     async def start(self) -> None:
+        """Open the write connection on the writer's thread and start the pump; call inside the event loop."""
         self._loop = asyncio.get_running_loop()
         self._connection = await self._on_thread(self._open)
         self._pump = self._loop.create_task(self._run_pump(), name="sqlite-writer")

@@ -29,6 +29,7 @@ async def create(store: Store, tenant_id: str, display_name: str) -> tuple[Tenan
 
 
 async def create_token(store: Store, tenant_id: str) -> str:
+    """Issue another token for the tenant and return its plaintext; NOT_FOUND if there is no such tenant."""
     async with store.write() as session:
         await repo.get(session, tenant_id)
         return await tokens_repo.create_token(session, Role.TENANT, tenant_id=tenant_id)

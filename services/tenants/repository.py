@@ -11,6 +11,7 @@ from services.store.tx import Sql, Tx
 
 
 async def get(session: AsyncSession, tenant_id: str, *, field_path: str = "tenant_id") -> TenantRow:
+    """The tenant; NOT_FOUND (naming ``field_path``) if there is none."""
     row = await session.get(TenantRow, tenant_id)
     if row is None:
         raise NotFound.of("tenant", tenant_id, field_path=field_path)
@@ -25,6 +26,7 @@ def require(tenant_id: str, *, field_path: str = "tenant_id") -> Tx[None]:
 
 
 async def list_page(session: AsyncSession, *, after_id: str | None, limit: int) -> list[TenantRow]:
+    """Up to ``limit`` tenants in id order, after ``after_id``."""
     query = select(TenantRow)
     if after_id is not None:
         query = query.where(col(TenantRow.tenant_id) > after_id)

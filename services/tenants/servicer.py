@@ -20,12 +20,15 @@ Context = grpc.aio.ServicerContext[Any, Any]
 
 
 def tenant_to_proto(row: TenantRow) -> tenant_pb2.Tenant:
+    """The API form of a tenant."""
     return tenant_pb2.Tenant(
         tenant_id=row.tenant_id, display_name=row.display_name, create_time=timestamp(row.created_us)
     )
 
 
 class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
+    """TenantService: checks each request, then calls ``commands`` or reads the repository."""
+
     def __init__(self, store: Store, page_tokens: PageTokens) -> None:
         self._store = store
         self._tokens = page_tokens
@@ -33,6 +36,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     async def CreateTenant(
         self, request: tenant_pb2.CreateTenantRequest, context: Context
     ) -> tenant_pb2.CreateTenantResponse:
+        """Create a tenant and its first token (in this response only); ALREADY_EXISTS if the id is taken."""
         v = Violations()
         v.identifier("tenant_id", request.tenant_id)
         v.text("display_name", request.display_name)
@@ -41,6 +45,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
         return tenant_pb2.CreateTenantResponse(tenant=tenant_to_proto(row), token=token)
 
     async def GetTenant(self, request: tenant_pb2.GetTenantRequest, context: Context) -> tenant_pb2.GetTenantResponse:
+        """Read a tenant; a tenant may read only itself (any other id is NOT_FOUND)."""
         v = Violations()
         v.identifier("tenant_id", request.tenant_id)
         v.raise_if_any()
@@ -50,6 +55,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     async def ListTenants(
         self, request: tenant_pb2.ListTenantsRequest, context: Context
     ) -> tenant_pb2.ListTenantsResponse:
+        """List tenants in id order."""
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         scope: dict[str, str | int] = {"list": "tenants"}
@@ -66,6 +72,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     async def CreateTenantToken(
         self, request: tenant_pb2.CreateTenantTokenRequest, context: Context
     ) -> tenant_pb2.CreateTenantTokenResponse:
+        """Issue another token for a tenant; its earlier tokens stay valid."""
         v = Violations()
         v.identifier("tenant_id", request.tenant_id)
         v.raise_if_any()

@@ -17,6 +17,8 @@ CONTROL_PLANE_SOURCE = "control-plane"
 
 
 class UsageKind(StrEnum):
+    """Whether a usage event starts or stops billing a GPU (``usage_events.kind``)."""
+
     START = "start"
     STOP = "stop"
 

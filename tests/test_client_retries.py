@@ -1,0 +1,114 @@
+"""The client's retries and deadlines, against a scripted gRPC server that answers what a real
+one would after a lost reply or while it hangs, which a healthy control plane cannot be made to."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import grpc
+import pytest
+from google.longrunning import operations_pb2
+from google.protobuf import empty_pb2
+
+from clients import AsyncClient, Client, DeadlineExceededError, NotFoundError
+from clients.async_client import RetryPolicy
+
+Behaviour = Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]
+Start = Callable[[dict[str, Behaviour]], Awaitable[str]]
+
+
+async def _serve(methods: dict[str, Behaviour]) -> tuple[grpc.aio.Server, str]:
+    """A server answering ``service/Method`` paths with the given raw-bytes behaviours."""
+    by_service: dict[str, dict[str, grpc.RpcMethodHandler[bytes, bytes]]] = {}
+    for path, behaviour in methods.items():
+        service, method = path.rsplit("/", 1)
+        by_service.setdefault(service, {})[method] = grpc.unary_unary_rpc_method_handler(behaviour)
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        [grpc.method_handlers_generic_handler(name, handlers) for name, handlers in by_service.items()]
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    return server, f"127.0.0.1:{port}"
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Start]:
+    servers: list[grpc.aio.Server] = []
+
+    async def start(methods: dict[str, Behaviour]) -> str:
+        server, address = await _serve(methods)
+        servers.append(server)
+        return address
+
+    yield start
+    for server in servers:
+        await server.stop(None)
+
+
+DELETE = "google.longrunning.Operations/DeleteOperation"
+CREATE = "gpucloud.v1.AllocationService/CreateAllocation"
+FAST = RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.001)
+
+
+def _answers(*codes: grpc.StatusCode | None) -> tuple[Behaviour, list[bytes]]:
+    """A behaviour that aborts with each code in turn (None: succeeds), and the requests it saw."""
+    seen: list[bytes] = []
+
+    async def behaviour(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        seen.append(request)
+        code = codes[min(len(seen), len(codes)) - 1]
+        if code is not None:
+            await context.abort(code, f"scripted {code.name}")
+        return empty_pb2.Empty().SerializeToString()
+
+    return behaviour, seen
+
+
+async def test_a_retried_delete_that_finds_the_operation_gone_counts_as_deleted(
+    scripted: Start,
+) -> None:
+    """The first try deleted it but its reply was lost (UNAVAILABLE); the retry's NOT_FOUND is success."""
+    behaviour, seen = _answers(grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.NOT_FOUND)
+    async with AsyncClient(await scripted({DELETE: behaviour}), "token", retry=FAST) as client:
+        await client.delete_operation("operations/op-1")
+    assert [operations_pb2.DeleteOperationRequest.FromString(r).name for r in seen] == ["operations/op-1"] * 2
+
+
+async def test_a_first_try_that_finds_no_operation_is_not_found(scripted: Start) -> None:
+    behaviour, seen = _answers(grpc.StatusCode.NOT_FOUND)
+    async with AsyncClient(await scripted({DELETE: behaviour}), "token", retry=FAST) as client:
+        with pytest.raises(NotFoundError):
+            await client.delete_operation("operations/op-1")
+    assert len(seen) == 1
+
+
+async def test_a_zero_timeout_is_a_deadline_now_not_the_default(scripted: Start) -> None:
+    """``timeout=0`` used to mean the client's default (30 s): against a server that never
+    answers, the call hung instead of failing at once."""
+    never = asyncio.Event()
+
+    async def hang(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        await never.wait()
+        return b""
+
+    async with AsyncClient(await scripted({CREATE: hang}), "token") as client:
+        with pytest.raises(DeadlineExceededError):
+            await asyncio.wait_for(client.create_allocation(gpu_model="H100", node_count=1, timeout=0), 10)
+
+
+def test_the_first_retry_waits_at_most_the_initial_back_off() -> None:
+    policy = RetryPolicy(initial_backoff=0.05, max_backoff=0.3)
+    assert max(policy.delay(1) for _ in range(2_000)) <= 0.05
+    assert 0.1 < max(policy.delay(3) for _ in range(2_000)) <= 0.2
+    assert max(policy.delay(10) for _ in range(2_000)) <= 0.3
+
+
+async def test_a_closed_blocking_client_says_so(scripted: Start) -> None:
+    behaviour, _ = _answers(None)
+    address = await scripted({CREATE: behaviour})
+    client = Client(address, "token")
+    await asyncio.to_thread(client.close)
+    with pytest.raises(RuntimeError, match="this Client is closed; make a new one"):
+        await asyncio.to_thread(client.get_allocation, "alloc-1")
