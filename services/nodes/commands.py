@@ -6,7 +6,7 @@ from sqlalchemy.exc import IntegrityError
 
 from services.auth.principal import Principal, Role
 from services.clock import now_us
-from services.errors import AlreadyExists, PermissionDenied
+from services.errors import AlreadyExists, FailedPrecondition, PermissionDenied
 from services.nodes import repository as repo
 from services.nodes.inventory import Inventory
 from services.nodes.repository import NodeView
@@ -104,9 +104,22 @@ async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, 
 
 
 async def set_cordon(store: Store, principal: Principal, node_id: str, *, cordoned: bool, reason: str) -> NodeView:
-    """Cordon flags a node unplaceable without moving it through the state table."""
+    """Cordon flags a node unplaceable without moving it through the state table.
+
+    Uncordoning a node whose drain is pending (held when the drain came) is FAILED_PRECONDITION
+    (DRAIN_PENDING): it would look placeable yet still leave service once released.
+    """
     async with store.write() as session:
         row = await repo.get_row(session, node_id, for_update=True)
+        if not cordoned and row.drain_pending:
+            raise FailedPrecondition(
+                reason="DRAIN_PENDING",
+                message=(
+                    f"node {node_id!r} is draining: it leaves service (QUARANTINED) once its tenant releases it;"
+                    " return it to service from there"
+                ),
+                metadata={"node_id": node_id, "field": "node_id"},
+            )
         row.cordoned = cordoned
         row.status_reason = (reason or "cordoned") if cordoned else ""
         session.add(row)

@@ -206,6 +206,21 @@ async def test_drain_of_allocated_node_quarantines_after_release(operator: Async
     ]
 
 
+async def test_a_draining_node_cannot_be_uncordoned(operator: AsyncClient) -> None:
+    """Uncordoning would make a node that still leaves service on release look placeable."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    await operator.create_tenant(TENANT)
+    allocation_id = await _allocate_one(operator)
+    await operator.drain_node(node_id, reason="ECC row remap pending")
+    with pytest.raises(FailedPreconditionError) as caught:
+        await operator.uncordon_node(node_id)
+    assert (caught.value.reason, caught.value.metadata["field"]) == ("DRAIN_PENDING", "node_id")
+    node = await operator.get_node(node_id)
+    assert (node.state, node.cordoned, node.status_reason) == ("DRAINING", True, "ECC row remap pending")
+    await _cancel_and_wait(operator, allocation_id)
+    assert (await operator.get_node(node_id)).state == "QUARANTINED"
+
+
 async def test_release_without_drain_returns_node_to_ready(operator: AsyncClient) -> None:
     """Without a drain, a cancelled allocation's node is scrubbed and READY again (the contrast case)."""
     [node_id] = await register_ready_nodes(operator, 1)
