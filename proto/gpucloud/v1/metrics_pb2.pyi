@@ -220,6 +220,7 @@ class WriteSamplesResponse(_message.Message):
     samples_written: _builtins.int
     """Samples added; a resent batch's repeats are not counted."""
     series_written: _builtins.int
+    """Series the batch wrote to, repeats or not: a resent batch counts its series again."""
     def __init__(
         self,
         *,
