@@ -83,7 +83,7 @@ async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now
     session.add(
         NodeEventRow(
             node_id=inventory.node_id,
-            event="REGISTER",
+            event=NodeEvent.REGISTER,
             from_state=NodeState.REGISTERED,
             to_state=NodeState.REGISTERED,
             reason="registered",

@@ -28,8 +28,11 @@ class NodeState(StrEnum):
 
 
 class NodeEvent(StrEnum):
-    """Something that happens to a node: the inputs of ``TRANSITIONS``, recorded in ``node_events``."""
+    """Something that happens to a node, as ``node_events`` records it: ``TRANSITIONS``' inputs and ``REGISTER``."""
 
+    # A node's first record, written when it is registered (in REGISTERED): not an event of the
+    # table, since nothing moves a node into REGISTERED.
+    REGISTER = "REGISTER"
     START_BURN_IN = "START_BURN_IN"
     PASS_BURN_IN = "PASS_BURN_IN"
     FAIL_BURN_IN = "FAIL_BURN_IN"
