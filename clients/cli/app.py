@@ -132,5 +132,6 @@ def main() -> None:
     """The ``gpucloud`` console script: run the app, with 160 columns for rich when stdout is not a terminal
     (unless ``COLUMNS`` is set)."""
     # Rich wraps tables to the terminal; under CI with no terminal give it room to be readable.
-    os.environ.setdefault("COLUMNS", "160") if not os.isatty(1) else None
+    if not os.isatty(1):
+        os.environ.setdefault("COLUMNS", "160")
     app()
