@@ -538,6 +538,22 @@ class AsyncClient:
                 raise InternalError("the server returned the same page token twice; stopping the listing")
             token = page.next_page_token
 
+    async def iter_usage_events(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: datetime | None = None,
+        end_time: datetime | None = None,
+        page_size: int = 0,
+    ) -> AsyncIterator[billing.UsageEvent]:
+        """Every usage event the caller sees in the window, oldest first, fetching pages as needed."""
+        pages = self.iter_usage_event_pages(
+            tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size
+        )
+        async for page in pages:
+            for event in page:
+                yield event
+
 
 def _timestamp(moment: datetime | None) -> Timestamp | None:
     if moment is None:

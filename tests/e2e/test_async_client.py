@@ -26,3 +26,16 @@ async def test_one_client_serves_calls_to_every_service(operator: AsyncClient) -
     assert (await operator.list_allocations()).items == []
     assert (await operator.list_operations()).items == []
     assert (await operator.list_usage_events()).items == []
+
+
+async def test_usage_events_iterate_across_pages_oldest_first(operator: AsyncClient) -> None:
+    """``iter_usage_events`` fetches page after page: a 2-node hold's 32 events in pages of 5."""
+    await register_ready_nodes(operator, 2)
+    await operator.create_tenant("acme")
+    allocation = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
+    cancel = await operator.cancel_allocation(allocation.allocation_id)
+    assert (await operator.wait_operation(cancel.name, timeout=10)).done
+    events = [event async for event in operator.iter_usage_events(tenant_id="acme", page_size=5)]
+    assert len(events) == len({e.event_id for e in events}) == 2 * 8 * 2
+    assert [(e.event_time, e.event_id) for e in events] == sorted((e.event_time, e.event_id) for e in events)
+    assert [e.kind for e in events] == ["START"] * 16 + ["STOP"] * 16

@@ -31,7 +31,7 @@ ROUNDS = 6
 
 
 async def _usage_events(operator: AsyncClient) -> list[UsageEvent]:
-    return [event async for page in operator.iter_usage_event_pages(page_size=100) for event in page]
+    return [event async for event in operator.iter_usage_events(page_size=100)]
 
 
 def _moment(event: UsageEvent) -> datetime:
