@@ -8,7 +8,7 @@ from services.auth.principal import Principal, Role
 from services.clock import now_us
 from services.errors import AlreadyExists, FailedPrecondition, PermissionDenied
 from services.nodes import repository as repo
-from services.nodes.inventory import Inventory
+from services.nodes.inventory import Inventory, canonical_gpu_uuid
 from services.nodes.repository import NodeView
 from services.nodes.transitions import HELD_STATES, NodeEvent, NodeState
 from services.store.engine import Store
@@ -30,7 +30,8 @@ def _same_inventory(view: NodeView, inventory: Inventory) -> bool:
     return (
         row.gpu_model == inventory.gpu_model
         and (row.zone, row.rack, row.leaf_switch) == (inventory.zone, inventory.rack, inventory.leaf_switch)
-        and sorted((g.gpu_uuid, g.gpu_index) for g in view.gpus) == sorted((g.uuid, g.index) for g in inventory.gpus)
+        and sorted((canonical_gpu_uuid(g.gpu_uuid), g.gpu_index) for g in view.gpus)
+        == sorted((g.uuid, g.index) for g in inventory.gpus)
     )
 
 

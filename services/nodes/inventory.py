@@ -42,6 +42,13 @@ class Inventory:
     leaf_switch: str
 
 
+def canonical_gpu_uuid(uuid: str) -> str:
+    """``uuid`` in NVML's form, ``GPU-`` then lower case: a UUID is hex, so ``GPU-ABC1`` and
+    ``GPU-abc1`` are one GPU, and one GPU must not be registered on two nodes."""
+    prefix = "GPU-"
+    return prefix + uuid[len(prefix) :].lower() if uuid.startswith(prefix) else uuid
+
+
 def check_gpus(v: Violations, gpus: tuple[GpuSpec, ...]) -> None:
     """Exactly eight GPUs, indexes 0-7 once each, distinct well-formed UUIDs."""
     if len(gpus) != GPUS_PER_NODE:

@@ -5,11 +5,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.errors import Aborted, NotFound
-from services.nodes.inventory import GpuModel, Inventory
+from services.nodes.inventory import GpuModel, Inventory, canonical_gpu_uuid
 from services.nodes.transitions import NodeEvent, NodeState, next_state
 from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow
 from services.store.tx import Sql, Tx, expand, for_update
@@ -96,9 +96,12 @@ async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now
 
 
 async def gpu_owners(session: AsyncSession, uuids: Sequence[str]) -> dict[str, str]:
-    """Which node already owns each of ``uuids``."""
-    query = select(GpuRow.gpu_uuid, GpuRow.node_id).where(col(GpuRow.gpu_uuid).in_(list(uuids)))
-    return dict((await session.exec(query)).all())
+    """Which node already owns each of ``uuids`` (canonical, see ``canonical_gpu_uuid``), in
+    whatever case it was stored: rows from before UUIDs were made canonical count too."""
+    query = select(GpuRow.gpu_uuid, GpuRow.node_id).where(
+        func.lower(GpuRow.gpu_uuid).in_([uuid.lower() for uuid in uuids])
+    )
+    return {canonical_gpu_uuid(uuid): node_id for uuid, node_id in (await session.exec(query)).all()}
 
 
 async def apply(

@@ -17,7 +17,7 @@ from services.convert import (
 )
 from services.nodes import commands
 from services.nodes import repository as repo
-from services.nodes.inventory import GpuModel, GpuSpec, Inventory, check_gpus
+from services.nodes.inventory import GpuModel, GpuSpec, Inventory, canonical_gpu_uuid, check_gpus
 from services.nodes.repository import NodeFilter, NodeView
 from services.nodes.transitions import NodeEvent, NodeState
 from services.paging import Cursor, PageTokens
@@ -72,7 +72,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
         for name in ("zone", "rack", "leaf_switch"):
             v.identifier(name, getattr(request, name))
-        gpus = tuple(GpuSpec(g.uuid, g.index) for g in request.gpus)
+        gpus = tuple(GpuSpec(canonical_gpu_uuid(g.uuid), g.index) for g in request.gpus)
         check_gpus(v, gpus)
         v.raise_if_any()
         inventory = Inventory(

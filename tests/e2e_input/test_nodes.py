@@ -116,6 +116,26 @@ async def test_gpu_owned_by_another_node_already_exists(operator: AsyncClient) -
     assert caught.value.metadata["field"] == "gpus[5].uuid"
     with pytest.raises(NotFoundError):
         await operator.get_node("node-b")
+
+
+async def test_a_gpu_uuid_in_other_letter_case_is_the_same_gpu(operator: AsyncClient) -> None:
+    """UUIDs are hex: ``GPU-ABCD...`` and ``GPU-abcd...`` are one GPU, stored in NVML's lower case,
+    and one GPU is never registered on two nodes, nor twice on one."""
+    lower = [f"GPU-fd6f44dd-0a1b-4c2d-8e3f-00000000000{i}" for i in range(8)]
+    upper = ["GPU-" + uuid[4:].upper() for uuid in lower]
+    node = await _register(operator, "node-a", gpu_uuids=upper)
+    assert [g.uuid for g in node.gpus] == lower
+    assert await _register(operator, "node-a", gpu_uuids=lower) == node  # the same inventory again
+    taken = gpu_uuids("node-b")
+    taken[3] = lower[3]
+    with pytest.raises(AlreadyExistsError) as caught:
+        await _register(operator, "node-b", gpu_uuids=taken)
+    assert (caught.value.reason, caught.value.metadata["field"]) == ("GPU_ALREADY_REGISTERED", "gpus[3].uuid")
+    twice = gpu_uuids("node-c")
+    twice[1] = "GPU-" + twice[0][4:].upper()
+    with pytest.raises(InvalidArgumentError) as refused:
+        await _register(operator, "node-c", gpu_uuids=twice)
+    assert list(refused.value.field_violations) == ["gpus[1].uuid"]
     assert [n.node_id for n in await operator.list_nodes()] == ["node-a"]
 
 
