@@ -107,18 +107,25 @@ async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, 
 async def set_cordon(store: Store, principal: Principal, node_id: str, *, cordoned: bool, reason: str) -> NodeView:
     """Cordon flags a node unplaceable without moving it through the state table.
 
-    Uncordoning a node whose drain is pending (held when the drain came) is FAILED_PRECONDITION
-    (DRAIN_PENDING): it would look placeable yet still leave service once released.
+    FAILED_PRECONDITION, changing nothing, while a drain is pending (DRAIN_PENDING: the drain
+    holds the cordon and its reason until the node leaves service) and on a RETIRED node
+    (NODE_RETIRED: it never serves again).
     """
     async with store.write() as session:
         row = await repo.get_row(session, node_id, for_update=True)
-        if not cordoned and row.drain_pending:
+        if row.drain_pending:
             raise FailedPrecondition(
                 reason="DRAIN_PENDING",
                 message=(
-                    f"node {node_id!r} is draining: it leaves service (QUARANTINED) once its tenant releases it;"
-                    " return it to service from there"
+                    f"node {node_id!r} is draining: the drain keeps it cordoned until it leaves service"
+                    " (QUARANTINED) once its tenant releases it; change the cordon after that"
                 ),
+                metadata={"node_id": node_id, "field": "node_id"},
+            )
+        if row.state == NodeState.RETIRED:
+            raise FailedPrecondition(
+                reason="NODE_RETIRED",
+                message=f"node {node_id!r} is retired for good; it cannot be cordoned or uncordoned",
                 metadata={"node_id": node_id, "field": "node_id"},
             )
         row.cordoned = cordoned

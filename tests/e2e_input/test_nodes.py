@@ -226,8 +226,9 @@ async def test_drain_of_allocated_node_quarantines_after_release(operator: Async
     ]
 
 
-async def test_a_draining_node_cannot_be_uncordoned(operator: AsyncClient) -> None:
-    """Uncordoning would make a node that still leaves service on release look placeable."""
+async def test_a_draining_nodes_cordon_belongs_to_the_drain(operator: AsyncClient) -> None:
+    """Uncordoning would make a node that still leaves service on release look placeable, and a
+    new cordon reason would hide the drain's."""
     [node_id] = await register_ready_nodes(operator, 1)
     await operator.create_tenant(TENANT)
     allocation_id = await _allocate_one(operator)
@@ -235,6 +236,9 @@ async def test_a_draining_node_cannot_be_uncordoned(operator: AsyncClient) -> No
     with pytest.raises(FailedPreconditionError) as caught:
         await operator.uncordon_node(node_id)
     assert (caught.value.reason, caught.value.metadata["field"]) == ("DRAIN_PENDING", "node_id")
+    with pytest.raises(FailedPreconditionError) as caught:
+        await operator.cordon_node(node_id, reason="another reason")
+    assert caught.value.reason == "DRAIN_PENDING"
     node = await operator.get_node(node_id)
     assert (node.state, node.cordoned, node.status_reason) == ("DRAINING", True, "ECC row remap pending")
     await _cancel_and_wait(operator, allocation_id)
@@ -280,7 +284,8 @@ async def test_return_to_service_from_quarantine(operator: AsyncClient) -> None:
 
 @pytest.mark.parametrize("via_repair", [False, True], ids=["from-quarantine", "from-repair"])
 async def test_retire_is_final(operator: AsyncClient, via_repair: bool) -> None:
-    """A retired node is RETIRED and every further lifecycle call on it is an illegal transition."""
+    """A retired node is RETIRED, every further lifecycle call on it is an illegal transition, and its
+    cordon no longer changes."""
     [node_id] = await register_ready_nodes(operator, 1)
     await operator.drain_node(node_id)
     if via_repair:
@@ -298,7 +303,13 @@ async def test_retire_is_final(operator: AsyncClient, via_repair: bool) -> None:
         assert caught.value.reason == "ILLEGAL_NODE_TRANSITION"
     with pytest.raises(FailedPreconditionError):
         await operator.complete_burn_in(node_id)
-    assert (await operator.get_node(node_id)).state == "RETIRED"
+    retired = await operator.get_node(node_id)
+    for cordon in (operator.cordon_node, operator.uncordon_node):
+        with pytest.raises(FailedPreconditionError) as caught:
+            await cordon(node_id)
+        assert caught.value.reason == "NODE_RETIRED"
+    assert retired.state == "RETIRED"
+    assert await operator.get_node(node_id) == retired
     assert await operator.list_node_events(node_id) == events
 
 
