@@ -35,6 +35,7 @@ class Code(StrEnum):
     UNAUTHENTICATED = "UNAUTHENTICATED"
     PERMISSION_DENIED = "PERMISSION_DENIED"
     UNAVAILABLE = "UNAVAILABLE"
+    INTERNAL = "INTERNAL"
 
 
 @dataclass(frozen=True)
@@ -170,3 +171,11 @@ class Unavailable(ApiError):
     """A dependency (the database) failed in a way a retry of the same call may fix."""
 
     code: Code = field(init=False, default=Code.UNAVAILABLE)
+
+
+@dataclass(eq=False)
+class Internal(ApiError):
+    """A defect: the server failed in a way it did not foresee. The caller learns nothing more;
+    the server logs the traceback (``rpc_failed``)."""
+
+    code: Code = field(init=False, default=Code.INTERNAL)

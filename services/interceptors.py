@@ -23,12 +23,13 @@ from grpc_status import rpc_status
 from services.auth import policy
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, set_current_principal
-from services.errors import ApiError, InvalidArgument, PermissionDenied
+from services.errors import ApiError, Internal, InvalidArgument, PermissionDenied
 from services.store import failures
 
 log = structlog.get_logger("gpucloud.rpc")
 
 ERROR_DOMAIN = "gpucloud.dev"
+_INTERNAL = Internal(reason="INTERNAL_ERROR", message="internal error; see the server log")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
@@ -127,7 +128,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                 if retryable is None:
                     code = "INTERNAL"
                     log.exception("rpc_failed", method=method)
-                    await context.abort(grpc.StatusCode.INTERNAL, "internal error; see the server log")
+                    await context.abort_with_status(to_status(_INTERNAL))
                 else:
                     code = retryable.code
                     log.warning("rpc_database_failure", method=method, error=repr(error))
