@@ -319,17 +319,23 @@ def usage_export(
         transient=False,
     )
     # Written to a temporary file beside ``out`` and renamed at the end: whole or not at all.
-    out.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
     try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream, progress:
-            count = call(
-                ctx,
-                lambda c: export_events(c, stream, tenant=tenant, start=window[0], end=window[1], progress=progress),
-            )
-        os.replace(temporary, out)
-    finally:
-        Path(temporary).unlink(missing_ok=True)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as stream, progress:
+                count = call(
+                    ctx,
+                    lambda c: export_events(
+                        c, stream, tenant=tenant, start=window[0], end=window[1], progress=progress
+                    ),
+                )
+            os.replace(temporary, out)
+        finally:
+            Path(temporary).unlink(missing_ok=True)
+    except OSError as error:
+        render.errors.print(f"[red]error[/red]: --out {out}: {error.strerror or error}", highlight=False)
+        raise typer.Exit(EXIT_BAD_INPUT) from None
     render.errors.print(f"wrote {count} usage events to {out}", highlight=False)
     if invoice_period is not None:
         first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period, option="--invoice-period"))

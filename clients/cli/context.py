@@ -65,6 +65,20 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     if not credential:
         render.errors.print("[red]error[/red]: no token; pass --token, --token-file or set GPUCLOUD_TOKEN")
         raise typer.Exit(2)
+    if not (credential.isascii() and credential.isprintable()) or " " in credential:
+        # gRPC refuses such metadata with a traceback of its own.
+        render.errors.print(
+            "[red]error[/red]: the token holds characters no bearer token has (only printable ASCII, no"
+            " spaces); check --token, --token-file or GPUCLOUD_TOKEN",
+            highlight=False,
+        )
+        raise typer.Exit(2)
+    if not conn.address or "://" in conn.address:
+        render.errors.print(
+            f"[red]error[/red]: --addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}), not a URL or nothing",
+            highlight=False,
+        )
+        raise typer.Exit(2)
     token = credential
 
     async def run() -> T:

@@ -190,7 +190,11 @@ def metrics_query(
     title = f"{agg} per {step}" if step else "samples"
     title = f"{', '.join(fields) or 'all fields'}: {title}, {render.when(window[0])} to {render.when(window[1])} UTC"
     if plot_to is not None:
-        plot(result, plot_to, title)
+        try:
+            plot(result, plot_to, title)
+        except OSError as error:
+            render.errors.print(f"[red]error[/red]: --plot {plot_to}: {error.strerror or error}", highlight=False)
+            raise typer.Exit(2) from None
     if json_out:
         render.print_json(result_json(result))
         return

@@ -33,7 +33,8 @@ def _show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
         return
     render.console.print(as_table)
     if page.next_page_token:
-        render.console.print(f"[dim]more: --page-token {page.next_page_token}[/dim]")
+        # Unwrapped, however narrow the terminal: a token folded over lines cannot be pasted back.
+        render.console.print(f"[dim]more: --page-token {page.next_page_token}[/dim]", soft_wrap=True)
 
 
 # Tenants --------------------------------------------------------------------------------------

@@ -1,0 +1,57 @@
+"""The ``gpucloud`` client verbs' own mistakes and local failures are one line and exit 2, and
+what they print for the user to paste back survives a narrow terminal."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from tests.conftest import RunningControlPlane, register_ready_nodes
+from tests.test_cli_connection import gpucloud
+
+
+def test_a_token_with_characters_no_token_has_is_one_line() -> None:
+    for token in ("gpc_\u00e9t\u00e9", "gpc_a\tb", "gpc a"):
+        code, output = gpucloud("--addr", "127.0.0.1:1", "--token", token, "tenants", "list")
+        assert code == 2, output
+        assert output.startswith("error: the token holds characters no bearer token has"), output
+
+
+def test_an_address_that_is_a_url_or_empty_is_one_line() -> None:
+    for address in ("http://127.0.0.1:50051", ""):
+        code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
+        assert code == 2, output
+        assert output.startswith(f"error: --addr {address!r}: give host:port"), output
+
+
+async def test_the_next_page_token_is_printed_whole_on_one_line(control_plane: RunningControlPlane) -> None:
+    """At 40 columns the hint used to fold the token over lines; pasted back, it must work."""
+    async with control_plane.client() as operator:
+        await register_ready_nodes(operator, 3)
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    narrow = {"COLUMNS": "40"}
+    code, output = await asyncio.to_thread(gpucloud, *connect, "nodes", "list", "--page-size", "1", env=narrow)
+    assert code == 0, output
+    [token] = re.findall(r"^more: --page-token (\S+)$", output, flags=re.MULTILINE)
+    code, output = await asyncio.to_thread(
+        gpucloud, *connect, "nodes", "list", "--page-size", "1", "--page-token", token, "--json"
+    )
+    assert code == 0, output
+    assert '"node-001"' in output
+
+
+async def test_a_file_that_cannot_be_written_is_one_line(control_plane: RunningControlPlane, tmp_path: Path) -> None:
+    async with control_plane.client() as operator:
+        [node_id] = await register_ready_nodes(operator, 1)
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    code, output = await asyncio.to_thread(gpucloud, *connect, "usage", "export", "--out", str(tmp_path))
+    assert code == 2, output
+    assert f"error: --out {tmp_path}: " in output
+    not_a_directory = tmp_path / "a-file"
+    not_a_directory.write_text("")
+    chart = not_a_directory / "chart.png"
+    query = ["metrics", "query", "--node", node_id, "--start", "-1h", "--end", "now", "--plot", str(chart)]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *query)
+    assert code == 2, output
+    assert f"error: --plot {chart}: " in output
