@@ -121,7 +121,15 @@ def invoice(
     if period is not None or finalize:
         from clients.cli.billing import online_invoice
 
-        online_invoice(ctx, tenant=tenant, period=period, events=events, finalize=finalize, json_out=json_out)
+        online_invoice(
+            ctx,
+            tenant=tenant,
+            period=period,
+            events=events,
+            finalize=finalize,
+            json_out=json_out,
+            max_anomalies=max_anomalies,
+        )
         return
     from clients.cli.invoice import run_invoice_command
 

@@ -54,7 +54,14 @@ def period_bounds(period: str, *, option: str = "--period") -> tuple[datetime, d
 
 
 def online_invoice(
-    ctx: typer.Context, *, tenant: str, period: str | None, events: Path | None, finalize: bool, json_out: bool
+    ctx: typer.Context,
+    *,
+    tenant: str,
+    period: str | None,
+    events: Path | None,
+    finalize: bool,
+    json_out: bool,
+    max_anomalies: int = MAX_ANOMALY_ROWS,
 ) -> None:
     """``gpucloud invoice --period P [--tenant T] [--finalize] [--json]``: ask the BillingService."""
     problem = (
@@ -84,7 +91,7 @@ def online_invoice(
     if invoice.adjustments:
         console.print(adjustments_table(invoice))
     if invoice.anomalies:
-        console.print(anomalies_table(invoice))
+        console.print(anomalies_table(invoice, max_anomalies))
     console.print(reconciliation_line(invoice))
     if note:
         render.errors.print(f"[dim]{invoice.tenant_id} {invoice.period}: {note}[/dim]")
@@ -215,20 +222,23 @@ def adjustments_table(invoice: billing.Invoice) -> Table:
 def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> Table:
     """The first ``limit`` anomalies (``--json`` has all of them)."""
     grid = Table(title=f"Anomalies ({len(invoice.anomalies)})", title_justify="left", header_style="bold")
-    for column in ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL"):
-        grid.add_column(column, justify="right" if column == "SECONDS" else "left")
-    if len(invoice.anomalies) > limit:
-        grid.caption = f"{len(invoice.anomalies) - limit} more not shown: use --json"
-    for a in invoice.anomalies[:limit]:
-        more = f" (+{len(a.event_ids) - 3})" if len(a.event_ids) > 3 else ""
-        grid.add_row(
+    lines = [
+        [
             a.kind,
             a.gpu_uuid or "",
             a.allocation_id or "",
             f"{a.seconds:f}",
-            ", ".join(a.event_ids[:3]) + more,
+            ", ".join(a.event_ids[:3]) + (f" (+{len(a.event_ids) - 3})" if len(a.event_ids) > 3 else ""),
             a.detail,
-        )
+        ]
+        for a in invoice.anomalies[:limit]
+    ]
+    columns = ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
+    render.add_columns(grid, columns, lines, whole=columns[:4], right=("SECONDS",))
+    for line in lines:
+        grid.add_row(*line)
+    if len(invoice.anomalies) > limit:
+        grid.caption = f"{len(invoice.anomalies) - limit} more not shown: raise --max-anomalies or use --json"
     return grid
 
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from datetime import datetime
 from decimal import Decimal
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 import grpc
 from rich.cells import cell_len
@@ -58,23 +58,40 @@ _COLUMN_FRAME = 3
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
-    """A table whose first column is the id people paste into the next command: it keeps its
-    full width on one line when the terminal leaves the other columns room to be read, and
-    otherwise wraps, but is never cut short with an ellipsis."""
+    """A table whose first column is the id people paste into the next command (see
+    ``add_columns``)."""
     grid = Table(title=title, title_justify="left", header_style="bold")
     lines = [cells(row) for row in rows]
-    widest_id = max((cell_len(Text.from_markup(line[0]).plain) for line in lines), default=0)
-    needed = widest_id + _COLUMN_FRAME * len(columns) + 1 + _READABLE_COLUMN * (len(columns) - 1)
-    for index, column in enumerate(columns):
-        if index > 0:
-            grid.add_column(column)
-        elif needed <= console.width:
-            grid.add_column(column, no_wrap=True, min_width=max(widest_id, len(column)))
-        else:
-            grid.add_column(column, overflow="fold")
+    add_columns(grid, columns, lines, whole=columns[:1])
     for line in lines:
         grid.add_row(*line)
     return grid
+
+
+def add_columns(
+    grid: Table,
+    columns: Sequence[str],
+    lines: Sequence[Sequence[str]],
+    *,
+    whole: Collection[str],
+    right: Collection[str] = (),
+) -> None:
+    """Add ``columns`` to ``grid`` for the rows ``lines``. The ``whole`` ones (ids people paste,
+    numbers) keep their full width on one line when the terminal leaves every other column room
+    to be read, and otherwise wrap; no cell is ever cut short with an ellipsis."""
+    widths = {
+        name: max([cell_len(Text.from_markup(line[index]).plain) for line in lines] + [len(name)])
+        for index, name in enumerate(columns)
+        if name in whole
+    }
+    needed = sum(widths.values()) + _COLUMN_FRAME * len(columns) + 1 + _READABLE_COLUMN * (len(columns) - len(widths))
+    fits = needed <= console.width
+    for name in columns:
+        justify: Literal["left", "right"] = "right" if name in right else "left"
+        if fits and name in widths:
+            grid.add_column(name, justify=justify, no_wrap=True, min_width=widths[name])
+        else:
+            grid.add_column(name, justify=justify, overflow="fold")
 
 
 def tenants_table(items: Sequence[models.Tenant], title: str = "Tenants") -> Table:

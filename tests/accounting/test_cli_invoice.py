@@ -91,3 +91,21 @@ def test_bad_rates_and_bad_options_exit_2(tmp_path: Path) -> None:
         "2025-06-01T00:00:00Z",
     )
     assert code == 2 and "--start/--end" in err
+
+
+def test_anomaly_rows_show_whole_ids_and_as_many_rows_as_asked(tmp_path: Path) -> None:
+    """Six allocations still open at the period's end: six anomalies. The table prints each id
+    whole at 160 columns (they were cut with an ellipsis) and as many rows as --max-anomalies says."""
+    allocations = [f"alloc-01a2333dd296783b3cde0631b5{i:02x}" for i in range(6)]
+    gpus = [f"GPU-fd6f44dd-0a1b-4c2d-8e3f-0000000000{i:02x}" for i in range(6)]
+    events = tmp_path / "events.jsonl"
+    opened = [start(f"e{i}", "acme", a, g, 1) for i, (a, g) in enumerate(zip(allocations, gpus, strict=True))]
+    write_events(opened, events)
+    result = CliRunner().invoke(
+        app, ["invoice", "--events", str(events), *PERIOD_ARGS, "--max-anomalies", "2"], env={"COLUMNS": "160"}
+    )
+    assert result.exit_code == 0, result.stdout
+    shown = [a for a in allocations if a in result.stdout]
+    assert len(shown) == 2
+    assert all(g in result.stdout for g in gpus[:2])
+    assert "4 more not shown" in result.stdout
