@@ -176,8 +176,10 @@ class SampleStore:
             run = by_sid.get(int(error.series_id), runs[0])
             raise InvalidArgument.for_field(
                 run.field_of_time(int(error.timestamp_ms)),
-                f"sample at {error.timestamp_ms} of series {run.labels} is not after {error.newest_ms}, which the "
-                "store already holds for it; samples must arrive in time order (nothing of this batch was written)",
+                # Short enough to arrive whole (descriptions are cut at 160 characters); the field
+                # path says which series.
+                f"time {error.timestamp_ms} ms is not after {error.newest_ms} ms, its series' newest stored sample;"
+                " nothing of the batch was written",
                 reason="SAMPLES_OUT_OF_ORDER",
             ) from None
 

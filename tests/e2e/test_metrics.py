@@ -110,6 +110,9 @@ async def test_a_resent_batch_adds_nothing_and_a_repeated_time_with_another_valu
     with pytest.raises(InvalidArgumentError) as error:
         await operator.write_samples([push("node-000", at, 2.0)])
     assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
+    [(field, description)] = error.value.field_violations.items()
+    # Whole: descriptions longer than 160 characters arrive cut short.
+    assert description.endswith("nothing of the batch was written"), (field, description)
     stored = await operator.query_metrics(start=at, end=at + 1, fields=["power_w"])
     assert only(stored).values.tolist() == [1.0]
 
