@@ -124,7 +124,7 @@ class Period:
 
     def __post_init__(self) -> None:
         if self.end_us <= self.start_us:
-            raise ValueError(f"period end {self.end_us} is not after its start {self.start_us}")
+            raise ValueError(f"period end {rfc3339(self.end_us)} is not after its start {rfc3339(self.start_us)}")
 
     @property
     def seconds(self) -> Decimal:

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from accounting.model import Rates, us_to_datetime
+from accounting.model import Rates, rfc3339
 from accounting.periods import BillingPeriod
 from services.auth.principal import Principal, tenant_scope
 from services.billing import codec, compute
@@ -100,10 +100,7 @@ class Billing:
                     raise invoice_not_found(tenant_id, period)
             raise FailedPrecondition(
                 reason="PERIOD_NOT_ENDED",
-                message=(
-                    f"{period} ends at {us_to_datetime(period.end_us).isoformat()}; "
-                    "only a period that has ended can be finalized"
-                ),
+                message=(f"{period} ends at {rfc3339(period.end_us)}; only a period that has ended can be finalized"),
                 metadata={"period": period.name, "field": "period"},
             )
         view, snapshot_us, counts = await self._current(tenant_id, period)

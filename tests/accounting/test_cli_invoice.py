@@ -109,3 +109,11 @@ def test_anomaly_rows_show_whole_ids_and_as_many_rows_as_asked(tmp_path: Path) -
     assert len(shown) == 2
     assert all(g in result.stdout for g in gpus[:2])
     assert "4 more not shown" in result.stdout
+
+
+def test_a_start_after_the_end_names_both_times_as_given(tmp_path: Path) -> None:
+    events, _, _ = _files(tmp_path)
+    backwards = ["--start", "2025-07-01T00:00:00Z", "--end", "2025-06-01T00:00:00Z"]
+    code, _, err = invoke("invoice", "--events", events, *backwards)
+    assert code == 2
+    assert "period end 2025-06-01T00:00:00Z is not after its start 2025-07-01T00:00:00Z" in err

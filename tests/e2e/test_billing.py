@@ -310,6 +310,8 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
     with pytest.raises(FailedPreconditionError) as not_ended:
         await operator.finalize_invoice(_current_period().name, tenant_id="acme")
     assert not_ended.value.reason == "PERIOD_NOT_ENDED"
+    # Times in the form every other message uses: RFC 3339 with Z.
+    assert f"ends at {_current_period().next().name}-01T00:00:00Z;" in not_ended.value.message
 
     first = await operator.finalize_invoice(closed.name, tenant_id="acme")
     assert first.newly_finalized and first.invoice.finalized and first.invoice.finalize_time is not None
