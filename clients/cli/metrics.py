@@ -85,10 +85,12 @@ def summary_row(series: m.Series) -> list[str]:
     ]
 
 
-def stats_line(stats: m.QueryStats) -> str:
-    """The cost of a query in one line: how much of the store it opened and skipped."""
+def stats_line(stats: m.QueryStats, empty_steps: int = 0) -> str:
+    """The cost of a query in one line: how much of the store it opened and skipped.
+    ``empty_steps``: how many of the points returned are steps without samples."""
+    empty = f" ({empty_steps} of them steps without samples)" if empty_steps else ""
     return (
-        f"{stats.series_returned} series, {stats.points_returned} points; segments opened "
+        f"{stats.series_returned} series, {stats.points_returned} points{empty}; segments opened "
         f"{stats.segments_opened} of {stats.segments_total} ({stats.segments_skipped} skipped by time), "
         f"{stats.bytes_read} bytes read, {stats.samples_decoded} samples decoded, {stats.head_samples} from the head"
     )
@@ -98,7 +100,10 @@ def result_table(result: m.MetricsResult, title: str) -> Table:
     """One row per series: its labels, how many points, their span and min/avg/max/last."""
     columns = ["NODE", "GPU", "FIELD", "POINTS", "FROM", "TO", "MIN", "AVG", "MAX", "LAST"]
     grid = render.table(title, columns, result.series, summary_row)
-    grid.caption = stats_line(result.stats)
+    import numpy as np  # only for metrics output; see clients/metrics.py
+
+    empty_steps = sum(int(np.isnan(series.values).sum()) for series in result.series)
+    grid.caption = stats_line(result.stats, empty_steps)
     grid.caption_justify = "left"
     return grid
 

@@ -433,6 +433,17 @@ async def test_cli_query_prints_a_table_json_and_draws_a_png(
     assert max(v for v in gpu0["values"] if v is not None) == 419.0
     assert None in gpu0["values"]  # the steps after the last sample have none
     assert document["stats"]["series_returned"] == 2
+    # One fixed window for both calls: with "now" as the end, the second could hold more steps.
+    fixed = [*common, "--end", datetime.fromtimestamp((base + 90_000) / 1000, UTC).isoformat(), "--step", "5s"]
+    code, text = await asyncio.to_thread(run_cli, address, token, *fixed, "--agg", "max", "--json")
+    assert code == 0, text
+    steps, _ = json.JSONDecoder().raw_decode(text[text.index("{\n") :])
+    empty = sum(v is None for s in steps["series"] for v in s["values"])
+    assert empty > 0
+    code, table = await asyncio.to_thread(run_cli, address, token, *fixed, "--agg", "max")
+    assert code == 0, table
+    # The caption's points include the steps without samples, and says how many those are.
+    assert f"({empty} of them steps without samples)" in " ".join(table.split())
 
     chart = tmp_path / "power.png"
     code, text = await asyncio.to_thread(run_cli, address, token, *common, "--start", "-2m", "--plot", str(chart))
