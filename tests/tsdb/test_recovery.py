@@ -157,8 +157,10 @@ def test_every_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
     finally:
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-    # Lines printed after our last read were acknowledged too.
-    acknowledged += [int(line.split()[1]) for line in child.stdout.read().splitlines() if line.startswith("ack ")]
+    # Lines printed after our last read were acknowledged too; the kill may have cut the last one
+    # short ("ack 17646"), and only lines that reached their newline count.
+    *whole, _torn_or_empty = child.stdout.read().split("\n")
+    acknowledged += [int(line.split()[1]) for line in whole if line.startswith("ack ")]
     with tsdb.Store.open(path, segment_ms=20_000) as store:
         assert store.segments(), "the writer sealed segments before it died"
         assert store.recovery.records_replayed > 0, "and left samples in the head"
