@@ -70,6 +70,10 @@ class CreatedTenant:
     token: str
 
 
+# googleapis-common-protos ships no types for its grpc stubs: the stub class, given a type here.
+_operations_stub: Callable[[grpc.aio.Channel], Any] = operations_pb2_grpc.OperationsStub
+
+
 @dataclass(frozen=True, slots=True)
 class _Stubs:
     """A channel and one stub per service on it, made together on first use. A stub builds a
@@ -94,7 +98,7 @@ class _Stubs:
             tenant_pb2_grpc.TenantServiceStub(channel),
             node_pb2_grpc.NodeServiceStub(channel),
             allocation_pb2_grpc.AllocationServiceStub(channel),
-            operations_pb2_grpc.OperationsStub(channel),  # type: ignore[no-untyped-call]
+            _operations_stub(channel),
             metrics_pb2_grpc.MetricsServiceStub(channel),
             billing_pb2_grpc.BillingServiceStub(channel),
         )

@@ -8,6 +8,7 @@ workers and closes the database, leaking no task.
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,6 +96,12 @@ class ServerConfig:
     metrics_maintenance_seconds: float = 60.0
 
 
+# googleapis-common-protos ships no types for its grpc code: the registration function, typed here.
+_add_operations_servicer: Callable[[OperationsServicer, grpc.aio.Server], None] = (
+    operations_pb2_grpc.add_OperationsServicer_to_server
+)
+
+
 class ControlPlane:
     """One running control-plane process."""
 
@@ -173,9 +180,7 @@ class ControlPlane:
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, builder, wake_releaser), server
         )
-        operations_pb2_grpc.add_OperationsServicer_to_server(  # type: ignore[no-untyped-call]
-            OperationsServicer(store, page_tokens, builder, operations_changed), server
-        )
+        _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operations_changed), server)
         billing = BillingServicer(Billing(store, rates), page_tokens)
         billing_pb2_grpc.add_BillingServiceServicer_to_server(billing, server)
         metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(Metrics(store, samples)), server)
