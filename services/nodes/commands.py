@@ -128,8 +128,13 @@ async def set_cordon(store: Store, principal: Principal, node_id: str, *, cordon
                 message=f"node {node_id!r} is retired for good; it cannot be cordoned or uncordoned",
                 metadata={"node_id": node_id, "field": "node_id"},
             )
-        row.cordoned = cordoned
-        row.status_reason = (reason or "cordoned") if cordoned else ""
-        session.add(row)
-        await session.flush()
+        status_reason = (reason or "cordoned") if cordoned else ""
+        if (row.cordoned, row.status_reason) != (cordoned, status_reason):
+            # Only a change is history: cordoning a cordoned node again with its reason is a no-op.
+            row.cordoned = cordoned
+            row.status_reason = status_reason
+            session.add(row)
+            event, event_reason = (NodeEvent.CORDON, status_reason) if cordoned else (NodeEvent.UNCORDON, "uncordoned")
+            repo.record_event(session, row, event, reason=event_reason, actor=principal.actor, now_us=now_us())
+            await session.flush()
         return await repo.get_view(session, node_id)

@@ -80,19 +80,35 @@ async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now
     session.add(row)
     await session.flush()
     session.add_all(GpuRow(gpu_uuid=g.uuid, node_id=inventory.node_id, gpu_index=g.index) for g in inventory.gpus)
+    record_event(session, row, NodeEvent.REGISTER, reason="registered", actor=actor, now_us=now_us)
+    await session.flush()
+    return row
+
+
+def record_event(
+    session: AsyncSession,
+    row: NodeRow,
+    event: NodeEvent,
+    *,
+    reason: str,
+    actor: str,
+    now_us: int,
+    before: NodeState | None = None,
+) -> None:
+    """Add ``event`` to the node's history: from ``before`` (default: its state now, as for the
+    events that move no state) to the state ``row`` is in."""
+    after = NodeState(row.state)
     session.add(
         NodeEventRow(
-            node_id=inventory.node_id,
-            event=NodeEvent.REGISTER,
-            from_state=NodeState.REGISTERED,
-            to_state=NodeState.REGISTERED,
-            reason="registered",
+            node_id=row.node_id,
+            event=event,
+            from_state=after if before is None else before,
+            to_state=after,
+            reason=reason[:256],
             actor=actor,
             at_us=now_us,
         )
     )
-    await session.flush()
-    return row
 
 
 async def gpu_owners(session: AsyncSession, uuids: Sequence[str]) -> dict[str, str]:
@@ -114,17 +130,7 @@ async def apply(
     if after is not before:
         row.state_changed_us = now_us
     session.add(row)
-    session.add(
-        NodeEventRow(
-            node_id=row.node_id,
-            event=event,
-            from_state=before,
-            to_state=after,
-            reason=reason[:256],
-            actor=actor,
-            at_us=now_us,
-        )
-    )
+    record_event(session, row, event, reason=reason, actor=actor, now_us=now_us, before=before)
     await session.flush()
     return row
 

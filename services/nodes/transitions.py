@@ -28,11 +28,16 @@ class NodeState(StrEnum):
 
 
 class NodeEvent(StrEnum):
-    """Something that happens to a node, as ``node_events`` records it: ``TRANSITIONS``' inputs and ``REGISTER``."""
+    """Something that happens to a node, as ``node_events`` records it: ``TRANSITIONS``' inputs,
+    and ``REGISTER``, ``CORDON`` and ``UNCORDON``, which change no state."""
 
     # A node's first record, written when it is registered (in REGISTERED): not an event of the
     # table, since nothing moves a node into REGISTERED.
     REGISTER = "REGISTER"
+    # The cordon flag set or cleared by an operator (or a changed cordon reason): recorded with
+    # from_state == to_state, since a cordon is not a state. Not inputs of the table either.
+    CORDON = "CORDON"
+    UNCORDON = "UNCORDON"
     START_BURN_IN = "START_BURN_IN"
     PASS_BURN_IN = "PASS_BURN_IN"
     FAIL_BURN_IN = "FAIL_BURN_IN"

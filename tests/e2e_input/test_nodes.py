@@ -195,6 +195,27 @@ async def test_cordon_makes_ready_node_unplaceable_and_uncordon_restores_it(oper
     assert (node.state, node.allocation_id) == ("ALLOCATED", allocation_id)
 
 
+async def test_cordon_and_uncordon_are_recorded_once_each(operator: AsyncClient) -> None:
+    """A cordon, a new reason and an uncordon each add one event that keeps the state; repeating
+    a cordon with the same reason, or uncordoning an uncordoned node, adds none."""
+    [node_id] = await register_ready_nodes(operator, 1)
+    before = len(await operator.list_node_events(node_id))
+    await operator.uncordon_node(node_id)
+    await operator.cordon_node(node_id, reason="suspect NVLink")
+    await operator.cordon_node(node_id, reason="suspect NVLink")
+    await operator.cordon_node(node_id, reason="NVLink replaced, soaking")
+    await operator.uncordon_node(node_id)
+    await operator.uncordon_node(node_id)
+
+    added = (await operator.list_node_events(node_id))[before:]
+    assert [(e.event, e.from_state, e.to_state, e.reason) for e in added] == [
+        ("CORDON", "READY", "READY", "suspect NVLink"),
+        ("CORDON", "READY", "READY", "NVLink replaced, soaking"),
+        ("UNCORDON", "READY", "READY", "uncordoned"),
+    ]
+    assert all(e.actor.startswith("operator:") for e in added)
+
+
 async def test_drain_of_free_node_quarantines_it(operator: AsyncClient) -> None:
     """Draining a READY node takes it out of service at once: QUARANTINED and cordoned."""
     [node_id] = await register_ready_nodes(operator, 1)
@@ -623,7 +644,8 @@ async def test_node_events_page_oldest_first_without_repeats(operator: AsyncClie
         if not token:
             break
     assert paged == everything.items
-    assert len(paged) == 3 + 3 * 3  # register, start and pass burn-in; then drain, return, pass per round
+    # Register, start and pass burn-in; then cordon, drain, return and pass per round.
+    assert len(paged) == 3 + 3 * 4
     first_page = await operator.list_node_events("node-000", page_size=4)
     with pytest.raises(InvalidArgumentError) as caught:
         await operator.list_node_events("node-001", page_size=4, page_token=first_page.next_page_token)

@@ -180,7 +180,10 @@ Global___Node: _TypeAlias = Node  # noqa: Y015
 
 @_typing.final
 class NodeEvent(_message.Message):
-    """One recorded state change, with who made it and why."""
+    """One entry of a node's history, with who made it and why: a move through the transition
+    table, or REGISTER, CORDON or UNCORDON, which leave the state as it was
+    (from_state == to_state).
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
