@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from sqlmodel import col, func, select
 from sqlmodel.ext.asyncio.session import AsyncSession
+from sqlmodel.sql.expression import Select
 
 from services.errors import Aborted, NotFound
 from services.nodes.inventory import GpuModel, Inventory, canonical_gpu_uuid
@@ -111,13 +112,18 @@ def record_event(
     )
 
 
+def gpu_owners_query(uuids: Sequence[str]) -> Select[str, str]:
+    """``gpu_owners``' query: by ``lower(gpu_uuid)``, which index ``ix_gpus_uuid_lower`` serves."""
+    return select(GpuRow.gpu_uuid, GpuRow.node_id).where(
+        func.lower(GpuRow.gpu_uuid).in_([uuid.lower() for uuid in uuids])
+    )
+
+
 async def gpu_owners(session: AsyncSession, uuids: Sequence[str]) -> dict[str, str]:
     """Which node already owns each of ``uuids`` (canonical, see ``canonical_gpu_uuid``), in
     whatever case it was stored: rows from before UUIDs were made canonical count too."""
-    query = select(GpuRow.gpu_uuid, GpuRow.node_id).where(
-        func.lower(GpuRow.gpu_uuid).in_([uuid.lower() for uuid in uuids])
-    )
-    return {canonical_gpu_uuid(uuid): node_id for uuid, node_id in (await session.exec(query)).all()}
+    rows = (await session.exec(gpu_owners_query(uuids))).all()
+    return {canonical_gpu_uuid(uuid): node_id for uuid, node_id in rows}
 
 
 async def apply(

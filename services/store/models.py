@@ -70,7 +70,13 @@ class GpuRow(SQLModel, table=True):
     """One GPU of a node, by its NVML UUID, with its index on the node."""
 
     __tablename__ = "gpus"
-    __table_args__ = (UniqueConstraint("node_id", "gpu_index", name="uq_gpus_node_index"),)
+    __table_args__ = (
+        UniqueConstraint("node_id", "gpu_index", name="uq_gpus_node_index"),
+        # Registration looks GPUs up by lower(gpu_uuid), so that rows stored before UUIDs were
+        # made canonical still match (nodes.repository.gpu_owners): without this, a scan of
+        # every GPU of the fleet per RegisterNode.
+        Index("ix_gpus_uuid_lower", text("lower(gpu_uuid)")),
+    )
 
     gpu_uuid: str = Field(primary_key=True, max_length=96)
     node_id: str = Field(foreign_key="nodes.node_id", max_length=63, index=True)
