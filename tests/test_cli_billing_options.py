@@ -19,3 +19,17 @@ def test_a_month_out_of_range_or_malformed_is_an_option_error(period: str) -> No
         period_bounds(period)
     with pytest.raises(BadOption, match=r"^--invoice-period "):
         export_window(None, None, period)
+
+
+def test_export_times_take_the_commands_time_forms() -> None:
+    """A time without an offset is UTC, and -1h is an hour before now, as in `metrics query`."""
+    start, end = export_window("2026-11-01", "-1h", None)
+    assert start == datetime(2026, 11, 1, tzinfo=UTC)
+    assert end is not None and abs((datetime.now(UTC) - end).total_seconds() - 3600) < 60
+    assert export_window("1767225600000", None, None) == (datetime(2026, 1, 1, tzinfo=UTC), None)
+
+
+@pytest.mark.parametrize(("start", "end", "option"), [("soon", None, "--start"), (None, "-5parsecs", "--end")])
+def test_a_malformed_export_time_names_its_option(start: str | None, end: str | None, option: str) -> None:
+    with pytest.raises(BadOption, match=f"^{option}: "):
+        export_window(start, end, None)

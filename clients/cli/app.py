@@ -13,6 +13,7 @@ from clients.cli import billing as billing_verbs
 from clients.cli import metrics as metrics_verbs
 from clients.cli import verbs
 from clients.cli.context import DEFAULT_ADDR, Connection
+from clients.cli.times import INSTANT_FORMS
 from services.log_config import LogFormat, LogLevel
 
 app = typer.Typer(
@@ -108,8 +109,8 @@ def invoice(
     rates: Annotated[
         Path | None, typer.Option(help="Offline: the rate card JSON (default: the server's built-in card).")
     ] = None,
-    start: Annotated[str | None, typer.Option(help="Offline: period start, RFC 3339, inclusive.")] = None,
-    end: Annotated[str | None, typer.Option(help="Offline: period end, RFC 3339, exclusive.")] = None,
+    start: Annotated[str | None, typer.Option(help=f"Offline: period start, inclusive: {INSTANT_FORMS}.")] = None,
+    end: Annotated[str | None, typer.Option(help=f"Offline: period end, exclusive: {INSTANT_FORMS}.")] = None,
     outages: Annotated[Path | None, typer.Option(help="Offline: GPU outages JSONL, credited.")] = None,
     engine: Annotated[
         str, typer.Option(help="Offline: duckdb, or reference (pure Python, to cross-check).")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import IO, Annotated, Any
@@ -21,13 +21,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 
 from accounting.export import write_events
-from accounting.loaders import parse_time
 from accounting.model import EventKind, PriceClass, UsageEvent, datetime_to_us, rfc3339, us_to_datetime
 from accounting.periods import BadPeriod, parse_period
 from clients import billing
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import call
+from clients.cli.times import INSTANT_FORMS, time_option
 
 EXIT_BAD_INPUT = 2
 EXPORT_PAGE_SIZE = 1000
@@ -275,10 +275,14 @@ def export_window(start: str | None, end: str | None, invoice_period: str | None
         if start is not None or end is not None:
             raise BadOption("--invoice-period replaces --start/--end; give one or the other")
         return None, period_bounds(invoice_period, option="--invoice-period")[1]
+    now = datetime.now(UTC)
     try:
-        return tuple(None if text is None else us_to_datetime(parse_time(text)) for text in (start, end))
+        return tuple(
+            None if text is None else time_option(option, text, now=now)
+            for option, text in (("--start", start), ("--end", end))
+        )
     except ValueError as error:
-        raise BadOption(f"--start/--end: {error}") from None
+        raise BadOption(str(error)) from None
 
 
 async def export_events(
@@ -307,8 +311,8 @@ def usage_export(
     ctx: typer.Context,
     out: Annotated[Path, typer.Option("--out", help="JSONL file to write (what `gpucloud invoice --events` reads).")],
     tenant: Annotated[str, typer.Option(help="Only this tenant's events (tenants always get only their own).")] = "",
-    start: Annotated[str | None, typer.Option(help="Events at or after this RFC 3339 time.")] = None,
-    end: Annotated[str | None, typer.Option(help="Events before this RFC 3339 time.")] = None,
+    start: Annotated[str | None, typer.Option(help=f"Events at or after this time: {INSTANT_FORMS}.")] = None,
+    end: Annotated[str | None, typer.Option(help=f"Events before this time: {INSTANT_FORMS}.")] = None,
     invoice_period: Annotated[
         str | None, typer.Option(help="YYYY-MM: exactly the events that period's invoice is computed from.")
     ] = None,

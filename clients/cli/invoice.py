@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
 from typing import Literal
@@ -20,9 +21,10 @@ from rich.table import Table
 
 from accounting import InputError, InvoiceRun, Period, compute_invoices
 from accounting.export import decimal_text, invoice_run_to_json
-from accounting.loaders import load_events, load_outages, parse_time
-from accounting.model import Anomaly, Invoice, rfc3339
+from accounting.loaders import load_events, load_outages
+from accounting.model import Anomaly, Invoice, datetime_to_us, rfc3339
 from clients.cli import render
+from clients.cli.times import time_option
 from services.billing import rates as billing_rates
 
 EXIT_BAD_INPUT = 2
@@ -48,8 +50,15 @@ def compute_offline(inputs: OfflineInputs) -> InvoiceRun:
     """Load the files and compute the run; InputError or UsageProblem on bad input."""
     if inputs.start is None or inputs.end is None:
         raise UsageProblem("offline mode (--events) also needs --start and --end")
+    now = datetime.now(UTC)
     try:
-        period = Period(parse_time(inputs.start), parse_time(inputs.end))
+        start, end = (
+            time_option(option, text, now=now) for option, text in (("--start", inputs.start), ("--end", inputs.end))
+        )
+    except ValueError as error:
+        raise UsageProblem(str(error)) from None
+    try:
+        period = Period(datetime_to_us(start), datetime_to_us(end))
     except ValueError as error:
         raise UsageProblem(f"--start/--end: {error}") from None
     events = load_events(inputs.events)

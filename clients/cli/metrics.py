@@ -1,15 +1,12 @@
 """``gpucloud metrics query|write``: read per-GPU time series as a table, JSON or a PNG chart.
 
-Times are RFC 3339 (``2025-01-31T12:00:00Z``; no zone means UTC), relative to now
-(``-1h``, ``-90s``, ``-1h30m``, ``now``) or milliseconds since the epoch. Steps are durations
-(``30s``, ``5m``, ``1h``, ``250ms``).
+Times and steps take the forms of every time option of the command (clients/cli/times.py).
 """
 
 from __future__ import annotations
 
 import math
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -20,41 +17,11 @@ from clients import metrics as m
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import call
+from clients.cli.times import INSTANT_FORMS, duration_option, time_option
 
 metrics = typer.Typer(
     help="Per-GPU metrics: query them as a table, JSON or a chart; write samples.", no_args_is_help=True
 )
-
-_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
-_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
-
-
-def parse_duration(text: str) -> timedelta:
-    """``30s``, ``5m``, ``1h30m``, ``250ms``, ``2d``: a positive duration."""
-    compact = text.strip().lower()
-    parts = _DURATION.findall(compact)
-    if not compact or "".join(n + u for n, u in parts) != compact:
-        raise ValueError(f"{text!r} is not a duration like 30s, 5m, 1h30m or 250ms")
-    total = sum(int(n) * _UNITS_MS[u] for n, u in parts)
-    if total <= 0:
-        raise ValueError(f"{text!r} must be longer than zero")
-    return timedelta(milliseconds=total)
-
-
-def parse_time(text: str, *, now: datetime) -> datetime:
-    """An RFC 3339 instant, ``now``, ``-<duration>`` before now, or ms since the epoch."""
-    value = text.strip()
-    if value.lower() == "now":
-        return now
-    if value.startswith("-"):
-        return now - parse_duration(value[1:])
-    if value.isdigit():
-        return m.from_ms(int(value))
-    try:
-        moment = datetime.fromisoformat(value)
-    except ValueError:
-        raise ValueError(f"{text!r} is not RFC 3339 (2025-01-31T12:00:00Z), 'now', -1h or ms since the epoch") from None
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
 def _number(value: float) -> str:
@@ -158,8 +125,8 @@ def metrics_query(
     node: Annotated[list[str] | None, typer.Option("--node", help="Node id (repeat for more; none: all).")] = None,
     gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index (repeat; none: all).")] = None,
     field: Annotated[list[str] | None, typer.Option("--field", help="Field, e.g. power_w (repeat; none: all).")] = None,
-    start: Annotated[str, typer.Option(help="RFC 3339, -1h, now or ms since the epoch.")] = "-1h",
-    end: Annotated[str, typer.Option(help="RFC 3339, -5m, now or ms since the epoch.")] = "now",
+    start: Annotated[str, typer.Option(help=f"Window start: {INSTANT_FORMS}.")] = "-1h",
+    end: Annotated[str, typer.Option(help=f"Window end: {INSTANT_FORMS}.")] = "now",
     step: Annotated[str | None, typer.Option(help="Aggregate per step, e.g. 1m (default: raw samples).")] = None,
     agg: Annotated[str, typer.Option(help="With --step: avg, min, max, sum, count, last or rate.")] = "avg",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
@@ -168,8 +135,8 @@ def metrics_query(
     """Samples (or per-step aggregates) of the selected series in a window."""
     try:
         now = datetime.now(UTC)
-        window = (parse_time(start, now=now), parse_time(end, now=now))
-        step_length = parse_duration(step) if step else None
+        window = (time_option("--start", start, now=now), time_option("--end", end, now=now))
+        step_length = duration_option("--step", step) if step else None
         m.aggregation_value(agg)
     except ValueError as err:
         render.errors.print(f"[red]error[/red]: {err}", highlight=False)
@@ -227,13 +194,13 @@ def metrics_write(
     node_id: str,
     gpu: Annotated[int, typer.Option(help="GPU index.")],
     set_: Annotated[list[str], typer.Option("--set", help="FIELD=NUMBER (repeat).")],
-    at: Annotated[str, typer.Option("--time", help="RFC 3339, -10s, now or ms since the epoch.")] = "now",
+    at: Annotated[str, typer.Option("--time", help=f"The samples' time: {INSTANT_FORMS}.")] = "now",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
 ) -> None:
     """Write one sample per field for one GPU of a node (operators; an agent for its own node)."""
     try:
         values = _assignments(set_)
-        timestamp = m.to_ms(parse_time(at, now=datetime.now(UTC)))
+        timestamp = m.to_ms(time_option("--time", at, now=datetime.now(UTC)))
     except ValueError as err:
         render.errors.print(f"[red]error[/red]: {err}", highlight=False)
         raise typer.Exit(2) from None

@@ -117,3 +117,19 @@ def test_a_start_after_the_end_names_both_times_as_given(tmp_path: Path) -> None
     code, _, err = invoke("invoice", "--events", events, *backwards)
     assert code == 2
     assert "period end 2025-06-01T00:00:00Z is not after its start 2025-07-01T00:00:00Z" in err
+
+
+def test_period_options_take_the_commands_time_forms(tmp_path: Path) -> None:
+    """--start/--end take what every time option takes: a time without an offset is UTC, and a
+    malformed one is an error naming its option."""
+    events, rates, _ = _files(tmp_path)
+    runs = [
+        invoke("invoice", "--events", events, "--rates", rates, *period, "--json")
+        for period in (PERIOD_ARGS, ["--start", "2025-06-01", "--end", "2025-06-01T10:00:00"])
+    ]
+    assert [code for code, _, _ in runs] == [0, 0]
+    assert json.loads(runs[0][1]) == json.loads(runs[1][1])
+
+    code, _, err = invoke("invoice", "--events", events, "--start", "June", "--end", "2025-06-01T10:00:00Z")
+    assert code == 2
+    assert err.startswith("error: --start: 'June' is not RFC 3339")

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 from clients import AsyncClient, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError
 from clients.cli import render
 from clients.cli.app import app
-from clients.cli.metrics import parse_duration, parse_time, summary_row
+from clients.cli.metrics import summary_row
 from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples, from_ms
 from services.auth import repository as auth_repo
 from services.auth.principal import Role
@@ -357,36 +357,6 @@ async def test_an_agent_writes_only_for_its_own_node_and_cannot_read(
 
 
 # CLI ---------------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize(
-    ("text", "expected"),
-    [
-        ("now", timedelta(0)),
-        ("-1h", timedelta(hours=-1)),
-        ("-1h30m", timedelta(hours=-1, minutes=-30)),
-        ("-250ms", timedelta(milliseconds=-250)),
-    ],
-)
-def test_cli_relative_times(text: str, expected: timedelta) -> None:
-    """Relative times count back from now."""
-    now = datetime(2025, 1, 31, 12, tzinfo=UTC)
-    assert parse_time(text, now=now) == now + expected
-
-
-def test_cli_absolute_times_and_durations() -> None:
-    """RFC 3339 with or without a zone (UTC), epoch milliseconds, and compound durations; junk is refused."""
-    now = datetime(2025, 1, 31, 12, tzinfo=UTC)
-    assert parse_time("2025-01-30T10:00:00Z", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
-    assert parse_time("2025-01-30T12:00:00+02:00", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
-    assert parse_time("2025-01-30T10:00:00", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
-    assert parse_time("1738231200000", now=now) == datetime(2025, 1, 30, 10, tzinfo=UTC)
-    assert parse_duration("1h30m") == timedelta(minutes=90)
-    for bad in ("", "5", "1x", "m5", "0s", "-5s"):
-        with pytest.raises(ValueError):
-            parse_duration(bad)
-    with pytest.raises(ValueError):
-        parse_time("yesterday", now=now)
 
 
 def test_the_query_table_counts_and_spans_only_the_steps_that_hold_a_value() -> None:

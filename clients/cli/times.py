@@ -1,0 +1,71 @@
+"""The forms every time option of the ``gpucloud`` command takes, parsed in one place.
+
+An instant is RFC 3339 (``2025-01-31T12:00:00Z``, ``2025-01-31T14:00:00+02:00``; a time or
+date without an offset is UTC, the zone billing periods and series are kept in), ``now``,
+``-<duration>`` before now (``-1h``, ``-90s``, ``-1h30m``) or milliseconds since the epoch. A
+duration is ``250ms``, ``30s``, ``5m``, ``1h30m``, ``2d`` or ``1w``.
+
+Files are stricter: the usage events and outages that ``gpucloud invoice --events`` reads must
+carry an offset (accounting/loaders.py), since a file may come from anywhere.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, datetime, timedelta
+
+INSTANT_FORMS = "RFC 3339 (UTC if no offset), now, -1h or ms since the epoch"
+
+_UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
+_DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30s``, ``5m``, ``1h30m``, ``250ms``, ``2d``: a positive duration; ValueError otherwise."""
+    compact = text.strip().lower()
+    parts = _DURATION.findall(compact)
+    if not compact or "".join(n + u for n, u in parts) != compact:
+        raise ValueError(f"{text!r} is not a duration like 30s, 5m, 1h30m or 250ms")
+    total = sum(int(n) * _UNITS_MS[u] for n, u in parts)
+    if total <= 0:
+        raise ValueError(f"{text!r} must be longer than zero")
+    try:
+        return timedelta(milliseconds=total)
+    except OverflowError:
+        raise ValueError(f"{text!r} is longer than any calendar allows") from None
+
+
+def parse_time(text: str, *, now: datetime) -> datetime:
+    """An instant in one of the module's forms, as an aware datetime; ValueError otherwise."""
+    value = text.strip()
+    if value.lower() == "now":
+        return now
+    try:
+        if value.startswith("-"):
+            return now - parse_duration(value[1:])
+        if value.isdigit():
+            return _EPOCH + timedelta(milliseconds=int(value))
+    except OverflowError:
+        raise ValueError(f"{text!r} is outside the years 1-9999") from None
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise ValueError(f"{text!r} is not RFC 3339 (2025-01-31T12:00:00Z), 'now', -1h or ms since the epoch") from None
+    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
+
+
+def time_option(option: str, text: str, *, now: datetime) -> datetime:
+    """``parse_time`` of an option's value; the ValueError names the option."""
+    try:
+        return parse_time(text, now=now)
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
+
+
+def duration_option(option: str, text: str) -> timedelta:
+    """``parse_duration`` of an option's value; the ValueError names the option."""
+    try:
+        return parse_duration(text)
+    except ValueError as error:
+        raise ValueError(f"{option}: {error}") from None
