@@ -55,3 +55,25 @@ async def test_a_file_that_cannot_be_written_is_one_line(control_plane: RunningC
     code, output = await asyncio.to_thread(gpucloud, *connect, *query)
     assert code == 2, output
     assert f"error: --plot {chart}: " in output
+
+
+async def test_bad_fields_are_shown_as_the_options_that_set_them(control_plane: RunningControlPlane) -> None:
+    """The server names API fields; the command shows the option or argument the user typed,
+    keeping the API's name where it differs, and every violation once."""
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    create = ["allocations", "create", "--gpu-model", "H100", "--nodes", "0", "--tenant", "Bad Tenant"]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *create)
+    assert code == 1, output
+    assert "  --nodes (node_count): must be 1-256; got 0\n" in output
+    assert "  --tenant (tenant_id): 'Bad Tenant' must be" in output
+
+    gpus = [arg for i in range(7) for arg in ("--gpu-uuid", f"GPU-{i}")] + ["--gpu-uuid", "bad"]
+    register = ["nodes", "register", "n1", "--gpu-model", "H100", "--zone", "", "--rack", "r", "--leaf-switch", "l"]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *register, *gpus)
+    assert code == 1, output
+    assert "  --zone: is required\n" in output
+    assert "  --gpu-uuid (gpus[7].uuid): must be 'GPU-'" in output
+
+    code, output = await asyncio.to_thread(gpucloud, *connect, "tenants", "create", "Bad Id")
+    assert code == 1, output
+    assert "  TENANT_ID: 'Bad Id' must be" in output

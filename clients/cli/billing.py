@@ -297,11 +297,16 @@ async def export_events(
     """Page through the log into ``stream``; return the number of events written."""
     task = progress.add_task("exporting usage events", total=None)
     count = 0
-    async for page in client.iter_usage_event_pages(
-        tenant_id=tenant, start_time=start, end_time=end, page_size=EXPORT_PAGE_SIZE
-    ):
-        count += write_events((_accounting_event(e) for e in page), stream)
-        progress.update(task, completed=count, description=f"exported {count} events")
+    try:
+        async for page in client.iter_usage_event_pages(
+            tenant_id=tenant, start_time=start, end_time=end, page_size=EXPORT_PAGE_SIZE
+        ):
+            count += write_events((_accounting_event(e) for e in page), stream)
+            progress.update(task, completed=count, description=f"exported {count} events")
+    except BaseException:
+        # The error says what happened; a bar left at "0/?" under it would say nothing.
+        progress.update(task, visible=False)
+        raise
     progress.update(task, total=count, completed=count)
     return count
 

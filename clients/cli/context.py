@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable, Callable
+import re
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -17,6 +18,20 @@ from clients.errors import GpucloudError
 T = TypeVar("T")
 
 DEFAULT_ADDR = "127.0.0.1:50051"
+
+# API fields whose command-line parameter has another name. Any other field is looked up by its
+# own name among the command's parameters (``gpu_model`` is ``--gpu-model``).
+_PARAMETER_OF_FIELD = {
+    "node_count": "nodes_",
+    "gpus": "gpu_uuid",
+    "tenant_id": "tenant",
+    "node_ids": "node",
+    "gpu_indexes": "gpu",
+    "fields": "field",
+    "start_time": "start",
+    "end_time": "end",
+}
+_PATH_SEGMENT = re.compile(r"[A-Za-z_]+")
 
 
 @dataclass
@@ -88,8 +103,24 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     try:
         return asyncio.run(run())
     except GpucloudError as err:
-        render.error(err, address=conn.address)
+        render.error(err, address=conn.address, labels=option_labels(ctx, err.field_violations))
         raise typer.Exit(1) from None
     except ValueError as err:
         render.errors.print(f"[red]error[/red]: {err}", highlight=False)
         raise typer.Exit(2) from None
+
+
+def option_labels(ctx: typer.Context, fields: Mapping[str, str]) -> dict[str, str]:
+    """For each API field path the server named, the option or argument of this command that
+    set it (``node_count`` -> ``--nodes``, ``gpus[3].uuid`` -> ``--gpu-uuid``); fields that no
+    parameter of the command sets are left out."""
+    parameters = {param.name: param for param in ctx.command.params if param.name}
+    labels = {}
+    for path in fields:
+        for segment in _PATH_SEGMENT.findall(path):
+            param = parameters.get(_PARAMETER_OF_FIELD.get(segment, segment)) or parameters.get(segment)
+            if param is not None:
+                long_options = [o for o in param.opts if o.startswith("--")]
+                labels[path] = long_options[0] if long_options else param.name.upper()
+                break
+    return labels

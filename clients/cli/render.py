@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
@@ -190,8 +190,11 @@ def operations_table(items: Sequence[models.Operation], title: str = "Operations
     )
 
 
-def error(err: GpucloudError, *, address: str | None = None) -> None:
-    """An API error as a person should read it: code, reason, then each bad field or the message."""
+def error(err: GpucloudError, *, address: str | None = None, labels: Mapping[str, str] | None = None) -> None:
+    """An API error as a person should read it: code, reason, then each bad field or the message.
+
+    ``labels`` names, for a field path, the command-line option that set it: the field is then
+    shown as ``--nodes (node_count)``."""
     reason = f" [bold]{err.reason}[/bold]" if err.reason else ""
     if not err.field_violations:
         errors.print(f"[red]error[/red] {err.code.name}{reason}: {err.message}", highlight=False)
@@ -201,8 +204,12 @@ def error(err: GpucloudError, *, address: str | None = None) -> None:
         return
     # The message repeats the violations: list them once, one per line.
     errors.print(f"[red]error[/red] {err.code.name}{reason}:", highlight=False)
+    labels = labels or {}
     for field, description in err.field_violations.items():
-        errors.print(f"  [yellow]{field}[/yellow]: {description}", highlight=False)
+        label = labels.get(field, field)
+        # "--zone", not "--zone (zone)"; "--nodes (node_count)" keeps the API's name.
+        shown = label if label.strip("-").replace("-", "_").lower() == field else f"{label} ({field})"
+        errors.print(f"  [yellow]{shown}[/yellow]: {description}", highlight=False)
     total = err.metadata.get("violations")
     if total is not None:
         errors.print(f"  (the first {len(err.field_violations)} of {total} bad fields)", highlight=False)
