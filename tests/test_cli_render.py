@@ -33,12 +33,80 @@ def test_the_id_column_keeps_its_width_where_there_is_room(monkeypatch: pytest.M
 
 
 @pytest.mark.parametrize("width", [80, 100])
-def test_on_a_narrow_terminal_the_id_wraps_whole_and_the_rest_stays_readable(
+def test_a_table_too_wide_for_the_terminal_becomes_one_record_per_row(
     monkeypatch: pytest.MonkeyPatch, width: int
 ) -> None:
+    """Seven columns with a 44-character id cannot share 80 or 100 columns without folding the
+    id: each row is then printed as a record, a field per line, every value whole."""
     text = show(monkeypatch, width)
-    # Every character of the id is there, over several lines of its column.
-    first_column = "".join(line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2)
-    assert NAME in first_column
-    assert "…" not in first_column
-    assert "CANCELLED" in text  # the other columns stay legible
+    lines = text.splitlines()
+    assert any(NAME in line and "OPERATION" in line for line in lines)
+    assert any("CANCELLED" in line and "STATE" in line for line in lines)
+    assert "…" not in text
+    assert max(len(line) for line in lines) <= width
+
+
+def _node(node_id: str, *, allocation_id: str | None = None, cordoned: bool = False) -> models.Node:
+    return models.Node(
+        node_id=node_id,
+        gpu_model="H100",
+        zone="zone-a",
+        rack="rack-a1",
+        leaf_switch="leaf-a1",
+        state="ALLOCATED" if allocation_id else "READY",
+        cordoned=cordoned,
+        status_reason="suspect NVLink" if cordoned else "",
+        allocation_id=allocation_id,
+        gpus=(),
+        create_time=None,
+        state_change_time=None,
+    )
+
+
+def _nodes_text(monkeypatch: pytest.MonkeyPatch, width: int, nodes: list[models.Node]) -> str:
+    console = Console(width=width, record=True)
+    monkeypatch.setattr(render, "console", console)
+    console.print(render.nodes_table(nodes))
+    return console.export_text()
+
+
+def test_a_table_that_fits_keeps_every_row_on_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = [_node(f"h100-a-{i:02d}", allocation_id=f"alloc-01a2338691453f647c5003f113f{i}") for i in range(3)]
+    text = _nodes_text(monkeypatch, 160, nodes)
+    rows = [line for line in text.splitlines() if "h100-a-" in line]
+    assert len(rows) == 3
+    assert all("ALLOCATED" in row and "alloc-01a2338691453f647c5003f113f" in row for row in rows)
+    assert "not shown" not in text
+
+
+def test_columns_empty_in_every_row_make_room_and_are_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A fresh fleet on 80 columns: CORDONED, ALLOCATION and REASON hold nothing yet, so the table
+    leaves them out, says so, and every node stays on one line."""
+    text = _nodes_text(monkeypatch, 80, [_node(f"h100-a-{i:02d}") for i in range(3)])
+    assert len([line for line in text.splitlines() if "h100-a-" in line and "READY" in line]) == 3
+    assert "not shown, empty in every row: CORDONED, ALLOCATION, REASON" in text
+    header = next(line for line in text.splitlines() if "NODE" in line)
+    assert "ALLOCATION" not in header
+
+
+def test_a_column_with_a_value_in_some_row_is_never_left_out(monkeypatch: pytest.MonkeyPatch) -> None:
+    nodes = [_node("h100-a-00"), _node("h100-a-01", cordoned=True)]
+    text = _nodes_text(monkeypatch, 80, nodes)
+    assert "suspect NVLink" in text
+    assert "CORDONED" in text.replace("not shown, empty in every row: ", "")
+    assert "…" not in text
+
+
+def test_times_and_lists_fold_at_their_spaces_before_ids_fold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 100 columns the allocations table fits once its times and node lists wrap at their
+    spaces; the allocation id stays on one line."""
+    console = Console(width=100, record=True)
+    monkeypatch.setattr(render, "console", console)
+    allocation_id = "alloc-01a2338691453f647c5003f113f5"
+    now = datetime(2026, 12, 1, 21, 33, 6, tzinfo=UTC)
+    allocation = models.Allocation(allocation_id, "acme", "H100", 2, "ACTIVE", ("h100-a-01", "h100-a-02"), now, None)
+    console.print(render.allocations_table([allocation]))
+    text = console.export_text()
+    lines = text.splitlines()
+    assert any(allocation_id in line and "2026-12-01" in line and "h100-a-01," in line for line in lines)
+    assert any("21:33:06" in line and "h100-a-02" in line for line in lines)

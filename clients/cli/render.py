@@ -55,16 +55,71 @@ def money(value: Decimal | None, currency: str) -> str:
 # borders and padding.
 _READABLE_COLUMN = 8
 _COLUMN_FRAME = 3
+# A cell this wide or narrower (a state, a model, a count, a zone) is never folded; a longer one
+# that is not the id may fold at its spaces (times, lists, reasons) or, for a long word, within it.
+_SHORT_CELL = 12
+_LONG_WORD = 16
 
 
 def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
-    """A table whose first column is the id people paste into the next command (see
-    ``add_columns``)."""
+    """``rows`` as a table whose first column is the id people paste into the next command.
+
+    Laid out for the terminal's width, in this order of preference: every cell on one line;
+    long cells (times, lists, reasons) folded at their spaces while ids and short cells stay
+    whole; the same without the columns that hold nothing in any row (the caption names them);
+    and, when even that does not fit, one record per row, a field per line, as psql's expanded
+    display does. No cell is ever cut short.
+    """
+    lines = [[cell for cell in cells(row)] for row in rows]
+    natural = [
+        max([len(name)] + [cell_len(Text.from_markup(line[index]).plain) for line in lines])
+        for index, name in enumerate(columns)
+    ]
+    floors = [
+        _floor(index, name, width, lines) for index, (name, width) in enumerate(zip(columns, natural, strict=True))
+    ]
+    kept = list(range(len(columns)))
+    if not _fits([floors[i] for i in kept]):
+        kept = [i for i in kept if i == 0 or any(line[i] not in ("", "-") for line in lines)]
+        if not _fits([floors[i] for i in kept]):
+            return _records(title, columns, lines)
     grid = Table(title=title, title_justify="left", header_style="bold")
-    lines = [cells(row) for row in rows]
-    add_columns(grid, columns, lines, whole=columns[:1])
+    folds = not _fits([natural[i] for i in kept])
+    for i in kept:
+        if folds and floors[i] < natural[i]:
+            grid.add_column(columns[i], overflow="fold", min_width=floors[i])
+        else:
+            grid.add_column(columns[i], no_wrap=True, min_width=natural[i])
     for line in lines:
-        grid.add_row(*line)
+        grid.add_row(*(line[i] for i in kept))
+    left_out = [columns[i] for i in range(len(columns)) if i not in kept]
+    if left_out:
+        grid.caption = f"not shown, empty in every row: {', '.join(left_out)}"
+        grid.caption_justify = "left"
+    return grid
+
+
+def _floor(index: int, name: str, natural: int, lines: Sequence[Sequence[str]]) -> int:
+    """The narrowest a column may become: the id and short cells keep their width, others their longest word."""
+    if index == 0 or natural <= _SHORT_CELL:
+        return natural
+    words = [cell_len(word) for line in lines for word in Text.from_markup(line[index]).plain.split()]
+    return max(len(name), min(max(words, default=0), _LONG_WORD))
+
+
+def _fits(widths: Sequence[int]) -> bool:
+    return sum(widths) + _COLUMN_FRAME * len(widths) + 1 <= console.width
+
+
+def _records(title: str, columns: Sequence[str], lines: Sequence[Sequence[str]]) -> Table:
+    """Each row as a block of ``COLUMN value`` lines, blocks separated by a rule."""
+    # As wide as the terminal, so that the title and a caption are not folded to the records' width.
+    grid = Table(title=title, title_justify="left", show_header=False, expand=True)
+    grid.add_column(style="bold", no_wrap=True)
+    grid.add_column(overflow="fold", ratio=1)
+    for line in lines:
+        for position, (name, cell) in enumerate(zip(columns, line, strict=True)):
+            grid.add_row(name, cell, end_section=position == len(columns) - 1)
     return grid
 
 
