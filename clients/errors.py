@@ -119,8 +119,8 @@ class ResourceExhaustedError(GpucloudError):
 
 
 class UnauthenticatedError(GpucloudError):
-    """UNAUTHENTICATED: the call carried no bearer token (MISSING_TOKEN) or one that matches no live credential
-    (INVALID_TOKEN)."""
+    """UNAUTHENTICATED: the call carried no bearer token (MISSING_TOKEN), authorization of another form
+    (MALFORMED_AUTHORIZATION) or a token that matches no live credential (INVALID_TOKEN)."""
 
     code = grpc.StatusCode.UNAUTHENTICATED
 

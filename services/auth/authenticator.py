@@ -22,14 +22,25 @@ _CACHE_LIMIT = 10_000
 
 
 def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | None:
-    """The token of an ``authorization`` header, or None."""
+    """The token of the call's ``authorization: Bearer <token>`` metadata; None when the call
+    has no ``authorization`` metadata. UNAUTHENTICATED (MALFORMED_AUTHORIZATION) when it has one
+    of another scheme or with no token, so that a client sending Basic credentials is not told
+    that it sent nothing."""
     for key, value in metadata or ():
         if key == "authorization":
-            text = value.decode() if isinstance(value, bytes) else value
-            scheme, _, token = text.partition(" ")
+            text = value.decode(errors="replace") if isinstance(value, bytes) else value
+            scheme, _, token = text.strip().partition(" ")
             if scheme.lower() == "bearer" and token.strip():
                 return token.strip()
-            return None
+            # Name the scheme when it looks like one; never echo what may be a credential.
+            if scheme.isalpha() and len(scheme) <= 16 and token.strip():
+                problem = f"uses the {scheme!r} scheme"
+            else:
+                problem = "is not of the form 'Bearer <token>'"
+            raise Unauthenticated(
+                reason="MALFORMED_AUTHORIZATION",
+                message=f"the authorization metadata {problem}; send 'authorization: Bearer <token>'",
+            )
     return None
 
 

@@ -96,6 +96,28 @@ async def test_missing_token_is_unauthenticated(control_plane: RunningControlPla
     assert from_rpc_error(caught.value).reason == "MISSING_TOKEN"
 
 
+@pytest.mark.parametrize(
+    ("authorization", "shown"),
+    [("Basic dXNlcjpwYXNz", "uses the 'Basic' scheme"), ("Bearer ", "is not of the form"), ("gpc_abc", "is not of")],
+)
+async def test_authorization_of_another_form_is_named_as_such(
+    control_plane: RunningControlPlane, authorization: str, shown: str
+) -> None:
+    """Basic credentials or a Bearer with no token are not "no token": the error says what is
+    wrong with the metadata that was sent, and never repeats the credential."""
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        stub = allocation_pb2_grpc.AllocationServiceStub(channel)
+        with pytest.raises(grpc.aio.AioRpcError) as caught:
+            await stub.ListAllocations(
+                allocation_pb2.ListAllocationsRequest(), metadata=(("authorization", authorization),), timeout=10
+            )
+    error = from_rpc_error(caught.value)
+    assert (caught.value.code(), error.reason) == (grpc.StatusCode.UNAUTHENTICATED, "MALFORMED_AUTHORIZATION")
+    assert shown in error.message
+    credential = authorization.split(" ", 1)[-1].strip()
+    assert not credential or credential not in error.message
+
+
 @pytest.mark.parametrize("kind", ["garbage", "unknown-id", "wrong-secret"])
 async def test_invalid_token_is_unauthenticated(
     control_plane: RunningControlPlane, tenants: TwoTenants, kind: str
