@@ -30,6 +30,12 @@ class BillingPeriod:
     year: int
     month: int
 
+    def __post_init__(self) -> None:
+        if not 1 <= self.month <= 12:
+            raise BadPeriod(f"{self.name!r}: month must be 01-12")
+        if not MIN_YEAR <= self.year <= MAX_YEAR:
+            raise BadPeriod(f"{self.name!r}: year must be {MIN_YEAR}-{MAX_YEAR}")
+
     @property
     def name(self) -> str:
         """``YYYY-MM``, e.g. ``2026-11``."""
@@ -42,8 +48,9 @@ class BillingPeriod:
 
     @property
     def end_us(self) -> int:
-        """The next month's ``start_us``: the first instant after the period."""
-        return self.next().start_us
+        """The next month's ``start_us``: the first instant after the period (9998-12 has one
+        too, though 9999-01 is no period)."""
+        return datetime_to_us(datetime(self.year + self.month // 12, self.month % 12 + 1, 1, tzinfo=UTC))
 
     @property
     def span(self) -> Period:
@@ -68,12 +75,7 @@ def parse_period(text: str) -> BillingPeriod:
     if match is None:
         shown = text if len(text) <= 40 else text[:37] + "..."
         raise BadPeriod(f"{shown!r} is not a period; use YYYY-MM, e.g. 2026-11")
-    year, month = int(match[1]), int(match[2])
-    if not 1 <= month <= 12:
-        raise BadPeriod(f"{text!r}: month must be 01-12")
-    if not MIN_YEAR <= year <= MAX_YEAR:
-        raise BadPeriod(f"{text!r}: year must be {MIN_YEAR}-{MAX_YEAR}")
-    return BillingPeriod(year, month)
+    return BillingPeriod(int(match[1]), int(match[2]))
 
 
 def period_of(at_us: int) -> BillingPeriod:

@@ -52,6 +52,16 @@ class TestPeriods:
         assert parse_period("2026-12").end_us == us(2027, 1, 1)
         assert str(parse_period("2026-03")) == "2026-03"
 
+    def test_the_last_period_ends_and_no_period_lies_outside_the_named_range(self) -> None:
+        """9998-12 ends at 9999-01-01 (a period needs an end); 9999-01 or month 13 is refused
+        however it is built, not only when parsed."""
+        assert parse_period("9998-12").end_us == us(9999, 1, 1)
+        for year, month in ((9999, 1), (1969, 12), (2026, 13), (2026, 0)):
+            with pytest.raises(BadPeriod):
+                BillingPeriod(year, month)
+        with pytest.raises(BadPeriod):
+            parse_period("9998-12").next()
+
     def test_periods_order_chronologically(self) -> None:
         names = ["2027-01", "2026-02", "2026-11", "2026-12"]
         assert [p.name for p in sorted(parse_period(n) for n in names)] == sorted(names)
