@@ -83,7 +83,9 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         scope: dict[str, str | int] = {
             "list": "allocations",
             "caller": principal.tenant_id or f"role:{principal.role}",
-            "tenant_id": request.tenant_id,
+            # The list it reads: a tenant's own whether or not it names itself, so a token
+            # from one form of the request continues the other.
+            "tenant_id": scope_tenant or request.tenant_id,
             "state": request.state,
         }
         cursor = v.page_token(self._tokens, request.page_token, scope)

@@ -80,7 +80,9 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
         scope: dict[str, str | int] = {
             "list": "usage_events",
             "caller": principal.tenant_id or f"role:{principal.role}",
-            "tenant_id": request.tenant_id,
+            # The list it reads: a tenant's own whether or not it names itself, so a token
+            # from one form of the request continues the other.
+            "tenant_id": scope_tenant or request.tenant_id,
             "start_us": "" if start_us is None else start_us,
             "end_us": "" if end_us is None else end_us,
         }

@@ -175,3 +175,20 @@ async def test_operator_lists_one_tenant_with_tenant_id_filter(
     with pytest.raises(InvalidArgumentError) as caught:
         await operator.list_allocations(tenant_id="tenant-b", page_size=1, page_token=token_for_a)
     assert "page_token" in caught.value.field_violations
+
+
+async def test_a_tenant_naming_itself_reads_the_same_list_with_the_same_tokens(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """For a tenant, tenant_id set to itself is the list it reads anyway: a page token from
+    either form of the request continues the other, and a different filter still refuses it."""
+    await register_ready_nodes(operator, 3)
+    async with await new_tenant(operator, control_plane, "acme") as tenant:
+        created = [a.allocation_id for a in reversed(await allocate(tenant, 3))]
+        unnamed = await tenant.list_allocations(page_size=1)
+        named = await tenant.list_allocations(page_size=1, tenant_id="acme", page_token=unnamed.next_page_token)
+        last = await tenant.list_allocations(page_size=1, page_token=named.next_page_token)
+        assert [a.allocation_id for page in (unnamed, named, last) for a in page] == created
+        with pytest.raises(InvalidArgumentError) as caught:
+            await tenant.list_allocations(page_size=1, state="ACTIVE", page_token=unnamed.next_page_token)
+    assert "page_token" in caught.value.field_violations
