@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -10,6 +12,7 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 from sqlalchemy.engine import Connection
+from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import SQLModel
 
 import services.store.models  # noqa: F401  (registers every table on SQLModel.metadata)
@@ -27,21 +30,28 @@ def _current_revision(connection: Connection) -> str | None:
     return MigrationContext.configure(connection).get_current_revision()
 
 
+@asynccontextmanager
+async def _migrated(database_url: str) -> AsyncIterator[AsyncConnection]:
+    """A connection to the database after Store.open has migrated it to head."""
+    store = await Store.open(database_url)
+    await store.close()
+    engine = null_pool_engine(database_url)
+    try:
+        async with engine.connect() as connection:
+            yield connection
+    finally:
+        await engine.dispose()
+
+
 # SQLAlchemy cannot reflect SQLite's index on lower(gpu_uuid), so autogenerate skips comparing
 # it (and says so); the next test checks that it exists.
 @pytest.mark.filterwarnings("ignore:autogenerate skipping metadata-specified expression-based index")
 @pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
 async def test_head_matches_models(database_url: str) -> None:
     """After Store.open the live schema equals SQLModel.metadata: autogenerate finds no difference."""
-    store = await Store.open(database_url)
-    await store.close()
-    engine = null_pool_engine(database_url)
-    try:
-        async with engine.connect() as connection:
-            differences = await connection.run_sync(_differences)
-            revision = await connection.run_sync(_current_revision)
-    finally:
-        await engine.dispose()
+    async with _migrated(database_url) as connection:
+        differences = await connection.run_sync(_differences)
+        revision = await connection.run_sync(_current_revision)
     assert differences == []
     assert revision == ScriptDirectory.from_config(alembic_config()).get_current_head()
 
@@ -49,9 +59,6 @@ async def test_head_matches_models(database_url: str) -> None:
 @pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
 async def test_migrations_create_every_model_table_and_index(database_url: str) -> None:
     """Every table and named index of the models exists after migrating, the live-assignment index unique."""
-    store = await Store.open(database_url)
-    await store.close()
-    engine = null_pool_engine(database_url)
 
     def read(connection: Connection) -> tuple[set[str], dict[str, bool], set[str]]:
         inspector = inspect(connection)
@@ -70,11 +77,8 @@ async def test_migrations_create_every_model_table_and_index(database_url: str) 
         names = {str(name) for (name,) in connection.execute(text(catalog))}
         return set(inspector.get_table_names()), indexes, names
 
-    try:
-        async with engine.connect() as connection:
-            tables, indexes, index_names = await connection.run_sync(read)
-    finally:
-        await engine.dispose()
+    async with _migrated(database_url) as connection:
+        tables, indexes, index_names = await connection.run_sync(read)
     assert set(SQLModel.metadata.tables) <= tables
     expected = {index.name for table in SQLModel.metadata.tables.values() for index in table.indexes}
     assert expected <= index_names
@@ -84,23 +88,17 @@ async def test_migrations_create_every_model_table_and_index(database_url: str) 
 
 async def test_registration_looks_gpus_up_through_the_index(database_url: str) -> None:
     """The case-insensitive GPU lookup of RegisterNode is an index search, not a scan of every GPU."""
-    store = await Store.open(database_url)
-    await store.close()
-    engine = null_pool_engine(database_url)
-    try:
-        async with engine.connect() as connection:
-            compiled = gpu_owners_query(["GPU-a", "GPU-b"]).compile(
-                dialect=connection.dialect, compile_kwargs={"literal_binds": True}
-            )
-            query = str(compiled)
-            if connection.dialect.name == "sqlite":
-                plan = [str(row[-1]) for row in await connection.execute(text(f"EXPLAIN QUERY PLAN {query}"))]
-            else:
-                # An empty table is cheaper to scan; forbid that to see whether the index serves.
-                await connection.execute(text("SET LOCAL enable_seqscan = off"))
-                plan = [str(row[0]) for row in await connection.execute(text(f"EXPLAIN {query}"))]
-    finally:
-        await engine.dispose()
+    async with _migrated(database_url) as connection:
+        compiled = gpu_owners_query(["GPU-a", "GPU-b"]).compile(
+            dialect=connection.dialect, compile_kwargs={"literal_binds": True}
+        )
+        query = str(compiled)
+        if connection.dialect.name == "sqlite":
+            plan = [str(row[-1]) for row in await connection.execute(text(f"EXPLAIN QUERY PLAN {query}"))]
+        else:
+            # An empty table is cheaper to scan; forbid that to see whether the index serves.
+            await connection.execute(text("SET LOCAL enable_seqscan = off"))
+            plan = [str(row[0]) for row in await connection.execute(text(f"EXPLAIN {query}"))]
     assert any("ix_gpus_uuid_lower" in line for line in plan), plan
 
 
