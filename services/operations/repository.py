@@ -56,7 +56,13 @@ def get_row(operation_id: str, *, tenant_id: str | None) -> Tx[Operation]:
     result = yield Sql(f"SELECT {_COLUMNS} FROM operations WHERE operation_id = :id", {"id": operation_id})
     found = result.first()
     if found is None or (tenant_id is not None and found[1] != tenant_id):
-        raise NotFound.of("operation", name_of(operation_id), field_path="name")
+        name = name_of(operation_id)
+        # Named as the API names it (operations/<id>), in the message and the metadata alike.
+        raise NotFound(
+            reason="OPERATION_NOT_FOUND",
+            message=f"operation {name!r} not found",
+            metadata={"name": name, "field": "name"},
+        )
     return _operation(found)
 
 

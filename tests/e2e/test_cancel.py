@@ -139,6 +139,16 @@ async def test_cancel_unknown_allocation_is_not_found(operator: AsyncClient) -> 
     assert len(await operator.list_operations()) == 0
 
 
+async def test_an_unknown_operation_is_named_as_the_api_names_it(operator: AsyncClient) -> None:
+    """NOT_FOUND for GetOperation names the operation by its full name, message and metadata alike."""
+    name = "operations/op-01a2000000000000000000000000"
+    with pytest.raises(NotFoundError) as caught:
+        await operator.get_operation(name)
+    assert caught.value.reason == "OPERATION_NOT_FOUND"
+    assert caught.value.metadata == {"name": name, "field": "name"}
+    assert repr(name) in caught.value.message
+
+
 async def test_list_operations_shows_the_cancel(control_plane: RunningControlPlane, operator: AsyncClient) -> None:
     """list_operations shows the cancel Operation, for the operator and for the owning tenant."""
     await register_ready_nodes(operator, 1)
