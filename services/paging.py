@@ -94,6 +94,10 @@ class PageTokens:
             raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
         except (binascii.Error, ValueError):
             raise bad("is not a page token of this server") from None
+        # The decoder skips characters outside the alphabet and ignores spare bits: only the
+        # exact string ``encode`` made is the token, not another that decodes to the same bytes.
+        if base64.urlsafe_b64encode(raw).decode().rstrip("=") != token:
+            raise bad("is not a page token of this server")
         mac, payload = raw[:_MAC_BYTES], raw[_MAC_BYTES:]
         expected = hmac.new(self._key, payload, hashlib.sha256).digest()
         if len(mac) != _MAC_BYTES or not hmac.compare_digest(mac, expected):

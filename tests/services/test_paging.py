@@ -86,6 +86,17 @@ def test_truncated_or_extended_token_fails() -> None:
         _assert_bad_token(caught.value)
 
 
+def test_a_token_with_characters_added_fails() -> None:
+    """The decoder would skip characters outside base64url and padding: a token with any added
+    is not the token, though it decodes to the same signed bytes."""
+    tokens = PageTokens(KEY)
+    token = tokens.encode(Cursor(42, "node-042"), SCOPE)
+    for variant in (token + "!!", token + "====", token + "~~", "." + token, token[:10] + "*" + token[10:]):
+        with pytest.raises(InvalidArgument) as caught:
+            tokens.decode(variant, SCOPE)
+        _assert_bad_token(caught.value)
+
+
 def test_other_scope_fails() -> None:
     """A token replayed with other filters or by another caller is INVALID_ARGUMENT."""
     tokens = PageTokens(KEY)

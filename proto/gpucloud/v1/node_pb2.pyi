@@ -200,7 +200,9 @@ class NodeEvent(_message.Message):
     to_state: Global___NodeState.ValueType
     reason: _builtins.str
     actor: _builtins.str
-    """"operator", "tenant:<id>", "agent:<node>" or "control-plane"."""
+    """Who made it: "operator:<token id>", "tenant:<tenant id>", "agent:<node id>" or
+    "control-plane" (the control plane's own workers, such as the releaser).
+    """
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
