@@ -65,6 +65,16 @@ class StartError(RuntimeError):
     says what to fix."""
 
 
+def _check_listen_address(listen: str) -> None:
+    """StartError unless ``listen`` is ``host:port`` with a port 0-65535 (0: any free port):
+    gRPC would take a larger port modulo 65536 and serve somewhere nobody asked for."""
+    if listen.startswith("unix:"):
+        return
+    host, _, port = listen.rpartition(":")
+    if not host or not port.isdigit() or int(port) > 65535:
+        raise StartError(f"cannot listen on {listen!r}: give host:port with a port 0-65535 (0: any free one)")
+
+
 SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
@@ -132,7 +142,11 @@ class ControlPlane:
         """Open the store (migrating it), bootstrap credentials, bind and serve. A start that
         fails closes whatever it had opened before it raises."""
         config = self.config
-        config.data_dir.mkdir(parents=True, exist_ok=True)
+        _check_listen_address(config.listen)
+        try:
+            config.data_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise StartError(f"cannot use {config.data_dir} as the data directory: {error.strerror or error}") from error
         # A bad rate card fails the start before anything is opened.
         rates = billing_rates.load(config.rates_path)
         # The metrics store first: its directory lock is what tells a second server on this
@@ -145,6 +159,8 @@ class ControlPlane:
             )
         except StoreLockedError as error:
             raise StartError(f"{metrics_dir} is in use by another gpucloud server ({error})") from error
+        except OSError as error:
+            raise StartError(f"cannot open the metrics store in {metrics_dir}: {error.strerror or error}") from error
         self._samples = samples
         try:
             await self._open_and_serve(samples, rates)

@@ -77,3 +77,11 @@ async def test_bad_fields_are_shown_as_the_options_that_set_them(control_plane: 
     code, output = await asyncio.to_thread(gpucloud, *connect, "tenants", "create", "Bad Id")
     assert code == 1, output
     assert "  TENANT_ID: 'Bad Id' must be" in output
+
+
+def test_an_address_without_a_port_is_one_line() -> None:
+    """gRPC would take a host alone as port 443; the default port is 50051."""
+    for address in ("127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http"):
+        code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
+        assert code == 2, output
+        assert output.startswith(f"error: --addr {address!r}: give host:port"), output

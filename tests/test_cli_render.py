@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 
 import pytest
@@ -9,6 +10,7 @@ from rich.console import Console
 
 from clients import models
 from clients.cli import render
+from clients.errors import InvalidArgumentError
 
 NAME = "operations/op-01a232acff999e5ba067abcdef0123"
 
@@ -110,3 +112,32 @@ def test_times_and_lists_fold_at_their_spaces_before_ids_fold(monkeypatch: pytes
     lines = text.splitlines()
     assert any(allocation_id in line and "2026-12-01" in line and "h100-a-01," in line for line in lines)
     assert any("21:33:06" in line and "h100-a-02" in line for line in lines)
+
+
+@pytest.mark.parametrize("width", [160, 60])
+def test_text_from_users_is_shown_as_written_never_as_markup(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """An operator's cordon reason is data: rich markup and emoji codes in it stay as typed, in
+    the table and in the one-record-per-row layout alike."""
+    reason = ":fire: [red]hot[/red] [bold] \\"
+    node = dataclasses.replace(_node("h100-a-00", cordoned=True), status_reason=reason)
+    text = _nodes_text(monkeypatch, width, [node])
+    assert reason in text
+
+
+def test_error_lines_repeat_what_was_typed_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    errors = Console(width=200, record=True)
+    monkeypatch.setattr(render, "errors", errors)
+    render.fail("--start: '[x] :fire:' is not RFC 3339")
+    failure = InvalidArgumentError(
+        "bad", reason="INVALID_FIELD", field_violations={"node_id": "'[x]' must be 1-63 characters"}
+    )
+    render.error(failure, labels={"node_id": "NODE_ID"})
+    text = errors.export_text()
+    assert "error: --start: '[x] :fire:' is not RFC 3339" in text
+    assert "  NODE_ID: '[x]' must be 1-63 characters" in text
+
+
+def test_an_empty_listing_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No rows at 80 columns: the title and "none", not headers folded into a sliver."""
+    text = _nodes_text(monkeypatch, 80, [])
+    assert [line.strip() for line in text.splitlines() if line.strip()] == ["Nodes", "none"]

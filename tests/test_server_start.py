@@ -24,3 +24,19 @@ async def test_a_failed_start_releases_the_data_directory(tmp_path: Path) -> Non
         assert plane.port
     finally:
         await plane.stop()
+
+
+@pytest.mark.parametrize("listen", ["127.0.0.1:99999", "127.0.0.1", "127.0.0.1:http", ":50051"])
+async def test_a_listen_address_without_a_valid_port_is_refused(tmp_path: Path, listen: str) -> None:
+    """gRPC would serve 127.0.0.1:99999 on port 34463 (modulo 65536): refused before anything opens."""
+    with pytest.raises(StartError, match="port 0-65535"):
+        await ControlPlane(ServerConfig(data_dir=tmp_path / "data", listen=listen)).start()
+    assert not (tmp_path / "data").exists()
+
+
+async def test_a_data_directory_that_cannot_be_made_is_one_line(tmp_path: Path) -> None:
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    for data_dir in (a_file, a_file / "below"):
+        with pytest.raises(StartError, match=f"cannot use {data_dir} as the data directory"):
+            await ControlPlane(ServerConfig(data_dir=data_dir, listen="127.0.0.1:0")).start()

@@ -74,7 +74,7 @@ def online_invoice(
         else None
     )
     if problem is not None or period is None:
-        render.errors.print(f"[red]error[/red]: {problem}", highlight=False)
+        render.fail(str(problem))
         raise typer.Exit(EXIT_BAD_INPUT)
     if finalize:
         result = call(ctx, lambda c: c.finalize_invoice(period, tenant_id=tenant))
@@ -221,24 +221,25 @@ def adjustments_table(invoice: billing.Invoice) -> Table:
 
 def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> Table:
     """The first ``limit`` anomalies (``--json`` has all of them)."""
-    grid = Table(title=f"Anomalies ({len(invoice.anomalies)})", title_justify="left", header_style="bold")
-    lines = [
-        [
+    columns = ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
+    grid = render.table(
+        f"Anomalies ({len(invoice.anomalies)})",
+        columns,
+        invoice.anomalies[:limit],
+        lambda a: [
             a.kind,
             a.gpu_uuid or "",
             a.allocation_id or "",
             f"{a.seconds:f}",
             ", ".join(a.event_ids[:3]) + (f" (+{len(a.event_ids) - 3})" if len(a.event_ids) > 3 else ""),
             a.detail,
-        ]
-        for a in invoice.anomalies[:limit]
-    ]
-    columns = ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
-    render.add_columns(grid, columns, lines, whole=columns[:4], right=("SECONDS",))
-    for line in lines:
-        grid.add_row(*line)
+        ],
+        right=("SECONDS",),
+    )
     if len(invoice.anomalies) > limit:
-        grid.caption = f"{len(invoice.anomalies) - limit} more not shown: raise --max-anomalies or use --json"
+        render.add_caption(
+            grid, f"{len(invoice.anomalies) - limit} more not shown: raise --max-anomalies or use --json"
+        )
     return grid
 
 
@@ -326,7 +327,7 @@ def usage_export(
     try:
         window = export_window(start, end, invoice_period)
     except BadOption as error:
-        render.errors.print(f"[red]error[/red]: {error}", highlight=False)
+        render.fail(str(error))
         raise typer.Exit(EXIT_BAD_INPUT) from None
     progress = Progress(
         SpinnerColumn(),
@@ -353,7 +354,7 @@ def usage_export(
         finally:
             Path(temporary).unlink(missing_ok=True)
     except OSError as error:
-        render.errors.print(f"[red]error[/red]: --out {out}: {error.strerror or error}", highlight=False)
+        render.fail(f"--out {out}: {error.strerror or error}")
         raise typer.Exit(EXIT_BAD_INPUT) from None
     render.errors.print(f"wrote {count} usage events to {out}", highlight=False)
     if invoice_period is not None:

@@ -68,6 +68,15 @@ def connection(ctx: typer.Context) -> Connection:
     return obj
 
 
+def is_address(address: str) -> bool:
+    """Whether ``address`` is ``host:port`` (port 1-65535; ``[::1]:50051`` too) or a ``unix:``
+    socket path: gRPC would take a host alone as port 443, and a URL as a host name."""
+    if address.startswith("unix:"):
+        return len(address) > len("unix:")
+    host, _, port = address.rpartition(":")
+    return bool(host) and "://" not in address and port.isdigit() and 1 <= int(port) <= 65535
+
+
 def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T:
     """Run one client action; turn API errors into a readable message and exit code 1 (a
     missing or unreadable token, and a bad value given on the command line, exit 2)."""
@@ -75,24 +84,20 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     try:
         credential = conn.credential()
     except TokenFileError as error:
-        render.errors.print(f"[red]error[/red]: {error}", highlight=False)
+        render.fail(str(error))
         raise typer.Exit(2) from None
     if not credential:
-        render.errors.print("[red]error[/red]: no token; pass --token, --token-file or set GPUCLOUD_TOKEN")
+        render.fail("no token; pass --token, --token-file or set GPUCLOUD_TOKEN")
         raise typer.Exit(2)
     if not (credential.isascii() and credential.isprintable()) or " " in credential:
         # gRPC refuses such metadata with a traceback of its own.
-        render.errors.print(
-            "[red]error[/red]: the token holds characters no bearer token has (only printable ASCII, no"
-            " spaces); check --token, --token-file or GPUCLOUD_TOKEN",
-            highlight=False,
+        render.fail(
+            "the token holds characters no bearer token has (only printable ASCII, no spaces);"
+            " check --token, --token-file or GPUCLOUD_TOKEN"
         )
         raise typer.Exit(2)
-    if not conn.address or "://" in conn.address:
-        render.errors.print(
-            f"[red]error[/red]: --addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}), not a URL or nothing",
-            highlight=False,
-        )
+    if not is_address(conn.address):
+        render.fail(f"--addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}), not a URL or a host alone")
         raise typer.Exit(2)
     token = credential
 
@@ -106,7 +111,7 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
         render.error(err, address=conn.address, labels=option_labels(ctx, err.field_violations))
         raise typer.Exit(1) from None
     except ValueError as err:
-        render.errors.print(f"[red]error[/red]: {err}", highlight=False)
+        render.fail(str(err))
         raise typer.Exit(2) from None
 
 

@@ -17,8 +17,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
+from rich.cells import cell_len
 from rich.progress import Progress
 from rich.rule import Rule
+from rich.text import Text
 
 from clients.async_client import AsyncClient
 from clients.cli import render
@@ -42,8 +44,14 @@ FLEET = [
 
 
 def step(title: str) -> None:
-    """Print a rule headed ``title``: the start of one step of the walkthrough."""
-    render.console.print(Rule(f"[bold]{title}[/bold]", align="left"))
+    """Print a rule headed ``title``: the start of one step of the walkthrough. A title too
+    long for the terminal goes on lines of its own above the rule (a rule would cut it short)."""
+    heading = Text(title, style="bold")
+    if cell_len(title) + 6 <= render.console.width:
+        render.console.print(Rule(heading, align="left"))
+    else:
+        render.console.print(heading)
+        render.console.print(Rule())
 
 
 async def run_demo(data_dir: Path | None = None, *, scrub_seconds: float = 0.5) -> None:

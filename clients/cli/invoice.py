@@ -138,9 +138,12 @@ def _event_list(anomaly: Anomaly, shown: int = 3) -> str:
 
 def anomalies_table(anomalies: tuple[Anomaly, ...], limit: int) -> Table:
     """The first ``limit`` anomalies (all of them are in --json)."""
-    grid = Table(title=f"Anomalies ({len(anomalies)})", title_justify="left", header_style="bold")
-    lines = [
-        [
+    columns = ("KIND", "TENANT", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
+    grid = render.table(
+        f"Anomalies ({len(anomalies)})",
+        columns,
+        anomalies[:limit],
+        lambda anomaly: [
             anomaly.kind.value,
             anomaly.tenant_id or "",
             anomaly.gpu_uuid or "",
@@ -148,15 +151,11 @@ def anomalies_table(anomalies: tuple[Anomaly, ...], limit: int) -> Table:
             decimal_text(anomaly.seconds),
             _event_list(anomaly),
             anomaly.detail,
-        ]
-        for anomaly in anomalies[:limit]
-    ]
-    columns = ("KIND", "TENANT", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
-    render.add_columns(grid, columns, lines, whole=columns[:5], right=("SECONDS",))
-    for line in lines:
-        grid.add_row(*line)
+        ],
+        right=("SECONDS",),
+    )
     if len(anomalies) > limit:
-        grid.caption = f"{len(anomalies) - limit} more not shown: raise --max-anomalies or use --json"
+        render.add_caption(grid, f"{len(anomalies) - limit} more not shown: raise --max-anomalies or use --json")
     return grid
 
 

@@ -70,8 +70,7 @@ def result_table(result: m.MetricsResult, title: str) -> Table:
     import numpy as np  # only for metrics output; see clients/metrics.py
 
     empty_steps = sum(int(np.isnan(series.values).sum()) for series in result.series)
-    grid.caption = stats_line(result.stats, empty_steps)
-    grid.caption_justify = "left"
+    render.add_caption(grid, stats_line(result.stats, empty_steps))
     return grid
 
 
@@ -139,7 +138,7 @@ def metrics_query(
         step_length = duration_option("--step", step) if step else None
         m.aggregation_value(agg)
     except ValueError as err:
-        render.errors.print(f"[red]error[/red]: {err}", highlight=False)
+        render.fail(str(err))
         raise typer.Exit(2) from None
     nodes, gpus, fields = node or [], gpu or [], field or []
 
@@ -165,7 +164,7 @@ def metrics_query(
         try:
             plot(result, plot_to, title)
         except OSError as error:
-            render.errors.print(f"[red]error[/red]: --plot {plot_to}: {error.strerror or error}", highlight=False)
+            render.fail(f"--plot {plot_to}: {error.strerror or error}")
             raise typer.Exit(2) from None
     if json_out:
         render.print_json(result_json(result))
@@ -202,7 +201,7 @@ def metrics_write(
         values = _assignments(set_)
         timestamp = m.to_ms(time_option("--time", at, now=datetime.now(UTC)))
     except ValueError as err:
-        render.errors.print(f"[red]error[/red]: {err}", highlight=False)
+        render.fail(str(err))
         raise typer.Exit(2) from None
     push = m.NodeSamples(node_id, timestamp, {gpu: values})
     written = call(ctx, lambda c: c.write_samples([push]))

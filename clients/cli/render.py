@@ -51,67 +51,86 @@ def money(value: Decimal | None, currency: str) -> str:
     return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
 
 
-# Room a column needs to stay readable beside the id column, and what each column costs in
-# borders and padding.
-_READABLE_COLUMN = 8
+# What each column costs in borders and padding.
 _COLUMN_FRAME = 3
-# A cell this wide or narrower (a state, a model, a count, a zone) is never folded; a longer one
-# that is not the id may fold at its spaces (times, lists, reasons) or, for a long word, within it.
+# A cell this wide or narrower (a state, a model, a count, a zone) is never folded.
 _SHORT_CELL = 12
-_LONG_WORD = 16
+
+Cell = str | Text
+"""A table cell: a ``str`` is shown exactly as written (never read as markup: it may hold a
+tenant's or an operator's text); a ``Text`` carries its own style."""
 
 
-def table(title: str, columns: Sequence[str], rows: Sequence[T], cells: Callable[[T], Sequence[str]]) -> Table:
+def table(
+    title: str,
+    columns: Sequence[str],
+    rows: Sequence[T],
+    cells: Callable[[T], Sequence[Cell]],
+    *,
+    right: Collection[str] = (),
+) -> Table:
     """``rows`` as a table whose first column is the id people paste into the next command.
 
     Laid out for the terminal's width, in this order of preference: every cell on one line;
-    long cells (times, lists, reasons) folded at their spaces while ids and short cells stay
-    whole; the same without the columns that hold nothing in any row (the caption names them);
-    and, when even that does not fit, one record per row, a field per line, as psql's expanded
-    display does. No cell is ever cut short.
+    cells of several words (times, lists, reasons) folded at their spaces while every word,
+    and so every id, stays whole; the same without the columns that hold nothing in any row
+    (the caption names them); and, when even that does not fit, one record per row, a field per
+    line, as psql's expanded display does. No cell is ever cut short or split inside a word.
+    ``right`` names the columns aligned right (numbers).
     """
-    lines = [[cell for cell in cells(row)] for row in rows]
-    natural = [
-        max([len(name)] + [cell_len(Text.from_markup(line[index]).plain) for line in lines])
-        for index, name in enumerate(columns)
-    ]
+    lines = [[cell if isinstance(cell, Text) else Text(cell) for cell in cells(row)] for row in rows]
+    if not lines:
+        return _nothing(title)
+    natural = [max([len(name)] + [cell_len(line[index].plain) for line in lines]) for index, name in enumerate(columns)]
     floors = [
-        _floor(index, name, width, lines) for index, (name, width) in enumerate(zip(columns, natural, strict=True))
+        natural[index] if natural[index] <= _SHORT_CELL else _longest_word(name, [line[index] for line in lines])
+        for index, name in enumerate(columns)
     ]
     kept = list(range(len(columns)))
     if not _fits([floors[i] for i in kept]):
-        kept = [i for i in kept if i == 0 or any(line[i] not in ("", "-") for line in lines)]
+        kept = [i for i in kept if i == 0 or any(line[i].plain not in ("", "-") for line in lines)]
         if not _fits([floors[i] for i in kept]):
             return _records(title, columns, lines)
     grid = Table(title=title, title_justify="left", header_style="bold")
     folds = not _fits([natural[i] for i in kept])
     for i in kept:
+        justify: Literal["left", "right"] = "right" if columns[i] in right else "left"
         if folds and floors[i] < natural[i]:
-            grid.add_column(columns[i], overflow="fold", min_width=floors[i])
+            grid.add_column(columns[i], justify=justify, overflow="fold", min_width=floors[i])
         else:
-            grid.add_column(columns[i], no_wrap=True, min_width=natural[i])
+            grid.add_column(columns[i], justify=justify, no_wrap=True, min_width=natural[i])
     for line in lines:
         grid.add_row(*(line[i] for i in kept))
     left_out = [columns[i] for i in range(len(columns)) if i not in kept]
     if left_out:
-        grid.caption = f"not shown, empty in every row: {', '.join(left_out)}"
-        grid.caption_justify = "left"
+        add_caption(grid, f"not shown, empty in every row: {', '.join(left_out)}")
     return grid
 
 
-def _floor(index: int, name: str, natural: int, lines: Sequence[Sequence[str]]) -> int:
-    """The narrowest a column may become: the id and short cells keep their width, others their longest word."""
-    if index == 0 or natural <= _SHORT_CELL:
-        return natural
-    words = [cell_len(word) for line in lines for word in Text.from_markup(line[index]).plain.split()]
-    return max(len(name), min(max(words, default=0), _LONG_WORD))
+def add_caption(grid: Table, line: str) -> None:
+    """Add a line under the table, after any the layout put there."""
+    grid.caption = line if not grid.caption else f"{grid.caption}\n{line}"
+    grid.caption_justify = "left"
+
+
+def _longest_word(name: str, cells: Sequence[Text]) -> int:
+    """The narrowest a column of several-word cells may become: its header or its longest word."""
+    return max([len(name)] + [cell_len(word) for cell in cells for word in cell.plain.split()])
 
 
 def _fits(widths: Sequence[int]) -> bool:
     return sum(widths) + _COLUMN_FRAME * len(widths) + 1 <= console.width
 
 
-def _records(title: str, columns: Sequence[str], lines: Sequence[Sequence[str]]) -> Table:
+def _nothing(title: str) -> Table:
+    """An empty listing: its title, and that there is nothing, rather than a row of headers."""
+    grid = Table(title=title, title_justify="left", show_header=False, box=None)
+    grid.add_column(style="dim")
+    grid.add_row("none")
+    return grid
+
+
+def _records(title: str, columns: Sequence[str], lines: Sequence[Sequence[Text]]) -> Table:
     """Each row as a block of ``COLUMN value`` lines, blocks separated by a rule."""
     # As wide as the terminal, so that the title and a caption are not folded to the records' width.
     grid = Table(title=title, title_justify="left", show_header=False, expand=True)
@@ -121,32 +140,6 @@ def _records(title: str, columns: Sequence[str], lines: Sequence[Sequence[str]])
         for position, (name, cell) in enumerate(zip(columns, line, strict=True)):
             grid.add_row(name, cell, end_section=position == len(columns) - 1)
     return grid
-
-
-def add_columns(
-    grid: Table,
-    columns: Sequence[str],
-    lines: Sequence[Sequence[str]],
-    *,
-    whole: Collection[str],
-    right: Collection[str] = (),
-) -> None:
-    """Add ``columns`` to ``grid`` for the rows ``lines``. The ``whole`` ones (ids people paste,
-    numbers) keep their full width on one line when the terminal leaves every other column room
-    to be read, and otherwise wrap; no cell is ever cut short with an ellipsis."""
-    widths = {
-        name: max([cell_len(Text.from_markup(line[index]).plain) for line in lines] + [len(name)])
-        for index, name in enumerate(columns)
-        if name in whole
-    }
-    needed = sum(widths.values()) + _COLUMN_FRAME * len(columns) + 1 + _READABLE_COLUMN * (len(columns) - len(widths))
-    fits = needed <= console.width
-    for name in columns:
-        justify: Literal["left", "right"] = "right" if name in right else "left"
-        if fits and name in widths:
-            grid.add_column(name, justify=justify, no_wrap=True, min_width=widths[name])
-        else:
-            grid.add_column(name, justify=justify, overflow="fold")
 
 
 def tenants_table(items: Sequence[models.Tenant], title: str = "Tenants") -> Table:
@@ -171,10 +164,9 @@ _STATE_STYLE = {
 }
 
 
-def styled(state: str) -> str:
-    """``state`` in rich markup, coloured by what it means (READY green, QUARANTINED red...); unknown ones plain."""
-    style = _STATE_STYLE.get(state)
-    return f"[{style}]{state}[/{style}]" if style else state
+def styled(state: str) -> Text:
+    """``state`` coloured by what it means (READY green, QUARANTINED red...); unknown ones plain."""
+    return Text(state, style=_STATE_STYLE.get(state, ""))
 
 
 def nodes_table(items: Sequence[models.Node], title: str = "Nodes") -> Table:
@@ -245,26 +237,32 @@ def operations_table(items: Sequence[models.Operation], title: str = "Operations
     )
 
 
+def fail(message: str) -> None:
+    """``error: <message>`` on stderr, the message exactly as written: it often repeats what the
+    user typed, which must not be read as markup (``[red]``) or emoji codes (``:fire:``)."""
+    errors.print(Text.assemble(("error", "red"), ": ", message))
+
+
 def error(err: GpucloudError, *, address: str | None = None, labels: Mapping[str, str] | None = None) -> None:
     """An API error as a person should read it: code, reason, then each bad field or the message.
 
     ``labels`` names, for a field path, the command-line option that set it: the field is then
-    shown as ``--nodes (node_count)``."""
-    reason = f" [bold]{err.reason}[/bold]" if err.reason else ""
+    shown as ``--nodes (node_count)``. The server's words are shown as written, never as markup."""
+    head = Text.assemble(("error", "red"), f" {err.code.name}", (f" {err.reason}" if err.reason else "", "bold"), ":")
     if not err.field_violations:
-        errors.print(f"[red]error[/red] {err.code.name}{reason}: {err.message}", highlight=False)
+        errors.print(Text.assemble(head, " ", err.message))
         if err.code is grpc.StatusCode.UNAVAILABLE and not err.reason and address is not None:
             # No ErrorInfo: the transport failed, not the server.
-            errors.print(f"  is a control plane serving at {address}? (--addr or GPUCLOUD_ADDR)", highlight=False)
+            errors.print(Text(f"  is a control plane serving at {address}? (--addr or GPUCLOUD_ADDR)"))
         return
     # The message repeats the violations: list them once, one per line.
-    errors.print(f"[red]error[/red] {err.code.name}{reason}:", highlight=False)
+    errors.print(head)
     labels = labels or {}
     for field, description in err.field_violations.items():
         label = labels.get(field, field)
         # "--zone", not "--zone (zone)"; "--nodes (node_count)" keeps the API's name.
         shown = label if label.strip("-").replace("-", "_").lower() == field else f"{label} ({field})"
-        errors.print(f"  [yellow]{shown}[/yellow]: {description}", highlight=False)
+        errors.print(Text.assemble("  ", (shown, "yellow"), f": {description}"))
     total = err.metadata.get("violations")
     if total is not None:
-        errors.print(f"  (the first {len(err.field_violations)} of {total} bad fields)", highlight=False)
+        errors.print(Text(f"  (the first {len(err.field_violations)} of {total} bad fields)"))
