@@ -146,7 +146,8 @@ class ControlPlane:
         try:
             config.data_dir.mkdir(parents=True, exist_ok=True)
         except OSError as error:
-            raise StartError(f"cannot use {config.data_dir} as the data directory: {error.strerror or error}") from error
+            why = error.strerror or error
+            raise StartError(f"cannot use {config.data_dir} as the data directory: {why}") from error
         # A bad rate card fails the start before anything is opened.
         rates = billing_rates.load(config.rates_path)
         # The metrics store first: its directory lock is what tells a second server on this
