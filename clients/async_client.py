@@ -356,10 +356,11 @@ class AsyncClient:
         return models.Page([convert.allocation(a) for a in response.allocations], response.next_page_token)
 
     async def iter_allocations(
-        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0
+        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
     ) -> AsyncIterator[models.Allocation]:
-        """Every allocation visible to the caller, newest first, fetching pages as needed."""
-        token = ""
+        """Every allocation visible to the caller, newest first, fetching pages as needed; from
+        ``page_token``'s page on when one is given."""
+        token = page_token
         while True:
             page = await self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
             for item in page:

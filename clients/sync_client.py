@@ -164,10 +164,11 @@ class Client:
         )
 
     def iter_allocations(
-        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0
+        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
     ) -> Iterator[models.Allocation]:
-        """Every allocation visible to the caller, newest first, fetching pages as needed."""
-        token = ""
+        """Every allocation visible to the caller, newest first, fetching pages as needed; from
+        ``page_token``'s page on when one is given."""
+        token = page_token
         while True:
             page = self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
             yield from page

@@ -4,6 +4,7 @@ what they print for the user to paste back survives a narrow terminal."""
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 from pathlib import Path
 
@@ -47,7 +48,8 @@ async def test_a_file_that_cannot_be_written_is_one_line(control_plane: RunningC
     connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
     code, output = await asyncio.to_thread(gpucloud, *connect, "usage", "export", "--out", str(tmp_path))
     assert code == 2, output
-    assert f"error: --out {tmp_path}: " in output
+    assert f"error: --out {tmp_path}: is a directory" in output
+    assert "exported" not in output  # refused before any page was fetched
     not_a_directory = tmp_path / "a-file"
     not_a_directory.write_text("")
     chart = not_a_directory / "chart.png"
@@ -85,3 +87,32 @@ def test_an_address_without_a_port_is_one_line() -> None:
         code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
         assert code == 2, output
         assert output.startswith(f"error: --addr {address!r}: give host:port"), output
+
+
+async def test_all_pages_continue_from_a_given_page_token(control_plane: RunningControlPlane) -> None:
+    """--all with --page-token lists from that page to the end; a bad token is refused, not ignored."""
+    async with control_plane.client() as operator:
+        await register_ready_nodes(operator, 3)
+        await operator.create_tenant("acme")
+        created = [
+            (await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")).allocation_id
+            for _ in range(3)
+        ]
+        token = (await operator.list_allocations(page_size=1)).next_page_token
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    listing = ["allocations", "list", "--all", "--page-size", "1", "--json"]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *listing, "--page-token", token)
+    assert code == 0, output
+    # The in-process server's log lines share the captured output: the document starts at "{".
+    document = json.loads(output[output.index("\n{") + 1 :])
+    assert [a["allocation_id"] for a in document["items"]] == created[1::-1]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *listing, "--page-token", "garbage")
+    assert code == 1, output
+    assert "INVALID_PAGE_TOKEN" in output
+
+
+def test_a_negative_wait_is_a_usage_error() -> None:
+    code, output = gpucloud(
+        "--addr", "127.0.0.1:1", "--token", "x", "operations", "wait", "operations/op-1", "--timeout", "-5"
+    )
+    assert code == 2, output

@@ -55,3 +55,13 @@ def test_option_errors_name_the_option() -> None:
         time_option("--start", "tomorrow", now=datetime.now(UTC))
     with pytest.raises(ValueError, match=r"^--step: '1y' is not a duration"):
         duration_option("--step", "1y")
+
+
+def test_lower_case_t_and_z_are_rfc_3339() -> None:
+    assert parse_time("2026-12-01t21:00:00z", now=datetime.now(UTC)) == datetime(2026, 12, 1, 21, tzinfo=UTC)
+
+
+@pytest.mark.parametrize("text", ["-1x", "-0s", "-"])
+def test_a_bad_relative_time_is_named_as_typed(text: str) -> None:
+    with pytest.raises(ValueError, match=f"^{text!r} is not a time before now"):
+        parse_time(text, now=datetime.now(UTC))

@@ -115,11 +115,21 @@ def invoice(
     engine: Annotated[
         str, typer.Option(help="Offline: duckdb, or reference (pure Python, to cross-check).")
     ] = "duckdb",
-    max_anomalies: Annotated[int, typer.Option(help="Anomaly rows shown in the table (--json has all).")] = 50,
+    max_anomalies: Annotated[int, typer.Option(min=0, help="Anomaly rows shown in the table (--json has all).")] = 50,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Invoices for a period, with anomalies and reconciliation; offline from files when --events is given."""
-    if period is not None or finalize:
+    online = period is not None or finalize
+    offline_only = {"--rates": rates, "--start": start, "--end": end, "--outages": outages}
+    offline_only["--engine"] = None if engine == "duckdb" else engine
+    misplaced = [name for name, value in offline_only.items() if value is not None] if online else []
+    if not online and tenant:
+        misplaced = ["--tenant"]
+    if misplaced:
+        mode = "offline invoices (--events)" if online else "online invoices (--period)"
+        typer.echo(f"error: {', '.join(misplaced)}: only for {mode}; not used here", err=True)
+        raise typer.Exit(2)
+    if online:
         from clients.cli.billing import online_invoice
 
         online_invoice(

@@ -73,6 +73,11 @@ def online_invoice(
         if finalize and not tenant
         else None
     )
+    if problem is None and period is not None:
+        try:
+            period_bounds(period)
+        except BadOption as error:
+            problem = str(error)
     if problem is not None or period is None:
         render.fail(str(problem))
         raise typer.Exit(EXIT_BAD_INPUT)
@@ -338,6 +343,10 @@ def usage_export(
         console=Console(stderr=True),
         transient=False,
     )
+    if out.is_dir():
+        # Known before any page is fetched: say so now, not after the whole export.
+        render.fail(f"--out {out}: is a directory; name the file to write")
+        raise typer.Exit(EXIT_BAD_INPUT)
     # Written to a temporary file beside ``out`` and renamed at the end: whole or not at all.
     try:
         out.parent.mkdir(parents=True, exist_ok=True)

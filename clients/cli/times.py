@@ -48,8 +48,12 @@ def parse_time(text: str, *, now: datetime) -> datetime:
             return _EPOCH + timedelta(milliseconds=int(value))
     except OverflowError:
         raise ValueError(f"{text!r} is outside the years 1-9999") from None
+    except ValueError as error:
+        # Name the whole value typed, minus sign included.
+        raise ValueError(f"{text!r} is not a time before now like -1h or -90s: {error}") from None
     try:
-        moment = datetime.fromisoformat(value)
+        # RFC 3339 allows a lower-case t and z; no other letter can occur in it.
+        moment = datetime.fromisoformat(value.upper())
     except ValueError:
         raise ValueError(f"{text!r} is not RFC 3339 (2025-01-31T12:00:00Z), 'now', -1h or ms since the epoch") from None
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)

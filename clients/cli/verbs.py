@@ -16,7 +16,9 @@ from clients.cli.context import call
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 PageSize = Annotated[int, typer.Option(help="Items per page (0: server default).")]
 PageToken = Annotated[str, typer.Option(help="Continue from a previous page's next_page_token.")]
-AllPages = Annotated[bool, typer.Option("--all", help="Follow next_page_token to the end.")]
+AllPages = Annotated[
+    bool, typer.Option("--all", help="Follow next_page_token to the end (from --page-token's page, if given).")
+]
 
 tenants = typer.Typer(help="Tenants and their tokens (operator).", no_args_is_help=True)
 nodes = typer.Typer(help="The fleet: register, inspect and change node lifecycle (operator).", no_args_is_help=True)
@@ -219,7 +221,8 @@ def allocations_list(
             return await client.list_allocations(
                 tenant_id=tenant, state=state, page_size=page_size, page_token=page_token
             )
-        items = [a async for a in client.iter_allocations(tenant_id=tenant, state=state, page_size=page_size)]
+        pages = client.iter_allocations(tenant_id=tenant, state=state, page_size=page_size, page_token=page_token)
+        items = [a async for a in pages]
         return models.Page(items, "")
 
     page = call(ctx, fetch)
@@ -275,7 +278,7 @@ def operations_get(ctx: typer.Context, name: str, json_out: JsonFlag = False) ->
 def operations_wait(
     ctx: typer.Context,
     name: str,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait at most.")] = 60.0,
+    timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait at most.")] = 60.0,
     json_out: JsonFlag = False,
 ) -> None:
     """Wait for an operation to finish; exit code 3 if it did not within the timeout."""

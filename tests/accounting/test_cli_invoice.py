@@ -133,3 +133,22 @@ def test_period_options_take_the_commands_time_forms(tmp_path: Path) -> None:
     code, _, err = invoke("invoice", "--events", events, "--start", "June", "--end", "2025-06-01T10:00:00Z")
     assert code == 2
     assert err.startswith("error: --start: 'June' is not RFC 3339")
+
+
+def test_options_of_the_other_mode_are_refused_not_ignored(tmp_path: Path) -> None:
+    events, _, _ = _files(tmp_path)
+    code, _, err = invoke("invoice", "--events", events, *PERIOD_ARGS, "--tenant", "acme")
+    assert (code, err) == (2, "error: --tenant: only for online invoices (--period); not used here\n")
+    online = ["--addr", "127.0.0.1:1", "--token", "x", "invoice", "--period", "2026-12"]
+    code, _, err = invoke(*online, "--start", "yesterday", "--engine", "bogus")
+    assert (code, err) == (2, "error: --start, --engine: only for offline invoices (--events); not used here\n")
+
+
+def test_a_bad_online_period_or_row_count_is_a_usage_error(tmp_path: Path) -> None:
+    """Checked before any call, like usage export's --invoice-period: exit 2, not an API error."""
+    code, _, err = invoke("--addr", "127.0.0.1:1", "--token", "x", "invoice", "--period", "2026-13")
+    assert code == 2
+    assert err.startswith("error: --period '2026-13': month must be 01-12")
+    events, _, _ = _files(tmp_path)
+    code, _, _ = invoke("invoice", "--events", events, *PERIOD_ARGS, "--max-anomalies", "-3")
+    assert code == 2
