@@ -12,6 +12,7 @@ from google.protobuf.message import Message
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from clients import models
+from clients.errors import InvalidValueError
 from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -45,31 +46,31 @@ def enum_label(descriptor: EnumDescriptor, prefix: str, number: int) -> str:
     return value.name.removeprefix(prefix) if value is not None else f"UNKNOWN_{number}"
 
 
-def _value(wrapper: Any, prefix: str, name: str, what: str) -> Any:
-    """``H100`` or ``GPU_MODEL_H100`` -> its number; ValueError naming the known values."""
+def _value(wrapper: Any, prefix: str, name: str, what: str, field: str) -> Any:
+    """``H100`` or ``GPU_MODEL_H100`` -> its number; InvalidValueError for ``field`` naming the known values."""
     try:
         return wrapper.Value(name if name.startswith(prefix) else prefix + name.upper())
     except ValueError:
         known = ", ".join(n.removeprefix(prefix) for n in wrapper.keys()[1:])
-        raise ValueError(f"unknown {what} {name!r}; one of {known}") from None
+        raise InvalidValueError(field, f"unknown {what} {name!r}; one of {known}") from None
 
 
 def gpu_model_value(name: str) -> node_pb2.GpuModel.ValueType:
-    """``H100`` (any case) or ``GPU_MODEL_H100`` -> its number; ValueError naming the known models."""
-    value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model")
+    """``H100`` (any case) or ``GPU_MODEL_H100`` -> its number; InvalidValueError naming the known models."""
+    value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model", "gpu_model")
     return value
 
 
 def node_state_value(name: str) -> node_pb2.NodeState.ValueType:
-    """``READY`` (any case) or ``NODE_STATE_READY`` -> its number; ValueError naming the known states."""
-    value: node_pb2.NodeState.ValueType = _value(node_pb2.NodeState, "NODE_STATE_", name, "node state")
+    """``READY`` (any case) or ``NODE_STATE_READY`` -> its number; InvalidValueError naming the known states."""
+    value: node_pb2.NodeState.ValueType = _value(node_pb2.NodeState, "NODE_STATE_", name, "node state", "state")
     return value
 
 
 def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueType:
-    """``ACTIVE`` (any case) or ``ALLOCATION_STATE_ACTIVE`` -> its number; ValueError naming the known states."""
+    """``ACTIVE`` (any case) or ``ALLOCATION_STATE_ACTIVE`` -> its number; InvalidValueError naming the known states."""
     value: allocation_pb2.AllocationState.ValueType = _value(
-        allocation_pb2.AllocationState, "ALLOCATION_STATE_", name, "allocation state"
+        allocation_pb2.AllocationState, "ALLOCATION_STATE_", name, "allocation state", "state"
     )
     return value
 

@@ -12,6 +12,9 @@ GpucloudError                 carries code, reason, message, field violations, m
 ├── UnavailableError          server or its storage unavailable; safe calls are retried
 ├── DeadlineExceededError
 └── InternalError
+
+InvalidValueError (a ValueError) is raised before any call, for an argument the client cannot
+put into a request (an unknown GPU model name, say); ``.field`` names the request field.
 """
 
 from __future__ import annotations
@@ -22,6 +25,15 @@ import grpc
 from google.rpc import error_details_pb2, status_pb2
 
 _STATUS_DETAILS_KEY = "grpc-status-details-bin"
+
+
+class InvalidValueError(ValueError):
+    """An argument the client refuses before calling: ``field`` is the request field it was
+    for (``gpu_model``, ``state``, ``aggregation``), so a caller can point at its own input."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class GpucloudError(Exception):

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from clients.errors import InvalidValueError
 from gpucloud.v1 import metrics_pb2
 
 if TYPE_CHECKING:
@@ -127,7 +128,7 @@ def step_ms(step: timedelta | int) -> int:
 def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:
     """The proto enum number of an aggregation name (avg, min, max, sum, count, last, rate)."""
     if name.lower() not in AGGREGATIONS:
-        raise ValueError(f"unknown aggregation {name!r}; one of {', '.join(AGGREGATIONS)}")
+        raise InvalidValueError("aggregation", f"unknown aggregation {name!r}; one of {', '.join(AGGREGATIONS)}")
     return metrics_pb2.Aggregation.Value(f"AGGREGATION_{name.upper()}")
 
 

@@ -116,3 +116,22 @@ def test_a_negative_wait_is_a_usage_error() -> None:
         "--addr", "127.0.0.1:1", "--token", "x", "operations", "wait", "operations/op-1", "--timeout", "-5"
     )
     assert code == 2, output
+
+
+async def test_values_refused_before_or_by_the_server_name_their_options(control_plane: RunningControlPlane) -> None:
+    async with control_plane.client() as operator:
+        [node_id] = await register_ready_nodes(operator, 1)
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    cases = [
+        (["allocations", "create", "--gpu-model", "h999"], 2, "error: --gpu-model: unknown GPU model 'h999'"),
+        (["allocations", "list", "--state", "bogus"], 2, "error: --state: unknown allocation state 'bogus'"),
+        (["metrics", "query", "--step", "1m", "--agg", "median"], 2, "error: --agg: unknown aggregation 'median'"),
+        (["metrics", "query", "--start", "now", "--end", "-1h"], 2, "error: --end '-1h' must be after --start 'now'"),
+        (["metrics", "query", "--start", "-1d", "--step", "1ms"], 1, "  --step (step_ms): cuts the window"),
+        (["metrics", "write", node_id, "--gpu", "-1", "--set", "power_w=1"], 1, "  --gpu (nodes[0].gpus[0].gpu_index)"),
+        (["allocations", "create", "--gpu-model", "H100", "--nodes", str(2**40)], 2, "--nodes"),
+    ]
+    for args, exit_code, expected in cases:
+        code, output = await asyncio.to_thread(gpucloud, *connect, *args)
+        assert code == exit_code, (args, output)
+        assert expected in output, (args, output)

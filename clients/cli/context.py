@@ -13,11 +13,13 @@ import typer
 
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.errors import GpucloudError
+from clients.errors import GpucloudError, InvalidValueError
 
 T = TypeVar("T")
 
 DEFAULT_ADDR = "127.0.0.1:50051"
+# The API's counts and indexes are int32: a larger number cannot even be put into a request.
+INT32_MAX = 2**31 - 1
 
 # API fields whose command-line parameter has another name. Any other field is looked up by its
 # own name among the command's parameters (``gpu_model`` is ``--gpu-model``).
@@ -30,6 +32,12 @@ _PARAMETER_OF_FIELD = {
     "fields": "field",
     "start_time": "start",
     "end_time": "end",
+    "start_ms": "start",
+    "end_ms": "end",
+    "step_ms": "step",
+    "aggregation": "agg",
+    "gpu_index": "gpu",
+    "timestamp_ms": "at",
 }
 _PATH_SEGMENT = re.compile(r"[A-Za-z_]+")
 
@@ -111,8 +119,16 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
         render.error(err, address=conn.address, labels=option_labels(ctx, err.field_violations))
         raise typer.Exit(1) from None
     except ValueError as err:
-        render.fail(str(err))
+        render.fail(value_error_line(ctx, err))
         raise typer.Exit(2) from None
+
+
+def value_error_line(ctx: typer.Context, error: ValueError) -> str:
+    """A value the client refused before calling, prefixed with the option that gave it when
+    the client named the request field (``--gpu-model: unknown GPU model 'h999'; ...``)."""
+    if isinstance(error, InvalidValueError):
+        return f"{option_labels(ctx, {error.field: ''}).get(error.field, error.field)}: {error}"
+    return str(error)
 
 
 def option_labels(ctx: typer.Context, fields: Mapping[str, str]) -> dict[str, str]:

@@ -16,7 +16,7 @@ from rich.table import Table
 from clients import metrics as m
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call
+from clients.cli.context import INT32_MAX, call, value_error_line
 from clients.cli.times import INSTANT_FORMS, duration_option, time_option
 
 metrics = typer.Typer(
@@ -122,7 +122,9 @@ def plot(result: m.MetricsResult, path: Path, title: str) -> None:
 def metrics_query(
     ctx: typer.Context,
     node: Annotated[list[str] | None, typer.Option("--node", help="Node id (repeat for more; none: all).")] = None,
-    gpu: Annotated[list[int] | None, typer.Option("--gpu", help="GPU index (repeat; none: all).")] = None,
+    gpu: Annotated[
+        list[int] | None, typer.Option("--gpu", max=INT32_MAX, help="GPU index (repeat; none: all).")
+    ] = None,
     field: Annotated[list[str] | None, typer.Option("--field", help="Field, e.g. power_w (repeat; none: all).")] = None,
     start: Annotated[str, typer.Option(help=f"Window start: {INSTANT_FORMS}.")] = "-1h",
     end: Annotated[str, typer.Option(help=f"Window end: {INSTANT_FORMS}.")] = "now",
@@ -135,10 +137,12 @@ def metrics_query(
     try:
         now = datetime.now(UTC)
         window = (time_option("--start", start, now=now), time_option("--end", end, now=now))
+        if window[1] <= window[0]:
+            raise ValueError(f"--end {end!r} must be after --start {start!r}")
         step_length = duration_option("--step", step) if step else None
         m.aggregation_value(agg)
     except ValueError as err:
-        render.fail(str(err))
+        render.fail(value_error_line(ctx, err))
         raise typer.Exit(2) from None
     nodes, gpus, fields = node or [], gpu or [], field or []
 
@@ -191,7 +195,7 @@ def _assignments(pairs: list[str]) -> dict[str, float]:
 def metrics_write(
     ctx: typer.Context,
     node_id: str,
-    gpu: Annotated[int, typer.Option(help="GPU index.")],
+    gpu: Annotated[int, typer.Option(max=INT32_MAX, help="GPU index.")],
     set_: Annotated[list[str], typer.Option("--set", help="FIELD=NUMBER (repeat).")],
     at: Annotated[str, typer.Option("--time", help=f"The samples' time: {INSTANT_FORMS}.")] = "now",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,
