@@ -8,6 +8,8 @@ import json
 import re
 from pathlib import Path
 
+import pytest
+
 from tests.conftest import RunningControlPlane, register_ready_nodes
 from tests.test_cli_connection import gpucloud
 
@@ -19,11 +21,15 @@ def test_a_token_with_characters_no_token_has_is_one_line() -> None:
         assert output.startswith("error: the token holds characters no bearer token has"), output
 
 
-def test_an_address_that_is_a_url_or_empty_is_one_line() -> None:
-    for address in ("http://127.0.0.1:50051", ""):
-        code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
-        assert code == 2, output
-        assert output.startswith(f"error: --addr {address!r}: give host:port"), output
+@pytest.mark.parametrize(
+    "address",
+    # gRPC would take a host alone as port 443 (the default port is 50051), and 99999 modulo 65536.
+    ["http://127.0.0.1:50051", "", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http"],
+)
+def test_an_address_that_is_not_host_and_port_is_one_line(address: str) -> None:
+    code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
+    assert code == 2, output
+    assert output.startswith(f"error: --addr {address!r}: give host:port"), output
 
 
 async def test_the_next_page_token_is_printed_whole_on_one_line(control_plane: RunningControlPlane) -> None:
@@ -79,14 +85,6 @@ async def test_bad_fields_are_shown_as_the_options_that_set_them(control_plane: 
     code, output = await asyncio.to_thread(gpucloud, *connect, "tenants", "create", "Bad Id")
     assert code == 1, output
     assert "  TENANT_ID: 'Bad Id' must be" in output
-
-
-def test_an_address_without_a_port_is_one_line() -> None:
-    """gRPC would take a host alone as port 443; the default port is 50051."""
-    for address in ("127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http"):
-        code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")
-        assert code == 2, output
-        assert output.startswith(f"error: --addr {address!r}: give host:port"), output
 
 
 async def test_all_pages_continue_from_a_given_page_token(control_plane: RunningControlPlane) -> None:
