@@ -81,11 +81,9 @@ class _Columns:
         self.column(series)[positions] = series.values
 
     def series(self) -> list[SeriesData]:
-        return [
-            SeriesData(self.labels[key], self.steps.copy(), values)
-            for key, values in self.values.items()
-            if not np.isnan(values).all()
-        ]
+        # Every column is a series the store found samples of inside a hold: kept even when
+        # each of its steps is NaN (a rate over one sample), as the operator's read keeps it.
+        return [SeriesData(self.labels[key], self.steps.copy(), values) for key, values in self.values.items()]
 
 
 def query_range_held(

@@ -427,3 +427,22 @@ async def test_cli_query_prints_a_table_json_and_draws_a_png(
         run_cli, address, token, "write", "node-000", "--gpu", "3", "--set", "power_w=1"
     )
     assert code == 0 and "wrote 1 sample" in text
+
+
+async def test_a_held_series_whose_steps_are_all_empty_reads_as_the_operator_reads_it(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """A rate over one sample is NaN: inside its hold, the tenant gets that series with its NaN
+    step, as the operator does, instead of no series at all."""
+    await register_ready_nodes(operator, 1)
+    async with await new_tenant(operator, control_plane, "acme") as acme:
+        allocation = await acme.create_allocation(gpu_model="H100", node_count=1)
+        [node_id] = allocation.node_ids
+        await settle()
+        at = now_ms()
+        await operator.write_samples([push(node_id, at, 5.0)])
+        window = {"start": at - 10, "end": at + 10, "step": 20, "aggregation": "rate", "fields": ["power_w"]}
+        as_operator = only(await operator.query_metrics_range(node_ids=[node_id], **window))
+        as_tenant = only(await acme.query_metrics_range(node_ids=[node_id], **window))
+    assert np.isnan(as_operator.values).all() and np.isnan(as_tenant.values).all()
+    assert as_tenant.timestamps_ms.tolist() == as_operator.timestamps_ms.tolist() == [at - 10]
