@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from sqlalchemy.exc import IntegrityError
+from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.auth.principal import Principal, Role
 from services.clock import now_us
@@ -36,28 +37,14 @@ def _same_inventory(view: NodeView, inventory: Inventory) -> bool:
 
 
 async def register(store: Store, principal: Principal, inventory: Inventory) -> NodeView:
-    """Register a node and start its burn-in; re-registering the same inventory is a no-op."""
+    """Register a node and start its burn-in; re-registering the same inventory is a no-op,
+    also when the registrations run at once (an agent retrying, two agents racing)."""
     check_speaks_for(principal, inventory.node_id)
     try:
         async with store.write() as session:
-            existing = await session.get(NodeRow, inventory.node_id)
-            if existing is not None:
-                view = (await repo.views(session, [existing]))[0]
-                if _same_inventory(view, inventory):
-                    return view
-                raise AlreadyExists(
-                    reason="NODE_INVENTORY_MISMATCH",
-                    message=f"node {inventory.node_id!r} is registered with a different inventory",
-                    metadata={"node_id": inventory.node_id, "field": "node_id"},
-                )
-            owners = await repo.gpu_owners(session, [g.uuid for g in inventory.gpus])
-            for i, gpu in enumerate(inventory.gpus):
-                if gpu.uuid in owners:
-                    raise AlreadyExists(
-                        reason="GPU_ALREADY_REGISTERED",
-                        message=f"GPU {gpu.uuid!r} belongs to node {owners[gpu.uuid]!r}",
-                        metadata={"field": f"gpus[{i}].uuid", "node_id": owners[gpu.uuid]},
-                    )
+            known = await _registered(session, inventory)
+            if known is not None:
+                return known
             now = now_us()
             row = await repo.insert(session, inventory, actor=principal.actor, now_us=now)
             await repo.apply(
@@ -70,12 +57,48 @@ async def register(store: Store, principal: Principal, inventory: Inventory) -> 
             )
             return await repo.get_view(session, inventory.node_id)
     except IntegrityError:
-        # A concurrent registration of the same node or GPU won; report it as the loser sees it.
-        raise AlreadyExists(
-            reason="NODE_REGISTERED_CONCURRENTLY",
-            message=f"node {inventory.node_id!r} or one of its GPUs was registered concurrently; retry to compare",
-            metadata={"node_id": inventory.node_id},
-        ) from None
+        pass
+    # A concurrent registration of the node or one of its GPUs won: answer as if this call had
+    # come second, which is what the winner's commit now shows.
+    async with store.read() as session:
+        known = await _registered(session, inventory)
+    if known is not None:
+        return known
+    raise AlreadyExists(
+        reason="NODE_REGISTERED_CONCURRENTLY",
+        message=f"node {inventory.node_id!r} or one of its GPUs was registered concurrently; retry to compare",
+        metadata={"node_id": inventory.node_id},
+    )
+
+
+async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView | None:
+    """The node if it is registered with exactly this inventory; None if neither it nor any of
+    its GPUs is registered. ALREADY_EXISTS when a GPU belongs to another node or the node has
+    another inventory.
+
+    The GPUs are read before the node: on PostgreSQL each statement sees what was committed
+    when it began, and a node commits with its GPUs, so a registration that commits between the
+    two reads shows as the node, never as its GPUs without it."""
+    owners = await repo.gpu_owners(session, [g.uuid for g in inventory.gpus])
+    for i, gpu in enumerate(inventory.gpus):
+        owner = owners.get(gpu.uuid)
+        if owner is not None and owner != inventory.node_id:
+            raise AlreadyExists(
+                reason="GPU_ALREADY_REGISTERED",
+                message=f"GPU {gpu.uuid!r} belongs to node {owner!r}",
+                metadata={"field": f"gpus[{i}].uuid", "node_id": owner},
+            )
+    existing = await session.get(NodeRow, inventory.node_id)
+    if existing is None:
+        return None
+    view = (await repo.views(session, [existing]))[0]
+    if _same_inventory(view, inventory):
+        return view
+    raise AlreadyExists(
+        reason="NODE_INVENTORY_MISMATCH",
+        message=f"node {inventory.node_id!r} is registered with a different inventory",
+        metadata={"node_id": inventory.node_id, "field": "node_id"},
+    )
 
 
 async def transition(store: Store, principal: Principal, node_id: str, event: NodeEvent, reason: str) -> NodeView:

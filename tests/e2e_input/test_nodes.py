@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
@@ -102,6 +103,15 @@ async def test_register_with_other_inventory_already_exists(operator: AsyncClien
     assert caught.value.reason == "NODE_INVENTORY_MISMATCH"
     assert await operator.get_node("node-a") == before
     assert await operator.list_node_events("node-a") == events
+
+
+async def test_concurrent_registrations_of_one_node_all_answer_as_a_repeat_would(operator: AsyncClient) -> None:
+    """Eight registrations of one inventory at once (an agent retrying): one registers it, every
+    other answers with the node as a repeat does, and the node has one history."""
+    nodes = await asyncio.gather(*(_register(operator, "node-a") for _ in range(8)))
+    assert len({(n.node_id, n.create_time) for n in nodes}) == 1
+    events = await operator.list_node_events("node-a")
+    assert [e.event for e in events] == ["REGISTER", "START_BURN_IN"]
 
 
 async def test_gpu_owned_by_another_node_already_exists(operator: AsyncClient) -> None:
