@@ -104,6 +104,24 @@ class _Stubs:
         )
 
 
+def next_page_token(page: models.Page[Any], token: str) -> str:
+    """The token of the page after ``page``, fetched with ``token``; "" after the last page.
+    InternalError when the server hands ``token`` back, which would make a listing loop forever."""
+    if page.next_page_token and page.next_page_token == token:
+        raise InternalError("the server returned the same page token twice; stopping the listing")
+    return page.next_page_token
+
+
+async def _pages(fetch: Callable[[str], Awaitable[models.Page[T]]], token: str) -> AsyncIterator[models.Page[T]]:
+    """Every page of a listing, from ``token``'s on ("" for the first)."""
+    while True:
+        page = await fetch(token)
+        yield page
+        token = next_page_token(page, token)
+        if not token:
+            return
+
+
 class AsyncClient:
     """Talks to one control plane. Use as ``async with AsyncClient(addr, token) as client``."""
 
@@ -360,17 +378,15 @@ class AsyncClient:
     ) -> AsyncIterator[models.Allocation]:
         """Every allocation visible to the caller, newest first, fetching pages as needed; from
         ``page_token``'s page on when one is given."""
-        token = page_token
-        while True:
-            page = await self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
+        pages = _pages(
+            lambda token: self.list_allocations(
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token
+            ),
+            page_token,
+        )
+        async for page in pages:
             for item in page:
                 yield item
-            if not page.next_page_token:
-                return
-            if page.next_page_token == token:
-                # A server that hands back the token it was given would make this loop forever.
-                raise InternalError("the server returned the same page token twice; stopping the listing")
-            token = page.next_page_token
 
     async def cancel_allocation(self, allocation_id: str) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
@@ -531,17 +547,14 @@ class AsyncClient:
         page_size: int = 0,
     ) -> AsyncIterator[models.Page[billing.UsageEvent]]:
         """Every page of the usage-event log the caller sees, oldest first."""
-        token = ""
-        while True:
-            page = await self.list_usage_events(
+        pages = _pages(
+            lambda token: self.list_usage_events(
                 tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
-            )
+            ),
+            "",
+        )
+        async for page in pages:
             yield page
-            if not page.next_page_token:
-                return
-            if page.next_page_token == token:
-                raise InternalError("the server returned the same page token twice; stopping the listing")
-            token = page.next_page_token
 
     async def iter_usage_events(
         self,

@@ -54,7 +54,7 @@ class Node:
 @dataclass(frozen=True)
 class NodeEvent:
     """One recorded state change of a node: the event, the states it moved between, why, and who made it
-    (``actor``: ``operator``, ``tenant:<id>``, ``agent:<node>`` or ``control-plane``)."""
+    (``actor``: ``operator:<token id>``, ``tenant:<tenant id>``, ``agent:<node id>`` or ``control-plane``)."""
 
     node_id: str
     event: str

@@ -10,15 +10,24 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 from clients import billing, metrics, models
-from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy
-from clients.errors import InternalError
+from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy, next_page_token
 
 T = TypeVar("T")
+
+
+def _pages(fetch: Callable[[str], models.Page[T]], token: str) -> Iterator[models.Page[T]]:
+    """Every page of a listing, from ``token``'s on ("" for the first)."""
+    while True:
+        page = fetch(token)
+        yield page
+        token = next_page_token(page, token)
+        if not token:
+            return
 
 
 class Client:
@@ -168,15 +177,13 @@ class Client:
     ) -> Iterator[models.Allocation]:
         """Every allocation visible to the caller, newest first, fetching pages as needed; from
         ``page_token``'s page on when one is given."""
-        token = page_token
-        while True:
-            page = self.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=token)
+        for page in _pages(
+            lambda token: self.list_allocations(
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token
+            ),
+            page_token,
+        ):
             yield from page
-            if not page.next_page_token:
-                return
-            if page.next_page_token == token:
-                raise InternalError("the server returned the same page token twice; stopping the listing")
-            token = page.next_page_token
 
     def cancel_allocation(self, allocation_id: str) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
@@ -279,14 +286,10 @@ class Client:
         page_size: int = 0,
     ) -> Iterator[billing.UsageEvent]:
         """Every usage event the caller sees in the window, oldest first, page by page."""
-        token = ""
-        while True:
-            page = self.list_usage_events(
+        for page in _pages(
+            lambda token: self.list_usage_events(
                 tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
-            )
+            ),
+            "",
+        ):
             yield from page
-            if not page.next_page_token:
-                return
-            if page.next_page_token == token:
-                raise InternalError("the server returned the same page token twice; stopping the listing")
-            token = page.next_page_token
