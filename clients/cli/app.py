@@ -120,11 +120,12 @@ def invoice(
 ) -> None:
     """Invoices for a period, with anomalies and reconciliation; offline from files when --events is given."""
     online = period is not None or finalize
-    offline_only = {"--rates": rates, "--start": start, "--end": end, "--outages": outages}
-    offline_only["--engine"] = None if engine == "duckdb" else engine
-    misplaced = [name for name, value in offline_only.items() if value is not None] if online else []
-    if not online and tenant:
-        misplaced = ["--tenant"]
+    if online:
+        offline_only = {"--rates": rates, "--start": start, "--end": end, "--outages": outages}
+        offline_only["--engine"] = None if engine == "duckdb" else engine
+        misplaced = [name for name, value in offline_only.items() if value is not None]
+    else:
+        misplaced = ["--tenant"] if tenant else []
     if misplaced:
         mode = "offline invoices (--events)" if online else "online invoices (--period)"
         typer.echo(f"error: {', '.join(misplaced)}: only for {mode}; not used here", err=True)
