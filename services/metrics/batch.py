@@ -17,10 +17,12 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+from services.nodes.inventory import GPUS_PER_NODE
 from services.validation import ID_PATTERN, Violations
 from tsdb.catalog import FIELD, GPU, NODE
 
-MAX_GPU_INDEX = 63
+# Samples are only for GPUs a node has, and registration gives every node exactly these.
+MAX_GPU_INDEX = GPUS_PER_NODE - 1
 MAX_LABELS = 8
 MAX_LABEL_VALUE = 128
 # A node whose clock runs ahead would push samples "from the future" that then make every

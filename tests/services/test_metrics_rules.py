@@ -108,6 +108,8 @@ class TestBuildBatch:
             ({"node": "n1"}, [1], [1.0], "series[0].labels['field']"),
             ({"node": "n1", "field": "p", "gpu": "07"}, [1], [1.0], "series[0].labels['gpu']"),
             ({"node": "n1", "field": "p", "gpu": "64"}, [1], [1.0], "series[0].labels['gpu']"),
+            # Every node has GPUs 0-7 (registration's rule), so 8 names no GPU at all.
+            ({"node": "n1", "field": "p", "gpu": "8"}, [1], [1.0], "series[0].labels['gpu']"),
             # Longer than int() converts (4,300 digits): refused as a bad index, not a crash.
             ({"node": "n1", "field": "p", "gpu": "0" * 4301}, [1], [1.0], "series[0].labels['gpu']"),
             ({"node": "n1", "field": "p", "Rack": "r1"}, [1], [1.0], "series[0].labels['Rack']"),
@@ -125,6 +127,14 @@ class TestBuildBatch:
         with pytest.raises(InvalidArgument) as error:
             build_batch([], [_series(labels, ts, values)], now_ms=NOW_MS)
         assert field in _bad_fields(error)
+
+    def test_a_push_for_a_gpu_no_node_has_is_refused(self) -> None:
+        """GPU index 8 on an 8-GPU node is INVALID_ARGUMENT naming that GPU's index and the range."""
+        push = NodePush("n1", NOW_MS, [GpuFields(7, {"p": 1.0}), GpuFields(8, {"p": 1.0})])
+        with pytest.raises(InvalidArgument) as error:
+            build_batch([push], [], now_ms=NOW_MS)
+        assert _bad_fields(error) == ["nodes[0].gpus[1].gpu_index"]
+        assert "must be 0-7" in str(error.value.violations[0].description)
 
     def test_an_empty_write_is_refused(self) -> None:
         """A request with neither pushes nor series is INVALID_ARGUMENT."""

@@ -80,7 +80,7 @@ class GpuSample(_message.Message):
     GPU_INDEX_FIELD_NUMBER: _builtins.int
     FIELDS_FIELD_NUMBER: _builtins.int
     gpu_index: _builtins.int
-    """Index on the node, 0-63."""
+    """Index on the node, 0-7 (every node has 8 GPUs)."""
     @_builtins.property
     def fields(self) -> _containers.ScalarMap[_builtins.str, _builtins.float]:
         """Field name -> value, for example "power_w" -> 412.5. Names: 1-64 of a-z, 0-9 and '_',
@@ -252,7 +252,7 @@ class SeriesSelector(_message.Message):
 
     @_builtins.property
     def gpu_indexes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """GPU indexes, 0-63."""
+        """GPU indexes, 0-7."""
 
     @_builtins.property
     def fields(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
