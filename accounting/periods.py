@@ -62,11 +62,15 @@ class BillingPeriod:
         return BillingPeriod(self.year + self.month // 12, self.month % 12 + 1)
 
     def previous(self) -> BillingPeriod:
-        """The month before (January is preceded by December of the previous year)."""
+        """The month before (January is preceded by December of the previous year); BadPeriod
+        for ``FIRST_PERIOD``, which has none."""
         return BillingPeriod(self.year - (self.month == 1), (self.month - 2) % 12 + 1)
 
     def __str__(self) -> str:
         return self.name
+
+
+FIRST_PERIOD = BillingPeriod(MIN_YEAR, 1)
 
 
 def parse_period(text: str) -> BillingPeriod:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 
 from accounting.model import InvoiceLine, PriceClass, UsageEvent
-from accounting.periods import BillingPeriod
+from accounting.periods import FIRST_PERIOD, BillingPeriod
 from services.billing.invoice import Adjustment
 
 
@@ -51,10 +51,9 @@ def adjustment_sources(period: BillingPeriod, finalized: Iterable[BillingPeriod]
     if period in done:
         raise ValueError(f"{period} is finalized; only an open invoice carries new adjustments")
     sources: list[BillingPeriod] = []
-    earlier = period.previous()
-    while earlier in done:
+    earlier = period
+    while earlier != FIRST_PERIOD and (earlier := earlier.previous()) in done:
         sources.append(earlier)
-        earlier = earlier.previous()
     return sorted(sources)
 
 

@@ -160,6 +160,15 @@ class TestScoping:
             await operator.finalize_invoice("2020-01", tenant_id="Not A Tenant")
         assert list(bad_tenant.value.field_violations) == ["tenant_id"]
 
+    async def test_the_first_period_reads_and_finalizes(self, operator: AsyncClient) -> None:
+        """1970-01, the earliest period accepted, is an empty invoice that finalizes, not INTERNAL."""
+        await operator.create_tenant("acme")
+        invoice = await operator.get_invoice("1970-01", tenant_id="acme")
+        assert (invoice.period, invoice.lines, invoice.total) == ("1970-01", (), Decimal(0))
+        finalized = await operator.finalize_invoice("1970-01", tenant_id="acme")
+        assert (finalized.invoice.period, finalized.newly_finalized) == ("1970-01", True)
+        assert (await operator.get_invoice("1970-02", tenant_id="acme")).period == "1970-02"
+
     async def test_finalizing_for_an_unknown_tenant_is_not_found_whatever_the_period(
         self, operator: AsyncClient
     ) -> None:

@@ -8,7 +8,7 @@ from decimal import Decimal
 import pytest
 
 from accounting.model import EventKind, InvoiceLine, PriceClass, Reconciliation, UsageEvent, datetime_to_us
-from accounting.periods import BadPeriod, BillingPeriod, parse_period, period_of
+from accounting.periods import FIRST_PERIOD, BadPeriod, BillingPeriod, parse_period, period_of
 from services.billing import codec
 from services.billing.invoice import Adjustment, InvoiceView, LateEvents
 from services.billing.rates import DEFAULT_RATES
@@ -105,6 +105,11 @@ class TestAdjustmentSources:
         assert [p.name for p in adjustment_sources(parse_period("2026-10"), finalized)] == ["2026-08", "2026-09"]
         assert [p.name for p in adjustment_sources(parse_period("2026-07"), finalized)] == ["2026-06"]
         assert adjustment_sources(parse_period("2026-12"), finalized) == []
+
+    def test_the_first_period_has_none_before_it(self) -> None:
+        """1970-01 has no month before it: no sources, not a BadPeriod for "1969-12"."""
+        assert adjustment_sources(FIRST_PERIOD, []) == []
+        assert [p.name for p in adjustment_sources(FIRST_PERIOD.next(), [FIRST_PERIOD])] == ["1970-01"]
 
     def test_a_finalized_period_takes_no_new_corrections(self) -> None:
         with pytest.raises(ValueError, match="finalized"):
