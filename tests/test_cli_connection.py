@@ -15,6 +15,7 @@ import threading
 from pathlib import Path
 
 import grpc
+import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from typer.testing import CliRunner
 
@@ -237,6 +238,26 @@ def test_serve_with_an_unreachable_database_says_so_in_one_line(tmp_path: Path) 
     code, output = serve("--data-dir", str(tmp_path), "--database-url", url)
     assert code == 2, output
     assert "error: cannot open the database postgresql+asyncpg://postgres:***@127.0.0.1:1/nothing" in output
+    assert "secret" not in output and "Traceback" not in output
+
+
+@pytest.mark.parametrize(
+    ("url", "said"),
+    [
+        ("garbage", "not a database URL"),
+        ("mysql://root:secret@127.0.0.1/db", "'mysql' is not supported"),
+        ("postgresql://postgres:secret@127.0.0.1:1/db", "'postgresql' is not supported"),
+        ("sqlite:///tmp/x.db", "'sqlite' is not supported"),
+        ("sqlite+aiosqlite://", "in-memory SQLite"),
+    ],
+)
+def test_serve_with_a_database_url_it_cannot_use_says_so_in_one_line(tmp_path: Path, url: str, said: str) -> None:
+    """Refused before any connection (these were tracebacks: a URL parse error, a missing driver),
+    naming the forms that work and never echoing a password."""
+    code, output = serve("--data-dir", str(tmp_path), "--database-url", url)
+    assert code == 2, output
+    assert f"error: unusable database URL: {said}" in output
+    assert "postgresql+asyncpg://USER@HOST:PORT/DATABASE" in output or said == "in-memory SQLite"
     assert "secret" not in output and "Traceback" not in output
 
 

@@ -26,8 +26,8 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import event
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DisconnectionError
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError, DisconnectionError
 from sqlalchemy.ext.asyncio import AsyncEngine, async_sessionmaker, create_async_engine
 from sqlalchemy.pool import NullPool
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -49,6 +49,32 @@ MIGRATION_LOCK_ID = 0x67707563  # 'gpuc'
 def sqlite_url(data_dir: Path) -> str:
     """The default database: a SQLite file in the data directory."""
     return f"sqlite+aiosqlite:///{data_dir / 'gpucloud.db'}"
+
+
+# The async drivers the store runs on, by backend.
+SUPPORTED_DRIVERS = {"sqlite": "aiosqlite", "postgresql": "asyncpg"}
+URL_FORMS = "sqlite+aiosqlite:///PATH or postgresql+asyncpg://USER@HOST:PORT/DATABASE"
+
+
+class UnsupportedDatabaseUrl(ValueError):
+    """A database URL the store cannot run on; the message says what to use instead."""
+
+
+def check_database_url(url: str) -> URL:
+    """``url`` parsed, if it names a database the store runs on: a SQLite file or PostgreSQL,
+    through their async drivers. Anything else raises UnsupportedDatabaseUrl before a
+    connection is tried (SQLAlchemy would fail later, with an import error of a driver)."""
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise UnsupportedDatabaseUrl(f"not a database URL; use {URL_FORMS}") from None
+    backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
+    if SUPPORTED_DRIVERS.get(backend) != driver:
+        shown = parsed.drivername
+        raise UnsupportedDatabaseUrl(f"{shown!r} is not supported; use {URL_FORMS}")
+    if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
+        raise UnsupportedDatabaseUrl("in-memory SQLite shares one connection between tasks; use a file")
+    return parsed
 
 
 def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
@@ -91,10 +117,9 @@ class Store:
     @classmethod
     async def open(cls, url: str) -> Store:
         """Connect, and create or upgrade the schema to the newest migration."""
-        parsed = make_url(url)
+        parsed = check_database_url(url)
         if parsed.get_backend_name() == "sqlite":
-            if parsed.database in (None, "", ":memory:"):
-                raise ValueError("in-memory SQLite shares one connection between tasks; use a file")
+            assert parsed.database is not None  # checked: a file
             # The only connection that may create the file; every later one refuses a missing file.
             await asyncio.to_thread(sqlite_driver.create_file, parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
             # One writer connection: SQLite has one write lock anyway, and queueing on the pool
