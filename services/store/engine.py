@@ -69,11 +69,10 @@ def check_database_url(url: str) -> URL:
     except ArgumentError:
         raise UnsupportedDatabaseUrl(f"not a database URL; use {URL_FORMS}") from None
     backend, driver = parsed.get_backend_name(), parsed.get_driver_name()
-    if SUPPORTED_DRIVERS.get(backend) != driver:
-        shown = parsed.drivername
-        raise UnsupportedDatabaseUrl(f"{shown!r} is not supported; use {URL_FORMS}")
     if backend == "sqlite" and parsed.database in (None, "", ":memory:"):
         raise UnsupportedDatabaseUrl("in-memory SQLite shares one connection between tasks; use a file")
+    if SUPPORTED_DRIVERS.get(backend) != driver:
+        raise UnsupportedDatabaseUrl(f"{parsed.drivername!r} is not supported; use {URL_FORMS}")
     return parsed
 
 
