@@ -228,24 +228,30 @@ class Head:
     def _classify_late(
         self, s: I64, t: I64, v: F64, newest: I64, late: NDArray[np.bool_]
     ) -> tuple[NDArray[np.bool_], NDArray[np.bool_]]:
-        """Among samples not newer than their series: identical duplicates, and acceptable out-of-order ones."""
+        """Among samples not newer than their series: repeats of a sample the head holds (same
+        time, bit-identical value), and acceptable out-of-order ones.
+
+        Any held sample counts, not only the newest: a resent batch carries several samples of
+        a series, and all but its last are older than the series' newest by then.
+        """
         dup = np.zeros(s.size, dtype=bool)
         ooo = np.zeros(s.size, dtype=bool)
-        if not self.ooo_window_ms:
-            # Only a repeat of the newest sample can be a duplicate: compare with it directly.
-            cnt = self.count[s]
-            last = np.maximum(cnt - 1, 0)
-            same_time = late & (cnt > 0) & (self.ts[s, last] == t)
-            dup = same_time & (self.vals[s, last].view(np.uint64) == v.view(np.uint64))
-            return dup, ooo
-        for i in np.flatnonzero(late).tolist():
-            sid, ti = int(s[i]), int(t[i])
-            row = self.ts[sid, : int(self.count[sid])]
-            j = int(np.searchsorted(row, ti))
-            if j < row.size and int(row[j]) == ti:
-                dup[i] = self.vals[sid, j].view(np.uint64) == v[i : i + 1].view(np.uint64)[0]
-                continue
-            ooo[i] = ti >= int(newest[i]) - self.ooo_window_ms and ti >= self.boundary
+        at = np.flatnonzero(late)
+        # The batch is sorted by (series, time): each series' late samples are one run of `at`.
+        run_starts = np.flatnonzero(np.r_[True, s[at][1:] != s[at][:-1]])
+        for begin, end in zip(run_starts.tolist(), [*run_starts[1:].tolist(), at.size], strict=True):
+            index = at[begin:end]
+            sid = int(s[index[0]])
+            held_ts = self.ts[sid, : int(self.count[sid])]
+            position = np.minimum(np.searchsorted(held_ts, t[index]), max(held_ts.size - 1, 0))
+            if held_ts.size:
+                found = held_ts[position] == t[index]
+                same = self.vals[sid, position].view(np.uint64) == v[index].view(np.uint64)
+                dup[index] = found & same
+            else:
+                found = np.zeros(index.size, dtype=bool)
+            if self.ooo_window_ms:
+                ooo[index] = ~found & (t[index] >= newest[index] - self.ooo_window_ms) & (t[index] >= self.boundary)
         return dup, ooo
 
     # ---- fast batches ---------------------------------------------------------------------

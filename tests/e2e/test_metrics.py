@@ -117,6 +117,23 @@ async def test_a_resent_batch_adds_nothing_and_a_repeated_time_with_another_valu
     assert only(stored).values.tolist() == [1.0]
 
 
+async def test_a_resent_batch_of_several_samples_a_series_adds_nothing(operator: AsyncClient) -> None:
+    """A bulk import or an agent's buffered pushes resent after a lost reply: every sample but the
+    last of each series is older than its newest by then, and is still a retry, not an error."""
+    await register_ready_nodes(operator, 1)
+    at = now_ms() - 10_000
+    pushes = [push("node-000", at + i * 1000, float(i)) for i in range(3)]
+    counter = SeriesSamples({"node": "node-000", "field": "nic_rx_bytes"}, [at, at + 1, at + 2], [1.0, 2.0, 3.0])
+    assert (await operator.write_samples(pushes, [counter])).samples_written == 3 * 2 + 3
+    assert (await operator.write_samples(pushes, [counter])).samples_written == 0
+    assert (await operator.write_samples(pushes[:1])).samples_written == 0
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([push("node-000", at + 1000, 9.0)])
+    assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
+    stored = await operator.query_metrics(start=at, end=at + 3000, gpu_indexes=[0], fields=["power_w"])
+    assert only(stored).values.tolist() == [0.0, 1.0, 2.0]
+
+
 async def test_stats_show_a_window_skipping_sealed_segments_outside_it(
     control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:

@@ -40,10 +40,12 @@ class Model:
         added = 0
         for sid, value in zip(sids, values.tolist(), strict=True):
             newest = self.newest.get(sid)
-            if newest is not None and (t < newest or (t == newest and self.samples[sid][t] != value)):
+            # A repeat of any held sample (same time, same value) is a retry; anything else not
+            # newer than the series' newest is out of order.
+            if newest is not None and t <= newest and self.samples[sid].get(t) != value:
                 return None
         for sid, value in zip(sids, values.tolist(), strict=True):
-            if self.newest.get(sid) != t:
+            if t not in self.samples[sid]:
                 self.samples[sid][t] = value
                 self.newest[sid] = t
                 added += 1
