@@ -29,6 +29,18 @@ class OutOfOrderError(TsdbError, ValueError):
         self.rejected = rejected
 
 
+class QueryTooLargeError(TsdbError):
+    """A query would read more than the caller's limit: samples for a raw query, series times
+    steps for a stepped one. Raised before the work (stepped) or as soon as the count passes
+    the limit (raw), so memory stays bounded; nothing is returned.
+    """
+
+    def __init__(self, message: str, *, matched: int, limit: int) -> None:
+        super().__init__(message)
+        self.matched = matched
+        self.limit = limit
+
+
 class CorruptSegmentError(TsdbError):
     """A sealed segment file fails its checks (magic, CRC, layout); the file was not changed."""
 

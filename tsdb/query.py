@@ -14,6 +14,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tsdb.aggregate import Partials
+from tsdb.errors import QueryTooLargeError
 from tsdb.head import Head
 from tsdb.model import QueryStats, SegmentInfo
 from tsdb.segment_reader import ReaderCache, SegmentReader, cut
@@ -99,8 +100,33 @@ def _decode(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats) -> tup
     return ts, block
 
 
+class SampleBudget:
+    """Counts the samples a raw read has taken and stops it once they pass ``limit`` (None: no limit)."""
+
+    __slots__ = ("limit", "taken")
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit
+        self.taken = 0
+
+    def take(self, samples: int) -> None:
+        """Count ``samples`` more; QueryTooLargeError once past the limit."""
+        self.taken += samples
+        if self.limit is not None and self.taken > self.limit:
+            raise QueryTooLargeError(
+                f"the query matched more than {self.limit} samples", matched=self.taken, limit=self.limit
+            )
+
+
 def read_one(
-    sid: int, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
+    sid: int,
+    start: int,
+    end: int,
+    segments: list[SegmentInfo],
+    readers: ReaderCache,
+    head: Head,
+    stats: QueryStats,
+    budget: SampleBudget,
 ) -> tuple[I64, F64]:
     """read_raw for one series (the narrow query), kept to as few calls as it can be: its samples in
     [start, end) from segments then head, as fresh arrays."""
@@ -112,11 +138,13 @@ def read_one(
         ts, values, nbytes = reader.series_window(row, start, end)
         stats.bytes_read += nbytes
         if values.size:
+            budget.take(values.size)
             stats.samples_decoded += values.size
             stats.chunks_decoded += 1
             parts.append((ts, values))
     ts, values = head.window(sid, start, end)
     if ts.size:
+        budget.take(ts.size)
         stats.head_samples += ts.size
         parts.append((ts, values))
     # One piece is already fresh (from the segment or the head): no copy. Segments come oldest
@@ -125,11 +153,19 @@ def read_one(
 
 
 def read_raw(
-    sids: I64, start: int, end: int, segments: list[SegmentInfo], readers: ReaderCache, head: Head, stats: QueryStats
+    sids: I64,
+    start: int,
+    end: int,
+    segments: list[SegmentInfo],
+    readers: ReaderCache,
+    head: Head,
+    stats: QueryStats,
+    budget: SampleBudget,
 ) -> list[tuple[I64, F64]]:
-    """Per series in `sids` (same order), its samples in [start, end) from segments then head."""
+    """Per series in `sids` (same order), its samples in [start, end) from segments then head;
+    QueryTooLargeError as soon as they pass the budget."""
     if sids.size == 1:
-        return [read_one(int(sids[0]), start, end, segments, readers, head, stats)]
+        return [read_one(int(sids[0]), start, end, segments, readers, head, stats, budget)]
     pieces: list[list[tuple[I64, F64]]] = [[] for _ in range(sids.size)]
     for reader, chunk, _, _ in _chunks_meeting(segments, readers, start, end, stats):
         present, rows = reader.rows(chunk, sids)
@@ -141,12 +177,15 @@ def read_raw(
             if hi <= lo:
                 continue
             window = ts[lo:hi]
-            for k, position in enumerate(present[index].tolist()):
+            positions = present[index].tolist()
+            budget.take((hi - lo) * len(positions))
+            for k, position in enumerate(positions):
                 pieces[position].append((window, block[k, lo:hi]))
     out: list[tuple[I64, F64]] = []
     for position, sid in enumerate(sids.tolist()):
         ts, vals = head.window(sid, start, end)
         if ts.size:
+            budget.take(ts.size)
             stats.head_samples += ts.size
             pieces[position].append((ts, vals))
         out.append(join_parts(pieces[position]))

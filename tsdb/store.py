@@ -33,12 +33,19 @@ from tsdb import segment_format as fmt
 from tsdb._fs import fsync_dir
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, Selector
-from tsdb.errors import CorruptSegmentError, InvalidArgumentError, StoreClosedError, StoreLockedError, TsdbError
+from tsdb.errors import (
+    CorruptSegmentError,
+    InvalidArgumentError,
+    QueryTooLargeError,
+    StoreClosedError,
+    StoreLockedError,
+    TsdbError,
+)
 from tsdb.head import INT64_MIN, FastBatch, Head, Taken
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
-from tsdb.query import join_parts, read_one, read_range, read_raw
+from tsdb.query import SampleBudget, join_parts, read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
 from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
 from tsdb.wal import Wal, encode_sids
@@ -667,11 +674,12 @@ class Store:
         total = len(self.manifest)
         return QueryStats(segments_total=total, segments_opened=len(segments), segments_skipped=total - len(segments))
 
-    def query(self, selector: Selector, start_ms: int, end_ms: int) -> QueryResult:
+    def query(self, selector: Selector, start_ms: int, end_ms: int, *, max_samples: int | None = None) -> QueryResult:
         """Raw samples in [start_ms, end_ms) of every series matching `selector`.
 
         selector maps a label to a value (exact match) or a collection of values (any of them);
-        labels not named match anything; {} selects every series.
+        labels not named match anything; {} selects every series. With `max_samples`, a query
+        that matches more raises QueryTooLargeError as soon as it has read past the limit.
         """
         if self._closed:
             raise StoreClosedError(f"store {self.path} is closed")
@@ -685,18 +693,23 @@ class Store:
         if sids.size == 1:
             # The narrow query: one series, no lists of pieces per series.
             sid = int(sids[0])
-            ts, vals = read_one(sid, start, end, segments, self._readers, self.head, stats)
+            budget = SampleBudget(max_samples)
+            ts, vals = read_one(sid, start, end, segments, self._readers, self.head, stats, budget)
             return QueryResult([Series(self.catalog.labels(sid), sid, ts, vals)] if ts.size else [], stats)
-        data = read_raw(sids, start, end, segments, self._readers, self.head, stats)
+        data = read_raw(sids, start, end, segments, self._readers, self.head, stats, SampleBudget(max_samples))
         labels = self.catalog.labels
         pairs = zip(sids.tolist(), data, strict=True)
         series = [Series(labels(sid), sid, ts, vals) for sid, (ts, vals) in pairs if ts.size]
         return QueryResult(series, stats)
 
-    def query_range(self, selector: Selector, start_ms: int, end_ms: int, step_ms: int, agg: str) -> RangeResult:
+    def query_range(
+        self, selector: Selector, start_ms: int, end_ms: int, step_ms: int, agg: str, *, max_cells: int | None = None
+    ) -> RangeResult:
         """One aggregate per step of every series matching `selector` (see tsdb.aggregate).
 
-        Steps start at start_ms, start_ms + step_ms, ...; the last one is cut at end_ms.
+        Steps start at start_ms, start_ms + step_ms, ...; the last one is cut at end_ms. The work
+        and memory go with matched series times steps: with `max_cells`, a query over more
+        raises QueryTooLargeError before anything is read.
         """
         self._check_open()
         start, end = self._window(start_ms, end_ms)
@@ -705,6 +718,14 @@ class Store:
         step = int(step_ms)
         partials = Partials(-(-(end - start) // step), needs(agg))
         sids = self.catalog.select(selector)
+        cells = int(sids.size) * partials.n_steps
+        if max_cells is not None and cells > max_cells:
+            raise QueryTooLargeError(
+                f"the query matched {sids.size} series x {partials.n_steps} steps = {cells} values;"
+                f" the limit is {max_cells}",
+                matched=cells,
+                limit=max_cells,
+            )
         segments = self.manifest.overlapping(start, end) if sids.size else []
         stats = self._stats(segments)
         read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)

@@ -24,7 +24,7 @@ import numpy as np
 import structlog
 
 import tsdb
-from services.errors import InvalidArgument, Unavailable
+from services.errors import InvalidArgument, ResourceExhausted, Unavailable
 from services.metrics.batch import Float64Array, Int64Array, SeriesBatch, SeriesKey, series_key
 from services.metrics.selection import Aggregation, Window
 
@@ -34,6 +34,14 @@ P = ParamSpec("P")
 T = TypeVar("T")
 
 Matcher = Mapping[str, str | frozenset[str]]
+
+# What one store read may take, checked while (raw) or before (stepped) it reads, so that a
+# query far over a response's limit (services/metrics/commands.py, 200,000 points) is refused
+# without first building it: memory and the store's one thread stay bounded. Four times the
+# response's limit leaves room for what a tenant's holds clip away and for matched series
+# with no samples in the window.
+MAX_SAMPLES_READ = 800_000
+MAX_STEP_VALUES = 800_000
 
 
 @dataclass(frozen=True)
@@ -81,13 +89,15 @@ class SampleReader:
 
     def query(self, matcher: Matcher, window: Window) -> list[SeriesData]:
         """Raw samples of the matching series in the window."""
-        result = self._store.query(matcher, window.start_ms, window.end_ms)
+        result = self._store.query(matcher, window.start_ms, window.end_ms, max_samples=MAX_SAMPLES_READ)
         self.stats.add(result.stats)
         return [_series(s) for s in result.series]
 
     def query_range(self, matcher: Matcher, window: Window, step_ms: int, aggregation: Aggregation) -> list[SeriesData]:
         """One aggregate per step (starting at the window's start) of the matching series."""
-        result = self._store.query_range(matcher, window.start_ms, window.end_ms, step_ms, aggregation.value)
+        result = self._store.query_range(
+            matcher, window.start_ms, window.end_ms, step_ms, aggregation.value, max_cells=MAX_STEP_VALUES
+        )
         self.stats.add(result.stats)
         return [_series(s) for s in result.series]
 
@@ -185,13 +195,23 @@ class SampleStore:
             ) from None
 
     async def read(self, function: Callable[[SampleReader], T]) -> tuple[T, ReadStats]:
-        """Run ``function`` with a reader on the store's thread; return its result and the reads' cost."""
+        """Run ``function`` with a reader on the store's thread; return its result and the reads' cost.
+
+        RESOURCE_EXHAUSTED (QUERY_TOO_LARGE) when a read passes ``MAX_SAMPLES_READ`` or ``MAX_STEP_VALUES``.
+        """
 
         def job() -> tuple[T, ReadStats]:
             reader = SampleReader(self._store)
             return function(reader), reader.stats
 
-        return await self._run(job)
+        try:
+            return await self._run(job)
+        except tsdb.QueryTooLargeError as error:
+            raise ResourceExhausted(
+                reason="QUERY_TOO_LARGE",
+                message=f"{error}: narrow the window or the selector, or use a longer step",
+                metadata={"matched": str(error.matched), "limit": str(error.limit)},
+            ) from None
 
     async def maintain(self, now_ms: int, *, compact: bool) -> MaintenanceReport:
         """Seal the head's complete windows into segments, drop expired segments, maybe compact."""

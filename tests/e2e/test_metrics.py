@@ -21,6 +21,7 @@ from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples, f
 from services.auth import repository as auth_repo
 from services.auth.principal import Role
 from services.metrics import commands as metrics_commands
+from services.metrics import samples as metrics_samples
 from services.store.engine import Store
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
@@ -350,6 +351,28 @@ async def test_a_raw_query_past_the_size_limit_is_resource_exhausted(
     with pytest.raises(ResourceExhaustedError):
         await operator.query_metrics_range(start=at, end=at + 3, step=1)
     assert len((await operator.query_metrics_range(start=at, end=at + 3, step=3)).series) == 2
+
+
+async def test_a_query_far_past_the_limit_is_refused_before_it_is_built(
+    operator: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store's read stops at its own limits (four times a response's, here made small): a
+    stepped query by series x steps before reading, a raw one once it has read past the limit."""
+    monkeypatch.setattr(metrics_samples, "MAX_STEP_VALUES", 4)
+    monkeypatch.setattr(metrics_samples, "MAX_SAMPLES_READ", 5)
+    await register_ready_nodes(operator, 1)
+    at = now_ms() - 1000
+    await operator.write_samples([push("node-000", at + i, 1.0) for i in range(3)])  # 2 series x 3
+    with pytest.raises(ResourceExhaustedError) as stepped:
+        await operator.query_metrics_range(start=at, end=at + 3, step=1)
+    assert stepped.value.reason == "QUERY_TOO_LARGE"
+    assert "2 series x 3 steps" in str(stepped.value)
+    assert stepped.value.metadata == {"matched": "6", "limit": "4"}
+    assert len((await operator.query_metrics_range(start=at, end=at + 3, step=2)).series) == 2
+    with pytest.raises(ResourceExhaustedError) as raw:
+        await operator.query_metrics(start=at, end=at + 3)
+    assert raw.value.metadata["limit"] == "5"
+    assert len((await operator.query_metrics(start=at, end=at + 3, fields=["power_w"])).series) == 1
 
 
 async def test_an_agent_writes_only_for_its_own_node_and_cannot_read(

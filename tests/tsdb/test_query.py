@@ -205,3 +205,26 @@ def test_series_without_samples_in_the_window_are_left_out(tmp_path: Path) -> No
         ranged = store.query_range({"field": "util"}, T0, T0 + 20_000, 5_000, "count")
         assert [s.series_id for s in ranged.series] == [a, b]
         np.testing.assert_array_equal(ranged.series[1].values, [np.nan, np.nan, 1.0, np.nan])
+
+
+def test_a_query_past_its_limit_stops_with_query_too_large(tmp_path: Path) -> None:
+    """Raw: the limit is the samples in the window, from segments and head alike, and a query
+    exactly at it answers. Stepped: series times steps, refused before anything is read."""
+    fleet = make_fleet(nodes=1, gpus=2, samples=200)  # 6 series, 200 samples each
+    with open_store(tmp_path / "s") as store:
+        sids = store.series_ids(fleet.labels)
+        ingest(store, fleet, sids, upto=120)
+        store.flush(force=True)  # the first 120 samples in segments, the rest in the head
+        for i in range(120, 200):
+            store.append(sids, int(fleet.timestamps[i]), fleet.values[:, i])
+        start, end = T0, T0 + 200_000
+        for selector, matched in (({}, 6 * 200), ({"gpu": "0", "field": "util"}, 200)):
+            assert sum(s.values.size for s in store.query(selector, start, end, max_samples=matched).series) == matched
+            with pytest.raises(tsdb.QueryTooLargeError) as raw:
+                store.query(selector, start, end, max_samples=matched - 1)
+            assert raw.value.limit == matched - 1 and raw.value.matched > matched - 1
+        steps = 200_000 // 10_000
+        assert len(store.query_range({}, start, end, 10_000, "avg", max_cells=6 * steps).series) == 6
+        with pytest.raises(tsdb.QueryTooLargeError, match=f"6 series x {steps} steps") as ranged:
+            store.query_range({}, start, end, 10_000, "avg", max_cells=6 * steps - 1)
+        assert ranged.value.matched == 6 * steps
