@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import json
 import os
@@ -90,6 +91,28 @@ def test_serve_refuses_an_unknown_log_level_or_format(tmp_path: Path) -> None:
         assert code == 2, output
         assert value in output and "Traceback" not in output
         assert not (tmp_path / "gpucloud.db").exists()
+
+
+def test_serve_refuses_durations_that_are_not_finite_or_out_of_range(tmp_path: Path) -> None:
+    """nan crashed with a ValueError, inf with an OverflowError, and -3600 was taken: each is
+    one line naming the option, exit 2, before anything is opened."""
+    cases = [("--scrub-seconds", v, "0-86400") for v in ("nan", "inf", "-3600", "86401")]
+    cases += [("--grace-seconds", v, "0-3600") for v in ("-nan", "3601")]
+    # Processes of their own, run side by side: a serve that is not refused configures logging
+    # process-wide, and one that starts runs until the helper's timeout rather than forever.
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        results = list(
+            pool.map(
+                lambda case: serve("--data-dir", str(tmp_path / case[1]), "--listen", "127.0.0.1:0", *case[:2]),
+                cases,
+            )
+        )
+    for (option, value, bounds), (code, output) in zip(cases, results, strict=True):
+        assert code == 2, (option, value, output)
+        assert output.startswith(f"error: {option} "), (option, value, output)
+        assert output.endswith(f": must be {bounds} seconds\n"), (option, value, output)
+        assert output.count("\n") == 1 and "Traceback" not in output, output
+        assert not (tmp_path / value).exists()
 
 
 def serve(*args: str) -> tuple[int, str]:
@@ -289,7 +312,7 @@ async def test_bad_fields_are_listed_once(control_plane: RunningControlPlane) ->
         "create",
         "Bad Id",
     )
-    assert code == 1, output
+    assert code == 2, output
     assert "error INVALID_ARGUMENT INVALID_FIELD:\n" in output
     assert output.lower().count("tenant_id") == 1
 

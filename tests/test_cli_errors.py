@@ -71,19 +71,19 @@ async def test_bad_fields_are_shown_as_the_options_that_set_them(control_plane: 
     connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
     create = ["allocations", "create", "--gpu-model", "H100", "--nodes", "0", "--tenant", "Bad Tenant"]
     code, output = await asyncio.to_thread(gpucloud, *connect, *create)
-    assert code == 1, output
+    assert code == 2, output
     assert "  --nodes (node_count): must be 1-256; got 0\n" in output
     assert "  --tenant (tenant_id): 'Bad Tenant' must be" in output
 
     gpus = [arg for i in range(7) for arg in ("--gpu-uuid", f"GPU-{i}")] + ["--gpu-uuid", "bad"]
     register = ["nodes", "register", "n1", "--gpu-model", "H100", "--zone", "", "--rack", "r", "--leaf-switch", "l"]
     code, output = await asyncio.to_thread(gpucloud, *connect, *register, *gpus)
-    assert code == 1, output
+    assert code == 2, output
     assert "  --zone: is required\n" in output
     assert "  --gpu-uuid (gpus[7].uuid): must be 'GPU-'" in output
 
     code, output = await asyncio.to_thread(gpucloud, *connect, "tenants", "create", "Bad Id")
-    assert code == 1, output
+    assert code == 2, output
     assert "  TENANT_ID: 'Bad Id' must be" in output
 
 
@@ -105,7 +105,7 @@ async def test_all_pages_continue_from_a_given_page_token(control_plane: Running
     document = json.loads(output[output.index("\n{") + 1 :])
     assert [a["allocation_id"] for a in document["items"]] == created[1::-1]
     code, output = await asyncio.to_thread(gpucloud, *connect, *listing, "--page-token", "garbage")
-    assert code == 1, output
+    assert code == 2, output
     assert "INVALID_PAGE_TOKEN" in output
 
 
@@ -125,11 +125,69 @@ async def test_values_refused_before_or_by_the_server_name_their_options(control
         (["allocations", "list", "--state", "bogus"], 2, "error: --state: unknown allocation state 'bogus'"),
         (["metrics", "query", "--step", "1m", "--agg", "median"], 2, "error: --agg: unknown aggregation 'median'"),
         (["metrics", "query", "--start", "now", "--end", "-1h"], 2, "error: --end '-1h' must be after --start 'now'"),
-        (["metrics", "query", "--start", "-1d", "--step", "1ms"], 1, "  --step (step_ms): cuts the window"),
-        (["metrics", "write", node_id, "--gpu", "-1", "--set", "power_w=1"], 1, "  --gpu (nodes[0].gpus[0].gpu_index)"),
+        (["metrics", "query", "--start", "-1d", "--step", "1ms"], 2, "  --step (step_ms): cuts the window"),
+        (["metrics", "write", node_id, "--gpu", "-1", "--set", "power_w=1"], 2, "  --gpu (nodes[0].gpus[0].gpu_index)"),
         (["allocations", "create", "--gpu-model", "H100", "--nodes", str(2**40)], 2, "--nodes"),
     ]
     for args, exit_code, expected in cases:
         code, output = await asyncio.to_thread(gpucloud, *connect, *args)
         assert code == exit_code, (args, output)
         assert expected in output, (args, output)
+
+
+async def test_a_bad_value_exits_2_whether_click_the_client_or_the_server_refused_it(
+    control_plane: RunningControlPlane,
+) -> None:
+    """The server's INVALID_ARGUMENT for a field an option set is a usage error, as click's own
+    range checks are: ``--nodes 0`` and ``--nodes 99999999999`` exit alike. Errors that are not
+    about what was typed keep exit code 1."""
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    cases = [
+        (["allocations", "create", "--gpu-model", "H100", "--nodes", "0"], "--nodes (node_count): must be 1-256"),
+        (["allocations", "create", "--gpu-model", "H100", "--nodes", "99999999999"], "--nodes"),
+        (["metrics", "query", "--start", "-1d", "--step", "1ms"], "--step (step_ms)"),
+        (["metrics", "query", "--step", "0s"], "--step"),
+    ]
+    for args, expected in cases:
+        code, output = await asyncio.to_thread(gpucloud, *connect, *args)
+        assert code == 2, (args, output)
+        assert expected in output, (args, output)
+    code, output = await asyncio.to_thread(gpucloud, *connect, "nodes", "get", "nosuch")
+    assert code == 1, output
+    assert "NODE_NOT_FOUND" in output
+
+
+async def test_set_values_are_checked_and_named_as_set(control_plane: RunningControlPlane) -> None:
+    """A field given twice, an empty name or a number that is not finite is refused before the
+    call, naming --set; a field name the server refuses is shown as --set too."""
+    async with control_plane.client() as operator:
+        [node_id] = await register_ready_nodes(operator, 1)
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    write = ["metrics", "write", node_id, "--gpu", "0"]
+    cases = [
+        (["--set", "power_w=5", "--set", "power_w=6"], "error: --set 'power_w=6': power_w is given more than once"),
+        (["--set", "power_w=nan"], "error: --set 'power_w=nan': the number must be finite"),
+        (["--set", "power_w=inf"], "error: --set 'power_w=inf': the number must be finite"),
+        (["--set", "power_w=-inf"], "error: --set 'power_w=-inf': the number must be finite"),
+        (["--set", "=5"], "error: --set '=5': expected FIELD=NUMBER"),
+        (["--set", "Power W=5"], "  --set (nodes[0].gpus[0].fields['Power W']): "),
+    ]
+    for args, expected in cases:
+        code, output = await asyncio.to_thread(gpucloud, *connect, *write, *args)
+        assert code == 2, (args, output)
+        assert expected in output, (args, output)
+        assert "wrote" not in output, (args, output)
+    async with control_plane.client() as operator:
+        # Nothing was written by the refused commands.
+        assert (await operator.query_metrics(start=0, end=2**42, node_ids=[node_id])).series == []
+
+
+async def test_agg_without_step_is_refused(control_plane: RunningControlPlane) -> None:
+    """Without --step the query returns raw samples: an --agg would be silently ignored."""
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    code, output = await asyncio.to_thread(gpucloud, *connect, "metrics", "query", "--agg", "max")
+    assert code == 2, output
+    assert "error: --agg max: needs --step" in output
+    code, output = await asyncio.to_thread(gpucloud, *connect, "metrics", "query", "--step", "1m", "--agg", "max")
+    assert code == 0, output
+    assert "max per 1m" in output

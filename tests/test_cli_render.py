@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 
 import pytest
 from rich.console import Console
@@ -141,3 +141,33 @@ def test_an_empty_listing_says_none(monkeypatch: pytest.MonkeyPatch) -> None:
     """No rows at 80 columns: the title and "none", not headers folded into a sliver."""
     text = _nodes_text(monkeypatch, 80, [])
     assert [line.strip() for line in text.splitlines() if line.strip()] == ["Nodes", "none"]
+
+
+def test_an_empty_listing_keeps_its_title_and_caption_whole(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty table was only as wide as "none": rich folded a longer title to "Alloca / tions"
+    and a query's stats caption over dozens of lines. Each keeps a line, wrapped at the terminal."""
+    title = "power_w: samples, 2026-12-01 23:00:00 to 2026-12-02 00:00:00 UTC"
+    caption = "0 series, 0 points; segments opened 0 of 0 (0 skipped by time), 0 bytes read, 0 samples decoded"
+    for width, expected in ((120, [title, "none", caption]), (80, None)):
+        console = Console(width=width, record=True)
+        monkeypatch.setattr(render, "console", console)
+        grid = render.table(title, ["NODE"], [], lambda row: [row])
+        render.add_caption(grid, caption)
+        console.print(grid)
+        console.print(render.allocations_table([]))
+        lines = [line.strip() for line in console.export_text().splitlines() if line.strip()]
+        if expected is not None:
+            assert lines == [*expected, "Allocations", "none"]
+        else:
+            # Too long for 80 columns: wrapped at the terminal's width, at spaces, not folded to "none"'s.
+            assert len(lines) == 6 and lines[0] == title and lines[-2:] == ["Allocations", "none"]
+            assert " ".join(lines[2:4]) == caption
+            assert all(len(line) <= width for line in lines)
+
+
+def test_times_are_shown_in_utc_whatever_zone_they_carry() -> None:
+    """Every time the command prints is read as UTC: one given with an offset is converted."""
+    plus_one = timezone(timedelta(hours=1))
+    assert render.when(datetime(2026, 12, 2, 0, 0, tzinfo=plus_one)) == "2026-12-01 23:00:00"
+    assert render.when(datetime(2026, 12, 2, 0, 0, tzinfo=UTC)) == "2026-12-02 00:00:00"
+    assert render.when(None) == "-"

@@ -65,3 +65,20 @@ def test_lower_case_t_and_z_are_rfc_3339() -> None:
 def test_a_bad_relative_time_is_named_as_typed(text: str) -> None:
     with pytest.raises(ValueError, match=f"^{text!r} is not a time before now"):
         parse_time(text, now=datetime.now(UTC))
+
+
+@pytest.mark.parametrize("text", ["20261201", "0", "1", "2026", "99999999999"])
+def test_too_few_digits_for_epoch_milliseconds_are_refused(text: str) -> None:
+    """``20261201`` is a date without dashes, not 1970-01-01T05:37Z: fewer than 12 digits are
+    refused, naming the option and the forms that would work."""
+    with pytest.raises(ValueError) as refused:
+        time_option("--start", text, now=datetime.now(UTC))
+    message = str(refused.value)
+    assert message.startswith(f"--start: {text!r} is too few digits for milliseconds since the epoch")
+    assert "RFC 3339" in message and "2026-12-01T00:00:00Z" in message
+
+
+def test_epoch_milliseconds_of_12_digits_or_more_are_read() -> None:
+    now = datetime.now(UTC)
+    assert parse_time("100000000000", now=now) == datetime(1973, 3, 3, 9, 46, 40, tzinfo=UTC)
+    assert parse_time("1796083200000", now=now) == datetime(2026, 12, 1, tzinfo=UTC)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 import os
 from pathlib import Path
 from typing import Annotated
@@ -15,6 +16,11 @@ from clients.cli import verbs
 from clients.cli.context import DEFAULT_ADDR, Connection
 from clients.cli.times import INSTANT_FORMS
 from services.log_config import LogFormat, LogLevel
+
+# serve's bounds on its durations: a scrub simulated for longer than a day, or a drain that
+# keeps a stopping server for over an hour, is a typo, not a setting.
+MAX_SCRUB_SECONDS = 86_400.0
+MAX_GRACE_SECONDS = 3_600.0
 
 app = typer.Typer(
     help="gpucloud: the control plane of a GPU cloud, and a client for it.",
@@ -54,10 +60,15 @@ def serve(
         str | None,
         typer.Option(envvar="GPUCLOUD_DATABASE_URL", help="postgresql+asyncpg://... (default: SQLite in data dir)"),
     ] = None,
-    scrub_seconds: Annotated[float, typer.Option(help="Simulated scrub time of a released node.")] = 1.0,
+    scrub_seconds: Annotated[
+        float, typer.Option(help=f"Simulated scrub time of a released node, 0-{MAX_SCRUB_SECONDS:g} s (a day).")
+    ] = 1.0,
     rates: Annotated[Path | None, typer.Option(help="Rate card JSON to price invoices (default: built-in).")] = None,
     grace_seconds: Annotated[
-        float, typer.Option(min=0, help="On SIGTERM or Ctrl-C, how long calls in flight get to finish.")
+        float,
+        typer.Option(
+            help=f"On SIGTERM or Ctrl-C, how long calls in flight get to finish, 0-{MAX_GRACE_SECONDS:g} s (an hour)."
+        ),
     ] = 2.0,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
@@ -67,6 +78,15 @@ def serve(
     ] = LogFormat.AUTO,
 ) -> None:
     """Run a control plane until interrupted."""
+    for option, seconds, most in (
+        ("--scrub-seconds", scrub_seconds, MAX_SCRUB_SECONDS),
+        ("--grace-seconds", grace_seconds, MAX_GRACE_SECONDS),
+    ):
+        # Checked here rather than by a declared range, so that nan and inf (a ValueError and
+        # an OverflowError deep in the server) get the same one line as a negative value.
+        if not (math.isfinite(seconds) and 0 <= seconds <= most):
+            typer.echo(f"error: {option} {seconds:g}: must be 0-{most:g} seconds", err=True)
+            raise typer.Exit(2)
     from accounting.errors import InputError
     from clients.cli.serve import serve as run_server
     from services.server import ServerConfig, StartError
@@ -104,7 +124,10 @@ def invoice(
     ctx: typer.Context,
     period: Annotated[str | None, typer.Option(help="Online: the billing period YYYY-MM (UTC) to ask for.")] = None,
     tenant: Annotated[str, typer.Option(help="Online: whose invoice (default: the token's own tenant).")] = "",
-    finalize: Annotated[bool, typer.Option("--finalize", help="Online: freeze the invoice (operators).")] = False,
+    finalize: Annotated[
+        bool,
+        typer.Option("--finalize", help="Online: freeze the invoice (operators); --json adds newly_finalized."),
+    ] = False,
     events: Annotated[Path | None, typer.Option(help="Offline: usage events JSONL (an exported log).")] = None,
     rates: Annotated[
         Path | None, typer.Option(help="Offline: the rate card JSON (default: the server's built-in card).")
@@ -119,16 +142,26 @@ def invoice(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """Invoices for a period, with anomalies and reconciliation; offline from files when --events is given."""
-    online = period is not None or finalize
-    if online:
-        offline_only = {"--rates": rates, "--start": start, "--end": end, "--outages": outages}
-        offline_only["--engine"] = None if engine == "duckdb" else engine
-        misplaced = [name for name, value in offline_only.items() if value is not None]
+    # --events chooses the offline mode; without it, --period or --finalize the online one.
+    online_only = {"--period": period is not None, "--tenant": bool(tenant), "--finalize": finalize}
+    offline_only = {
+        "--rates": rates is not None,
+        "--start": start is not None,
+        "--end": end is not None,
+        "--outages": outages is not None,
+        "--engine": engine != "duckdb",
+    }
+    online = events is None and (period is not None or finalize)
+    if events is not None:
+        misplaced = [name for name, given in online_only.items() if given]
+        why = "only for online invoices, not with --events (offline)"
+    elif online:
+        misplaced = [name for name, given in offline_only.items() if given]
+        why = "only for offline invoices (--events); not used here"
     else:
-        misplaced = ["--tenant"] if tenant else []
+        misplaced, why = (["--tenant"] if tenant else []), "only for online invoices (--period); not used here"
     if misplaced:
-        mode = "offline invoices (--events)" if online else "online invoices (--period)"
-        typer.echo(f"error: {', '.join(misplaced)}: only for {mode}; not used here", err=True)
+        typer.echo(f"error: {', '.join(misplaced)}: {why}", err=True)
         raise typer.Exit(2)
     if online:
         from clients.cli.billing import online_invoice
@@ -137,7 +170,6 @@ def invoice(
             ctx,
             tenant=tenant,
             period=period,
-            events=events,
             finalize=finalize,
             json_out=json_out,
             max_anomalies=max_anomalies,

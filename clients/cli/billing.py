@@ -3,7 +3,8 @@
 ``gpucloud invoice --events`` reads, so any invoice can be recomputed and audited offline.
 
 ``--json`` prints an invoice in the offline command's shapes (lines, anomalies and
-reconciliation with the same keys), so the two can be compared with ``jq``.
+reconciliation with the same keys), so the two can be compared with ``jq``; with ``--finalize``
+it adds ``newly_finalized``, whether this call froze the invoice.
 """
 
 from __future__ import annotations
@@ -58,17 +59,15 @@ def online_invoice(
     *,
     tenant: str,
     period: str | None,
-    events: Path | None,
     finalize: bool,
     json_out: bool,
     max_anomalies: int = MAX_ANOMALY_ROWS,
 ) -> None:
     """``gpucloud invoice --period P [--tenant T] [--finalize] [--json]``: ask the BillingService."""
+    # Options of the other mode (--events among them) are refused by the command before this.
     problem = (
         "--period YYYY-MM is required online"
         if period is None
-        else "--events (offline) and --period (online) exclude each other"
-        if events is not None
         else "--finalize needs --tenant"
         if finalize and not tenant
         else None
@@ -81,15 +80,20 @@ def online_invoice(
     if problem is not None or period is None:
         render.fail(str(problem))
         raise typer.Exit(EXIT_BAD_INPUT)
+    newly_finalized: bool | None = None
     if finalize:
         result = call(ctx, lambda c: c.finalize_invoice(period, tenant_id=tenant))
-        invoice = result.invoice
-        note = "finalized now" if result.newly_finalized else "was already finalized; unchanged"
+        invoice, newly_finalized = result.invoice, result.newly_finalized
+        note = "finalized now" if newly_finalized else "was already finalized; unchanged"
     else:
         invoice = call(ctx, lambda c: c.get_invoice(period, tenant_id=tenant))
         note = ""
     if json_out:
-        render.print_json(invoice_to_json(invoice))
+        document = invoice_to_json(invoice)
+        if newly_finalized is not None:
+            # Whether this call froze the invoice: a script must not read it off stderr.
+            document["newly_finalized"] = newly_finalized
+        render.print_json(document)
         return
     console = render.console
     console.print(invoice_table(invoice))

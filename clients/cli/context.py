@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
 
+import grpc
 import typer
 
 from clients.async_client import AsyncClient
@@ -21,23 +22,25 @@ DEFAULT_ADDR = "127.0.0.1:50051"
 # The API's counts and indexes are int32: a larger number cannot even be put into a request.
 INT32_MAX = 2**31 - 1
 
-# API fields whose command-line parameter has another name. Any other field is looked up by its
-# own name among the command's parameters (``gpu_model`` is ``--gpu-model``).
-_PARAMETER_OF_FIELD = {
-    "node_count": "nodes_",
-    "gpus": "gpu_uuid",
-    "tenant_id": "tenant",
-    "node_ids": "node",
-    "gpu_indexes": "gpu",
-    "fields": "field",
-    "start_time": "start",
-    "end_time": "end",
-    "start_ms": "start",
-    "end_ms": "end",
-    "step_ms": "step",
-    "aggregation": "agg",
-    "gpu_index": "gpu",
-    "timestamp_ms": "at",
+# API fields whose command-line parameter has another name, with every name it has in some
+# command (the first the command has wins). Any other field is looked up by its own name among
+# the command's parameters (``gpu_model`` is ``--gpu-model``).
+_PARAMETERS_OF_FIELD: dict[str, tuple[str, ...]] = {
+    "node_count": ("nodes_",),
+    "gpus": ("gpu_uuid",),
+    "tenant_id": ("tenant",),
+    "node_ids": ("node",),
+    "gpu_indexes": ("gpu",),
+    # ``metrics query --field NAME``; ``metrics write --set NAME=NUMBER`` (fields['power_w']).
+    "fields": ("field", "set_"),
+    "start_time": ("start",),
+    "end_time": ("end",),
+    "start_ms": ("start",),
+    "end_ms": ("end",),
+    "step_ms": ("step",),
+    "aggregation": ("agg",),
+    "gpu_index": ("gpu",),
+    "timestamp_ms": ("at",),
 }
 _PATH_SEGMENT = re.compile(r"[A-Za-z_]+")
 
@@ -85,28 +88,35 @@ def is_address(address: str) -> bool:
     return bool(host) and "://" not in address and port.isdigit() and 1 <= int(port) <= 65535
 
 
+EXIT_ERROR = 1
+EXIT_USAGE = 2
+
+
 def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T:
-    """Run one client action; turn API errors into a readable message and exit code 1 (a
-    missing or unreadable token, and a bad value given on the command line, exit 2)."""
+    """Run one client action; turn API errors into a readable message and exit code 1.
+
+    A bad value given on the command line exits 2, as click's own usage errors do: refused by
+    the client before calling, or by the server (INVALID_ARGUMENT naming a field that an option
+    or argument of this command set); so does a missing or unreadable token."""
     conn = connection(ctx)
     try:
         credential = conn.credential()
     except TokenFileError as error:
         render.fail(str(error))
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
     if not credential:
         render.fail("no token; pass --token, --token-file or set GPUCLOUD_TOKEN")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     if not (credential.isascii() and credential.isprintable()) or " " in credential:
         # gRPC refuses such metadata with a traceback of its own.
         render.fail(
             "the token holds characters no bearer token has (only printable ASCII, no spaces);"
             " check --token, --token-file or GPUCLOUD_TOKEN"
         )
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     if not is_address(conn.address):
         render.fail(f"--addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}), not a URL or a host alone")
-        raise typer.Exit(2)
+        raise typer.Exit(EXIT_USAGE)
     token = credential
 
     async def run() -> T:
@@ -116,11 +126,21 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     try:
         return asyncio.run(run())
     except GpucloudError as err:
-        render.error(err, address=conn.address, labels=option_labels(ctx, err.field_violations))
-        raise typer.Exit(1) from None
+        labels = option_labels(ctx, err.field_violations)
+        render.error(err, address=conn.address, labels=labels)
+        raise typer.Exit(exit_code(err, labels)) from None
     except ValueError as err:
         render.fail(value_error_line(ctx, err))
-        raise typer.Exit(2) from None
+        raise typer.Exit(EXIT_USAGE) from None
+
+
+def exit_code(err: GpucloudError, labels: Mapping[str, str]) -> int:
+    """2 when the server refused a value the user typed (INVALID_ARGUMENT with a bad field
+    that ``labels`` maps to an option or argument of the command), else 1: a field no option
+    sets was filled in by the client, and retyping the command cannot fix it."""
+    if err.code is grpc.StatusCode.INVALID_ARGUMENT and labels:
+        return EXIT_USAGE
+    return EXIT_ERROR
 
 
 def value_error_line(ctx: typer.Context, error: ValueError) -> str:
@@ -139,7 +159,8 @@ def option_labels(ctx: typer.Context, fields: Mapping[str, str]) -> dict[str, st
     labels = {}
     for path in fields:
         for segment in _PATH_SEGMENT.findall(path):
-            param = parameters.get(_PARAMETER_OF_FIELD.get(segment, segment)) or parameters.get(segment)
+            names = (*_PARAMETERS_OF_FIELD.get(segment, ()), segment)
+            param = next((parameters[name] for name in names if name in parameters), None)
             if param is not None:
                 long_options = [o for o in param.opts if o.startswith("--")]
                 labels[path] = long_options[0] if long_options else param.name.upper()

@@ -129,7 +129,9 @@ def metrics_query(
     start: Annotated[str, typer.Option(help=f"Window start: {INSTANT_FORMS}.")] = "-1h",
     end: Annotated[str, typer.Option(help=f"Window end: {INSTANT_FORMS}.")] = "now",
     step: Annotated[str | None, typer.Option(help="Aggregate per step, e.g. 1m (default: raw samples).")] = None,
-    agg: Annotated[str, typer.Option(help="With --step: avg, min, max, sum, count, last or rate.")] = "avg",
+    agg: Annotated[
+        str | None, typer.Option(help="With --step: avg (default), min, max, sum, count, last or rate.")
+    ] = None,
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")] = False,
     plot_to: Annotated[Path | None, typer.Option("--plot", help="Also draw the series into this PNG.")] = None,
 ) -> None:
@@ -140,7 +142,11 @@ def metrics_query(
         if window[1] <= window[0]:
             raise ValueError(f"--end {end!r} must be after --start {start!r}")
         step_length = duration_option("--step", step) if step else None
-        m.aggregation_value(agg)
+        if agg is not None and step_length is None:
+            # Without a step the query returns raw samples: an aggregation would be ignored.
+            raise ValueError(f"--agg {agg}: needs --step (without it the query returns raw samples)")
+        aggregation = "avg" if agg is None else agg
+        m.aggregation_value(aggregation)
     except ValueError as err:
         render.fail(value_error_line(ctx, err))
         raise typer.Exit(2) from None
@@ -155,14 +161,15 @@ def metrics_query(
             start=window[0],
             end=window[1],
             step=step_length,
-            aggregation=agg,
+            aggregation=aggregation,
             node_ids=nodes,
             gpu_indexes=gpus,
             fields=fields,
         )
 
     result = call(ctx, fetch)
-    title = f"{agg} per {step}" if step else "samples"
+    title = f"{aggregation} per {step}" if step else "samples"
+    # render.when shows a time given with an offset (--start ...+01:00) in UTC, as the title says.
     title = f"{', '.join(fields) or 'all fields'}: {title}, {render.when(window[0])} to {render.when(window[1])} UTC"
     if plot_to is not None:
         try:
@@ -179,15 +186,24 @@ def metrics_query(
 
 
 def _assignments(pairs: list[str]) -> dict[str, float]:
+    """``--set FIELD=NUMBER`` values as a mapping; ValueError naming --set for a malformed pair,
+    an empty field name, a number that is not finite, or a field given twice (which value
+    should win is the user's to say, not the last one's)."""
     values: dict[str, float] = {}
     for pair in pairs:
         name, sep, number = pair.partition("=")
+        name = name.strip()
         try:
-            values[name.strip()] = float(number)
+            value = float(number)
         except ValueError:
             raise ValueError(f"--set {pair!r}: expected FIELD=NUMBER, e.g. power_w=412.5") from None
-        if not sep:
+        if not sep or not name:
             raise ValueError(f"--set {pair!r}: expected FIELD=NUMBER, e.g. power_w=412.5")
+        if not math.isfinite(value):
+            raise ValueError(f"--set {pair!r}: the number must be finite")
+        if name in values:
+            raise ValueError(f"--set {pair!r}: {name} is given more than once")
+        values[name] = value
     return values
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from collections.abc import Callable, Collection, Mapping, Sequence
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any, Literal, TypeVar
 
@@ -42,8 +42,13 @@ def print_json(value: Any) -> None:
 
 
 def when(value: datetime | None) -> str:
-    """``2026-11-03 14:05:00`` in the datetime's own zone (UTC for the client's), or "-" for None."""
-    return value.strftime("%Y-%m-%d %H:%M:%S") if value else "-"
+    """``2026-11-03 14:05:00`` in UTC, or "-" for None. An aware datetime in another zone is
+    converted first (every time the CLI shows is read as UTC); a naive one is shown as it is."""
+    if value is None:
+        return "-"
+    if value.tzinfo is not None:
+        value = value.astimezone(UTC)
+    return value.strftime("%Y-%m-%d %H:%M:%S")
 
 
 def money(value: Decimal | None, currency: str) -> str:
@@ -124,7 +129,9 @@ def _fits(widths: Sequence[int]) -> bool:
 
 def _nothing(title: str) -> Table:
     """An empty listing: its title, and that there is nothing, rather than a row of headers."""
-    grid = Table(title=title, title_justify="left", show_header=False, box=None)
+    # As wide as the terminal: a table is only as wide as its cells, and rich folds the title
+    # and any caption (a query's stats line) to that width, here the four letters of "none".
+    grid = Table(title=title, title_justify="left", show_header=False, box=None, expand=True, pad_edge=False)
     grid.add_column(style="dim")
     grid.add_row("none")
     return grid

@@ -2,8 +2,12 @@
 
 An instant is RFC 3339 (``2025-01-31T12:00:00Z``, ``2025-01-31T14:00:00+02:00``; a time or
 date without an offset is UTC, the zone billing periods and series are kept in), ``now``,
-``-<duration>`` before now (``-1h``, ``-90s``, ``-1h30m``) or milliseconds since the epoch. A
-duration is ``250ms``, ``30s``, ``5m``, ``1h30m``, ``2d`` or ``1w``.
+``-<duration>`` before now (``-1h``, ``-90s``, ``-1h30m``) or milliseconds since the epoch, at
+least 12 digits (``1738231200000``). A duration is ``250ms``, ``30s``, ``5m``, ``1h30m``, ``2d``
+or ``1w``.
+
+Fewer digits are refused rather than read as milliseconds: ``20261201`` is far more likely a
+date written without dashes than an instant in January 1970.
 
 Files are stricter: the usage events and outages that ``gpucloud invoice --events`` reads must
 carry an offset (accounting/loaders.py), since a file may come from anywhere.
@@ -14,11 +18,13 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta
 
-INSTANT_FORMS = "RFC 3339 (UTC if no offset), now, -1h or ms since the epoch"
+INSTANT_FORMS = "RFC 3339 (UTC if no offset), now, -1h or ms since the epoch (12+ digits)"
 
 _UNITS_MS = {"ms": 1, "s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 604_800_000}
 _DURATION = re.compile(r"(\d+)(ms|s|m|h|d|w)")
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# 12 digits of milliseconds reach back to 1973-03-03; anything shorter is taken for a mistake.
+_EPOCH_MS_DIGITS = 12
 
 
 def parse_duration(text: str) -> timedelta:
@@ -37,10 +43,16 @@ def parse_duration(text: str) -> timedelta:
 
 
 def parse_time(text: str, *, now: datetime) -> datetime:
-    """An instant in one of the module's forms, as an aware datetime; ValueError otherwise."""
+    """An instant in one of the module's forms, as an aware datetime; ValueError otherwise
+    (also for fewer than 12 digits, which are not taken for milliseconds since the epoch)."""
     value = text.strip()
     if value.lower() == "now":
         return now
+    if value.isdigit() and len(value) < _EPOCH_MS_DIGITS:
+        raise ValueError(
+            f"{text!r} is too few digits for milliseconds since the epoch (12 or more, e.g."
+            " 1796083200000); give RFC 3339 for a date or time, e.g. 2026-12-01T00:00:00Z"
+        )
     try:
         if value.startswith("-"):
             return now - parse_duration(value[1:])

@@ -7,6 +7,7 @@ from typing import Annotated, TypeVar
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from clients import models
 from clients.async_client import AsyncClient
@@ -27,6 +28,9 @@ operations = typer.Typer(help="Long-running operations.", no_args_is_help=True)
 
 
 T = TypeVar("T")
+
+# An operation waited for did not finish within the wait (``operations wait``, ``cancel --wait``).
+EXIT_NOT_DONE = 3
 
 
 def _show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
@@ -244,22 +248,43 @@ def allocations_cancel(
     ctx: typer.Context,
     allocation_id: str,
     wait: Annotated[bool, typer.Option(help="Wait until every node is released.")] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="With --wait: seconds to wait at most (then exit code 3).")
+    ] = 600.0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Cancel an allocation; prints the operation that tracks the release."""
+    """Cancel an allocation; prints the operation that tracks the release. With --wait, exit
+    code 3 if the nodes are not released within --timeout, as ``operations wait``."""
+    accepted: models.Operation | None = None
 
     async def run(client: AsyncClient) -> models.Operation:
-        operation = await client.cancel_allocation(allocation_id)
+        nonlocal accepted
+        operation = accepted = await client.cancel_allocation(allocation_id)
         if wait and not operation.done:
+            # Named before the wait: the cancel stands whatever becomes of the wait, and this
+            # name is how to follow it (on stderr, so that --json output stays one document).
+            render.errors.print(
+                Text(f"cancel accepted: {operation.name}; waiting for {operation.nodes_total} node(s) to be released")
+            )
             with render.console.status(f"releasing {operation.nodes_total} node(s)..."):
-                operation = await client.wait_operation(operation.name, timeout=600)
+                operation = await client.wait_operation(operation.name, timeout=timeout)
         return operation
 
-    operation = call(ctx, run)
+    try:
+        operation = call(ctx, run)
+    except typer.Exit:
+        if accepted is not None:
+            # The wait failed, not the cancel: say so under the error, or the user may cancel again.
+            render.errors.print(
+                Text(f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted.name}")
+            )
+        raise
     if json_out:
         render.print_json(operation)
     else:
         render.console.print(render.operations_table([operation], "Cancel"))
+    if wait and not operation.done:
+        raise typer.Exit(EXIT_NOT_DONE)
 
 
 # Operations -----------------------------------------------------------------------------------
@@ -288,7 +313,7 @@ def operations_wait(
         render.operations_table([operation], "Operation")
     )
     if not operation.done:
-        raise typer.Exit(3)
+        raise typer.Exit(EXIT_NOT_DONE)
 
 
 @operations.command("list")

@@ -138,6 +138,11 @@ def test_period_options_take_the_commands_time_forms(tmp_path: Path) -> None:
 def test_options_of_the_other_mode_are_refused_not_ignored(tmp_path: Path) -> None:
     events, _, _ = _files(tmp_path)
     code, _, err = invoke("invoice", "--events", events, *PERIOD_ARGS, "--tenant", "acme")
+    assert (code, err) == (2, "error: --tenant: only for online invoices, not with --events (offline)\n")
+    # --events with --period: the online option is out of place, not --start and --end.
+    code, _, err = invoke("invoice", "--events", events, *PERIOD_ARGS, "--period", "2026-12", "--finalize")
+    assert (code, err) == (2, "error: --period, --finalize: only for online invoices, not with --events (offline)\n")
+    code, _, err = invoke("--addr", "127.0.0.1:1", "--token", "x", "invoice", "--tenant", "acme")
     assert (code, err) == (2, "error: --tenant: only for online invoices (--period); not used here\n")
     online = ["--addr", "127.0.0.1:1", "--token", "x", "invoice", "--period", "2026-12"]
     code, _, err = invoke(*online, "--start", "yesterday", "--engine", "bogus")
