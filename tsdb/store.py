@@ -388,7 +388,12 @@ class Store:
             unique = self.head.unique(sid_arr)
             if unique and key is not None and len(self._known_batches) < _KNOWN_BATCHES:
                 known = self._known_batches[key] = _KnownBatch(encode_sids(sid_arr), self.head.fast_batch(sid_arr))
-        plan = self.head.check(sid_arr, self._timestamps(timestamps_ms, sid_arr.size), vals, unique=unique)
+        stamps = self._timestamps(timestamps_ms, sid_arr.size)
+        if (stamps if isinstance(stamps, int) else int(stamps.min())) < self.head.boundary:
+            stamps = np.full(sid_arr.size, stamps, dtype=np.int64) if isinstance(stamps, int) else stamps
+            sid_arr, stamps, vals = self._without_sealed_repeats(sid_arr, stamps, vals)
+            known, unique = None, None
+        plan = self.head.check(sid_arr, stamps, vals, unique=unique)
         if plan.size == 0:
             return 0
         sid_part = known.sid_part if known is not None and plan.sids is sid_arr else encode_sids(plan.sids)
@@ -400,6 +405,27 @@ class Store:
         if self.head.max_ts >= self._next_cut:
             self._cut_after_append()
         return plan.size
+
+    def _without_sealed_repeats(self, sids: I64, ts: I64, vals: F64) -> tuple[I64, I64, F64]:
+        """The batch less the samples behind the sealed boundary that repeat a sealed sample bit
+        for bit: a batch resent after its first delivery was sealed is a retry, as it would be
+        while in the head. Other samples behind the boundary stay, for check to refuse. Only
+        batches reaching behind the boundary pay for this read."""
+        behind = np.flatnonzero(ts < self.head.boundary)
+        repeat = np.zeros(sids.size, dtype=bool)
+        for sid in np.unique(sids[behind]).tolist():
+            index = behind[sids[behind] == sid]
+            lo, hi = int(ts[index].min()), int(ts[index].max()) + 1
+            segments = self.manifest.overlapping(lo, hi)
+            held_ts, held_vals = read_one(
+                sid, lo, hi, segments, self._readers, self.head, QueryStats(), SampleBudget(None)
+            )
+            if held_ts.size:
+                position = np.minimum(np.searchsorted(held_ts, ts[index]), held_ts.size - 1)
+                same_value = held_vals[position].view(np.uint64) == vals[index].view(np.uint64)
+                repeat[index] = (held_ts[position] == ts[index]) & same_value
+        keep = ~repeat
+        return sids[keep], ts[keep], vals[keep]
 
     def _cut_after_append(self) -> None:
         """Seal what an append completed; a failure is logged, not raised (the batch is stored)."""

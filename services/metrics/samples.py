@@ -165,10 +165,9 @@ class SampleStore:
         in the write-ahead log (it survives a crash).
 
         A sample repeating a stored time with an identical value is a retry and is not added again,
-        so resending a batch after a lost reply is safe while its samples are in the head (not yet
-        sealed into a segment). A sample older than the store allows for
-        its series is INVALID_ARGUMENT naming its request field (reason SAMPLES_OUT_OF_ORDER), and
-        nothing of the batch is written.
+        so resending a batch after a lost reply is safe, also once it was sealed into a segment. A
+        sample older than the store allows for its series is INVALID_ARGUMENT naming its request
+        field (reason SAMPLES_OUT_OF_ORDER), and nothing of the batch is written.
         """
         return await self._run(self._write, batch)
 

@@ -135,6 +135,28 @@ async def test_a_resent_batch_of_several_samples_a_series_adds_nothing(operator:
     assert only(stored).values.tolist() == [0.0, 1.0, 2.0]
 
 
+async def test_a_batch_resent_after_it_was_sealed_adds_nothing(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """Once a maintenance pass has sealed a batch into segments, its resend is still a retry; a
+    new value at a sealed time is still out of order."""
+    await register_ready_nodes(operator, 1)
+    hour = 3_600_000
+    now = now_ms()
+    batch = [push("node-000", now - 10 * hour + i, float(i), gpus=2) for i in range(3)]
+    assert (await operator.write_samples([*batch, push("node-000", now, 0.0)])).samples_written == 3 * 4 + 2
+    maintenance = control_plane.plane.metrics_maintenance
+    assert maintenance is not None
+    await maintenance.run_once()
+    sealed = await operator.query_metrics(start=now - 11 * hour, end=now - 9 * hour)
+    assert sealed.stats.head_samples == 0 and sealed.stats.points_returned == 12  # all in segments
+    assert (await operator.write_samples(batch)).samples_written == 0
+    with pytest.raises(InvalidArgumentError) as error:
+        await operator.write_samples([push("node-000", now - 10 * hour + 1, 9.0)])
+    assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
+    assert (await operator.query_metrics(start=now - 11 * hour, end=now - 9 * hour)).stats.points_returned == 12
+
+
 async def test_stats_show_a_window_skipping_sealed_segments_outside_it(
     control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:

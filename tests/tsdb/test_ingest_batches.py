@@ -36,7 +36,9 @@ class Model:
     def append(self, sids: list[int], t: int, values: np.ndarray, boundary: int) -> int | None:
         """Samples added, or None when the batch must be rejected whole."""
         if t < boundary:
-            return None
+            # Behind the sealed boundary only a repeat of sealed samples is taken (as a retry).
+            repeats = all(self.samples[sid].get(t) == value for sid, value in zip(sids, values.tolist(), strict=True))
+            return 0 if repeats else None
         added = 0
         for sid, value in zip(sids, values.tolist(), strict=True):
             newest = self.newest.get(sid)
