@@ -15,11 +15,20 @@ class OutOfOrderError(TsdbError, ValueError):
     """Samples older than the head accepts for their series; the whole batch was rejected.
 
     `series_id`, `labels`, `timestamp_ms` and `newest_ms` name the first offending sample and the
-    newest time its series already holds (or the sealed boundary it fell behind).
+    newest time its series already holds, or, when `behind_boundary`, the sealed boundary it fell
+    behind (a store-wide time: the series itself may hold nothing).
     """
 
     def __init__(
-        self, message: str, *, series_id: int, labels: dict[str, str], timestamp_ms: int, newest_ms: int, rejected: int
+        self,
+        message: str,
+        *,
+        series_id: int,
+        labels: dict[str, str],
+        timestamp_ms: int,
+        newest_ms: int,
+        rejected: int,
+        behind_boundary: bool = False,
     ) -> None:
         super().__init__(message)
         self.series_id = series_id
@@ -27,6 +36,7 @@ class OutOfOrderError(TsdbError, ValueError):
         self.timestamp_ms = timestamp_ms
         self.newest_ms = newest_ms
         self.rejected = rejected
+        self.behind_boundary = behind_boundary
 
 
 class QueryTooLargeError(TsdbError):

@@ -182,6 +182,7 @@ class Head:
             timestamp_ms=t,
             newest_ms=newest,
             rejected=rejected,
+            behind_boundary=t < self.boundary,
         )
 
     def _check_general(self, sids: I64, ts: I64, values: F64) -> Plan:

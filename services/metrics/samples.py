@@ -184,12 +184,16 @@ class SampleStore:
         except tsdb.OutOfOrderError as error:
             by_sid = {int(sid): run for sid, run in zip(sids, runs, strict=True)}
             run = by_sid.get(int(error.series_id), runs[0])
+            # Short enough to arrive whole (descriptions are cut at 160 characters); the field
+            # path says which series.
+            why = (
+                f"time {error.timestamp_ms} ms is before {error.newest_ms} ms, where the store's sealed segments end"
+                if error.behind_boundary
+                else f"time {error.timestamp_ms} ms is not after {error.newest_ms} ms, its series' newest stored sample"
+            )
             raise InvalidArgument.for_field(
                 run.field_of_time(int(error.timestamp_ms)),
-                # Short enough to arrive whole (descriptions are cut at 160 characters); the field
-                # path says which series.
-                f"time {error.timestamp_ms} ms is not after {error.newest_ms} ms, its series' newest stored sample;"
-                " nothing of the batch was written",
+                f"{why}; nothing of the batch was written",
                 reason="SAMPLES_OUT_OF_ORDER",
             ) from None
 

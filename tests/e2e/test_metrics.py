@@ -155,6 +155,13 @@ async def test_a_batch_resent_after_it_was_sealed_adds_nothing(
         await operator.write_samples([push("node-000", now - 10 * hour + 1, 9.0)])
     assert error.value.reason == "SAMPLES_OUT_OF_ORDER"
     assert (await operator.query_metrics(start=now - 11 * hour, end=now - 9 * hour)).stats.points_returned == 12
+    # A series never written is refused there too: the boundary is the store's, and says so.
+    backfill = SeriesSamples({"node": "node-000", "field": "fan_rpm"}, [now - 10 * hour + 10], [1.0])
+    with pytest.raises(InvalidArgumentError) as behind:
+        await operator.write_samples([], [backfill])
+    [(field, description)] = behind.value.field_violations.items()
+    assert field == "series[0].timestamps_ms[0]"
+    assert "where the store's sealed segments end" in description, description
 
 
 async def test_stats_show_a_window_skipping_sealed_segments_outside_it(

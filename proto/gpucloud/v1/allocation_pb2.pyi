@@ -151,8 +151,8 @@ class CreateAllocationRequest(_message.Message):
     node_count: _builtins.int
     """Whole nodes, 1-256."""
     request_id: _builtins.str
-    """Idempotency key (at most 64 printable ASCII characters, a UUID4 is recommended),
-    scoped per tenant and method.
+    """Idempotency key (at most 64 printable ASCII characters; a UUID, the client sends UUIDv7),
+    scoped per tenant and method and kept for 24 hours: a retry after that runs again.
     """
     def __init__(
         self,

@@ -63,7 +63,7 @@ class AllocationServiceServicer:
     def CreateAllocation(self, request, context):
         """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
         capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-        request_id makes it idempotent: a retry returns the first result.
+        request_id makes it idempotent: a retry within 24 hours returns the first result.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

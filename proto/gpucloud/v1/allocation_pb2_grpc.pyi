@@ -35,7 +35,7 @@ class AllocationServiceStub:
     CreateAllocation: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]
     """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
     capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-    request_id makes it idempotent: a retry returns the first result.
+    request_id makes it idempotent: a retry within 24 hours returns the first result.
     """
     GetAllocation: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]
     ListAllocations: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]
@@ -52,7 +52,7 @@ class AllocationServiceAsyncStub(AllocationServiceStub):
     CreateAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]  # type: ignore[assignment]
     """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
     capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-    request_id makes it idempotent: a retry returns the first result.
+    request_id makes it idempotent: a retry within 24 hours returns the first result.
     """
     GetAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]  # type: ignore[assignment]
     ListAllocations: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]  # type: ignore[assignment]
@@ -72,7 +72,7 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_allocation_pb2.CreateAllocationResponse, _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]]:
         """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
         capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-        request_id makes it idempotent: a retry returns the first result.
+        request_id makes it idempotent: a retry within 24 hours returns the first result.
         """
 
     @_abc_1.abstractmethod

@@ -131,8 +131,8 @@ Global___NodeSamples: _TypeAlias = NodeSamples  # noqa: Y015
 
 @_typing.final
 class SeriesSamples(_message.Message):
-    """Columnar samples of one series with explicit labels (bulk import, backfill, node-level
-    fields without a GPU).
+    """Columnar samples of one series with explicit labels (bulk import and backfill no older than
+    the sealed boundary, node-level fields without a GPU).
     """
 
     DESCRIPTOR: _descriptor.Descriptor

@@ -70,7 +70,8 @@ class MetricsServiceServicer:
         """Agents and operators write batches of samples. The batch is all or nothing: a bad sample
         names its field (INVALID_ARGUMENT) and nothing of the batch is written. Within a batch, each
         series' samples must be in strictly increasing time; a sample older than what the store
-        already holds for its series is INVALID_ARGUMENT with reason SAMPLES_OUT_OF_ORDER. A sample
+        already holds for its series, or than the store's sealed boundary (1-3 h behind the newest
+        sample of any series), is INVALID_ARGUMENT with reason SAMPLES_OUT_OF_ORDER. A sample
         repeating a stored time with the identical value is a retry and is not added again, so a
         batch may be resent after a lost reply. An agent writes only for its own node.
         """
