@@ -99,6 +99,18 @@ def test_a_column_with_a_value_in_some_row_is_never_left_out(monkeypatch: pytest
     assert "…" not in text
 
 
+def test_records_also_leave_out_columns_empty_in_every_row(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Allocated nodes on 100 columns are one record per row (the allocation id leaves no room
+    for a table); CORDONED and REASON, empty in every row, are not a line of each record."""
+    nodes = [_node(f"h100-a-{i:02d}", allocation_id=f"alloc-01a2338691453f647c5003f113f{i}") for i in range(2)]
+    text = _nodes_text(monkeypatch, 100, nodes)
+    lines = text.splitlines()
+    assert any("ALLOCATION" in line and "alloc-01a2338691453f647c5003f113f1" in line for line in lines)
+    fields = [line for line in lines if "not shown" not in line]
+    assert not any("CORDONED" in line or "REASON" in line for line in fields)
+    assert "not shown, empty in every row: CORDONED, REASON" in text
+
+
 def test_times_and_lists_fold_at_their_spaces_before_ids_fold(monkeypatch: pytest.MonkeyPatch) -> None:
     """At 100 columns the allocations table fits once its times and node lists wrap at their
     spaces; the allocation id stays on one line."""

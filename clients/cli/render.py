@@ -95,7 +95,9 @@ def table(
     if not _fits([floors[i] for i in kept]):
         kept = [i for i in kept if i == 0 or any(line[i].plain not in ("", "-") for line in lines)]
         if not _fits([floors[i] for i in kept]):
-            return _records(title, columns, lines)
+            grid = _records(title, [columns[i] for i in kept], [[line[i] for i in kept] for line in lines])
+            _name_left_out(grid, columns, kept)
+            return grid
     grid = Table(title=title, title_justify="left", header_style="bold")
     folds = not _fits([natural[i] for i in kept])
     for i in kept:
@@ -106,10 +108,15 @@ def table(
             grid.add_column(columns[i], justify=justify, no_wrap=True, min_width=natural[i])
     for line in lines:
         grid.add_row(*(line[i] for i in kept))
+    _name_left_out(grid, columns, kept)
+    return grid
+
+
+def _name_left_out(grid: Table, columns: Sequence[str], kept: Sequence[int]) -> None:
+    """Say under the table which columns were left out for holding nothing in any row."""
     left_out = [columns[i] for i in range(len(columns)) if i not in kept]
     if left_out:
         add_caption(grid, f"not shown, empty in every row: {', '.join(left_out)}")
-    return grid
 
 
 def add_caption(grid: Table, line: str) -> None:
