@@ -1,12 +1,22 @@
 """Everything that talks to the gpucloud API from outside: the Python client and the CLI.
 
 from clients import Client
-with Client("127.0.0.1:50051", token) as client:
+with Client("127.0.0.1:50051", tenant_token) as client:
     allocation = client.create_allocation(gpu_model="H100", node_count=2)
+
+README.md's "From Python" has the whole example; every type a caller meets is importable from here.
 """
 
 from clients.async_client import AsyncClient, CreatedTenant, RetryPolicy
-from clients.billing import FinalizedInvoice, Invoice, InvoiceAdjustment, InvoiceAnomaly, InvoiceLine, UsageEvent
+from clients.billing import (
+    FinalizedInvoice,
+    Invoice,
+    InvoiceAdjustment,
+    InvoiceAnomaly,
+    InvoiceLine,
+    InvoiceReconciliation,
+    UsageEvent,
+)
 from clients.errors import (
     AbortedError,
     AlreadyExistsError,
@@ -15,12 +25,14 @@ from clients.errors import (
     GpucloudError,
     InternalError,
     InvalidArgumentError,
+    InvalidValueError,
     NotFoundError,
     PermissionDeniedError,
     ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
 )
+from clients.metrics import MetricsResult, NodeSamples, QueryStats, Series, SeriesSamples, WriteResult
 from clients.models import Allocation, Gpu, Node, NodeEvent, Operation, Page, Tenant
 from clients.sync_client import Client
 
@@ -38,20 +50,28 @@ __all__ = [
     "GpucloudError",
     "InternalError",
     "InvalidArgumentError",
+    "InvalidValueError",
     "Invoice",
     "InvoiceAdjustment",
     "InvoiceAnomaly",
     "InvoiceLine",
+    "InvoiceReconciliation",
+    "MetricsResult",
     "Node",
     "NodeEvent",
+    "NodeSamples",
     "NotFoundError",
     "Operation",
     "Page",
     "PermissionDeniedError",
+    "QueryStats",
     "ResourceExhaustedError",
     "RetryPolicy",
+    "Series",
+    "SeriesSamples",
     "Tenant",
     "UnauthenticatedError",
     "UnavailableError",
     "UsageEvent",
+    "WriteResult",
 ]

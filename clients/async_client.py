@@ -1,30 +1,33 @@
 """``AsyncClient``: the typed asyncio client of the gpucloud API.
 
-Every call carries a deadline (``timeout``, 30 s by default) and the bearer token. Calls that
-are safe to repeat are retried on UNAVAILABLE with exponential back-off and jitter.
-``create_allocation`` gets a ``request_id`` automatically (a UUIDv7: clients/request_ids.py)
-so that it is safe to repeat too, and is also retried on ABORTED, which the server answers
-while another call with the same key is running. Creating tenants and tokens, and node state
-transitions, are not retried: a repeat after a lost reply would be refused.
+Every call carries a deadline (the client's ``timeout``, 30 s by default, or the call's own
+``timeout=``) and the bearer token. Calls that are safe to repeat are retried on UNAVAILABLE
+with capped exponential back-off and jitter until that deadline, so a server restart shorter
+than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
+automatically (a UUIDv7: clients/request_ids.py) so that it is safe to repeat too, and is also
+retried on ABORTED, which the server answers while another call with the same key is running;
+its errors carry that key (``error.request_id``) for a retry of the caller's own. Creating
+tenants and tokens, and node state transitions, are not retried: a repeat after a lost reply
+would be refused or act twice.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
 import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
-from google.protobuf.timestamp_pb2 import Timestamp
 
-from clients import billing, convert, metrics, models
-from clients.errors import InternalError, from_rpc_error
+from clients import billing, convert, instants, metrics, models
+from clients.errors import GpucloudError, InternalError, InvalidValueError, from_rpc_error
 from clients.request_ids import new_request_id
 from gpucloud.v1 import (
     allocation_pb2,
@@ -45,21 +48,44 @@ T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
 _SAFE = frozenset({grpc.StatusCode.UNAVAILABLE})
 _SAFE_WITH_KEY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+_NEVER: frozenset[grpc.StatusCode] = frozenset()
+# gRPC's own reconnect back-off grows to 120 s: after a restart of a minute, a channel would
+# wait up to a minute more before it tried the server again, failing every retry at once
+# meanwhile. Capped like the retries, it notices the server back within about a second.
+_CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000))
 
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Exponential back-off with full jitter."""
+    """Capped exponential back-off with full jitter, retrying until the call's deadline.
 
-    # Tries in all, the first one included.
-    attempts: int = 6
+    ``attempts`` bounds the tries in all, the first included; None (the default) tries as long as
+    the deadline leaves time for the next back-off, so a server restart shorter than the deadline
+    fails no call that is safe to repeat.
+    """
+
+    attempts: int | None = None
     initial_backoff: float = 0.05
-    max_backoff: float = 2.0
+    max_backoff: float = 1.0
+
+    def __post_init__(self) -> None:
+        """Refuse a policy that could never try, or that sleeps a negative or endless time."""
+        if self.attempts is not None and self.attempts < 1:
+            raise InvalidValueError("attempts", f"attempts must be at least 1 or None, not {self.attempts}")
+        for name in ("initial_backoff", "max_backoff"):
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value >= 0):
+                raise InvalidValueError(name, f"{name} must be a finite number of seconds >= 0, not {value!r}")
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (1-based): random, up to
         ``initial_backoff * 2**(retry - 1)`` capped at ``max_backoff``."""
-        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** (retry - 1)))
+        # The exponent stops at 62: the cap applies long before, and 2.0**1024 is no float.
+        return random.uniform(0, min(self.max_backoff, self.initial_backoff * 2 ** min(retry - 1, 62)))
+
+    def gives_up_after(self, tries: int) -> bool:
+        """Whether ``tries`` tries are all the policy allows."""
+        return self.attempts is not None and tries >= self.attempts
 
 
 @dataclass(frozen=True)
@@ -81,6 +107,8 @@ class _Stubs:
     per call paid on every call."""
 
     channel: grpc.aio.Channel
+    # The loop the channel was made on, the only one it works on.
+    loop: asyncio.AbstractEventLoop
     tenants: tenant_pb2_grpc.TenantServiceAsyncStub
     nodes: node_pb2_grpc.NodeServiceAsyncStub
     allocations: allocation_pb2_grpc.AllocationServiceAsyncStub
@@ -90,11 +118,12 @@ class _Stubs:
     billing: billing_pb2_grpc.BillingServiceAsyncStub
 
     @classmethod
-    def on_new_channel(cls, address: str) -> _Stubs:
-        """Open an insecure (plaintext) channel to ``address`` and make every stub on it."""
-        channel = grpc.aio.insecure_channel(address)
+    def on_new_channel(cls, address: str, loop: asyncio.AbstractEventLoop) -> _Stubs:
+        """Open an insecure (plaintext) channel to ``address`` on ``loop`` and make every stub on it."""
+        channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
         return cls(
             channel,
+            loop,
             tenant_pb2_grpc.TenantServiceStub(channel),
             node_pb2_grpc.NodeServiceStub(channel),
             allocation_pb2_grpc.AllocationServiceStub(channel),
@@ -122,8 +151,37 @@ async def _pages(fetch: Callable[[str], Awaitable[models.Page[T]]], token: str) 
             return
 
 
+def _seconds(timeout: object, *, zero_ok: bool) -> float:
+    """``timeout`` as seconds if it is a usable deadline; InvalidValueError naming ``timeout`` otherwise."""
+    # bool is an int to Python, but True is never meant as one second.
+    number = timeout if isinstance(timeout, int | float) and not isinstance(timeout, bool) else math.nan
+    if math.isfinite(number) and (number > 0 or (zero_ok and number == 0)):
+        return float(number)
+    least = "0 or more" if zero_ok else "more than 0"
+    raise InvalidValueError("timeout", f"timeout must be a finite number of seconds, {least}, not {timeout!r}")
+
+
+def _error(
+    error: grpc.aio.AioRpcError, request: Any, seconds: float, tries: int, request_id: str | None
+) -> GpucloudError:
+    """The client's exception for a failed call, carrying the ``request_id`` it sent."""
+    message = None
+    if error.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+        # gRPC says only "Deadline Exceeded"; name the method (from its request message, e.g.
+        # GetNodeRequest) and the deadline, which tells a caller whether to raise the timeout.
+        rpc = type(request).__name__.removesuffix("Request")
+        retried = f" ({tries} tries)" if tries > 1 else ""
+        message = f"{rpc}: no answer within {seconds:g} s{retried}"
+    return from_rpc_error(error, message=message, request_id=request_id)
+
+
 class AsyncClient:
-    """Talks to one control plane. Use as ``async with AsyncClient(addr, token) as client``."""
+    """Talks to one control plane. Use as ``async with AsyncClient(addr, token) as client``.
+
+    Every method takes ``timeout=``: the seconds its call may take, retries included (None: the
+    client's ``timeout``); for a listing iterator, each page's call. A client may be used from one
+    event loop at a time: used from another (a second ``asyncio.run``), it opens a new channel there.
+    """
 
     def __init__(
         self,
@@ -133,30 +191,41 @@ class AsyncClient:
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
     ) -> None:
-        """``timeout`` is each call's default deadline in seconds, retries included; the channel opens on first use."""
+        """``timeout`` is each call's default deadline in seconds (more than 0), retries included; the channel opens
+        on first use. InvalidValueError for a timeout that is not a positive, finite number."""
         self.address = address
-        self.timeout = timeout
+        self.timeout = _seconds(timeout, zero_ok=False)
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._retry = retry or RetryPolicy()
         # Created on first use so it binds to the loop the caller runs in (grpc#32480).
         self._channel_stubs: _Stubs | None = None
 
     async def __aenter__(self) -> AsyncClient:
+        """The client itself; its channel opens on the first call."""
         return self
 
     async def __aexit__(self, *exc: object) -> None:
+        """Close the channel."""
         await self.close()
 
     async def close(self) -> None:
         """Close the channel. Safe to call twice; a later call opens a new channel."""
-        if self._channel_stubs is not None:
-            await self._channel_stubs.channel.close()
-            self._channel_stubs = None
+        stubs, self._channel_stubs = self._channel_stubs, None
+        # A channel of another loop cannot be closed from this one (that loop may be closed too):
+        # dropping it lets garbage collection release it.
+        if stubs is not None and stubs.loop is asyncio.get_running_loop():
+            await stubs.channel.close()
 
     def _stubs(self) -> _Stubs:
-        if self._channel_stubs is None:
-            self._channel_stubs = _Stubs.on_new_channel(self.address)
-        return self._channel_stubs
+        """The stubs on a channel of the running loop, opened on first use."""
+        loop = asyncio.get_running_loop()
+        stubs = self._channel_stubs
+        if stubs is None or stubs.loop is not loop:
+            # A grpc.aio channel works only on the loop it was made on (grpc#32480): the channel
+            # of an earlier asyncio.run() would raise "Event loop is closed". The old one is
+            # dropped rather than closed, for the reason close() gives.
+            self._channel_stubs = stubs = _Stubs.on_new_channel(self.address, loop)
+        return stubs
 
     async def _call(
         self,
@@ -165,50 +234,59 @@ class AsyncClient:
         *,
         retry_on: frozenset[grpc.StatusCode] = _SAFE,
         timeout: float | None = None,
+        request_id: str | None = None,
     ) -> R:
+        """Make the call, retrying the codes in ``retry_on`` until the deadline; ``request_id`` is the
+        idempotency key the request carries, put on the error if it fails."""
+        seconds = self.timeout if timeout is None else _seconds(timeout, zero_ok=True)
         # One deadline for the whole call, retries included; read off time.monotonic (the
-        # default loop's clock), since asking for the running loop is a getpid system call on
-        # Python 3.11.
-        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
-        attempt = 0
+        # default loop's clock) rather than loop.time(), which needs the running loop again.
+        deadline = time.monotonic() + seconds
+        tries = 0
         while True:
             try:
                 return await method(request, metadata=self._metadata, timeout=max(0.001, deadline - time.monotonic()))
             except grpc.aio.AioRpcError as error:
-                attempt += 1
-                pause = self._retry.delay(attempt)
+                tries += 1
+                pause = self._retry.delay(tries)
+                # Give up when the next try could not start before the deadline: the last error
+                # (UNAVAILABLE and its reason) says more than a DEADLINE_EXCEEDED would.
                 out_of_time = time.monotonic() + pause >= deadline
-                if error.code() not in retry_on or attempt >= self._retry.attempts or out_of_time:
-                    raise from_rpc_error(error) from None
+                if error.code() not in retry_on or self._retry.gives_up_after(tries) or out_of_time:
+                    raise _error(error, request, seconds, tries, request_id) from None
                 await asyncio.sleep(pause)
 
     # Tenants --------------------------------------------------------------------------------
 
-    async def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+    async def create_tenant(
+        self, tenant_id: str, display_name: str = "", *, timeout: float | None = None
+    ) -> CreatedTenant:
         """Create a tenant and its first API token (operators). Not retried; a taken id is ``AlreadyExistsError``."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name)
-        response = await self._call(stub.CreateTenant, request, retry_on=frozenset())
+        response = await self._call(stub.CreateTenant, request, retry_on=_NEVER, timeout=timeout)
         return CreatedTenant(convert.tenant(response.tenant), response.token)
 
-    async def get_tenant(self, tenant_id: str) -> models.Tenant:
+    async def get_tenant(self, tenant_id: str, *, timeout: float | None = None) -> models.Tenant:
         """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
         stub = self._stubs().tenants
-        response = await self._call(stub.GetTenant, tenant_pb2.GetTenantRequest(tenant_id=tenant_id))
-        return convert.tenant(response.tenant)
+        request = tenant_pb2.GetTenantRequest(tenant_id=tenant_id)
+        return convert.tenant((await self._call(stub.GetTenant, request, timeout=timeout)).tenant)
 
-    async def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+    async def list_tenants(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> models.Page[models.Tenant]:
         """One page of every tenant, ordered by id (operators)."""
         stub = self._stubs().tenants
         request = tenant_pb2.ListTenantsRequest(page_size=page_size, page_token=page_token)
-        response = await self._call(stub.ListTenants, request)
+        response = await self._call(stub.ListTenants, request, timeout=timeout)
         return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
 
-    async def create_tenant_token(self, tenant_id: str) -> str:
+    async def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
         """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
-        return (await self._call(stub.CreateTenantToken, request, retry_on=frozenset())).token
+        return (await self._call(stub.CreateTenantToken, request, retry_on=_NEVER, timeout=timeout)).token
 
     # Nodes ----------------------------------------------------------------------------------
 
@@ -221,6 +299,7 @@ class AsyncClient:
         zone: str,
         rack: str,
         leaf_switch: str,
+        timeout: float | None = None,
     ) -> models.Node:
         """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
         stub = self._stubs().nodes
@@ -232,12 +311,13 @@ class AsyncClient:
             rack=rack,
             leaf_switch=leaf_switch,
         )
-        return convert.node((await self._call(stub.RegisterNode, request)).node)
+        return convert.node((await self._call(stub.RegisterNode, request, timeout=timeout)).node)
 
-    async def get_node(self, node_id: str) -> models.Node:
+    async def get_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
         """The node ``node_id`` (operators and agents; an agent reading another node is ``PermissionDeniedError``)."""
         stub = self._stubs().nodes
-        return convert.node((await self._call(stub.GetNode, node_pb2.GetNodeRequest(node_id=node_id))).node)
+        request = node_pb2.GetNodeRequest(node_id=node_id)
+        return convert.node((await self._call(stub.GetNode, request, timeout=timeout)).node)
 
     async def list_nodes(
         self,
@@ -247,6 +327,7 @@ class AsyncClient:
         zone: str = "",
         page_size: int = 0,
         page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[models.Node]:
         """One page of the fleet, ordered by node id (operators). ``state``, ``gpu_model`` and ``zone`` filter it."""
         stub = self._stubs().nodes
@@ -257,63 +338,70 @@ class AsyncClient:
             page_size=page_size,
             page_token=page_token,
         )
-        response = await self._call(stub.ListNodes, request)
+        response = await self._call(stub.ListNodes, request, timeout=timeout)
         return models.Page([convert.node(n) for n in response.nodes], response.next_page_token)
 
-    async def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+    async def complete_burn_in(
+        self, node_id: str, *, passed: bool = True, detail: str = "", timeout: float | None = None
+    ) -> models.Node:
         """Record a burn-in result: passed moves the node to READY, failed to QUARANTINED.
 
         Not retried; a node not in BURN_IN is ``FailedPreconditionError``.
         """
         stub = self._stubs().nodes
         request = node_pb2.CompleteBurnInRequest(node_id=node_id, passed=passed, detail=detail)
-        return convert.node((await self._call(stub.CompleteBurnIn, request, retry_on=frozenset())).node)
+        return convert.node((await self._call(stub.CompleteBurnIn, request, retry_on=_NEVER, timeout=timeout)).node)
 
-    async def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+    async def cordon_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Stop new placements on the node without changing its state (operators). Idempotent, so retried."""
         stub = self._stubs().nodes
         request = node_pb2.CordonNodeRequest(node_id=node_id, reason=reason)
-        return convert.node((await self._call(stub.CordonNode, request)).node)
+        return convert.node((await self._call(stub.CordonNode, request, timeout=timeout)).node)
 
-    async def uncordon_node(self, node_id: str) -> models.Node:
+    async def uncordon_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
         """Let placement pick the node again and clear its status reason (operators). Idempotent, so retried."""
         stub = self._stubs().nodes
-        return convert.node((await self._call(stub.UncordonNode, node_pb2.UncordonNodeRequest(node_id=node_id))).node)
+        request = node_pb2.UncordonNodeRequest(node_id=node_id)
+        return convert.node((await self._call(stub.UncordonNode, request, timeout=timeout)).node)
 
-    async def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+    async def drain_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Take the node out of service and cordon it (operators).
 
         A free node is QUARANTINED at once; a held one drains: its tenant keeps it until release, and it
         is quarantined after its scrub. Not retried: after a lost reply, read the node again.
         """
-        return await self._lifecycle("DrainNode", node_pb2.DrainNodeRequest(node_id=node_id, reason=reason))
+        request = node_pb2.DrainNodeRequest(node_id=node_id, reason=reason)
+        return await self._lifecycle("DrainNode", request, timeout)
 
-    async def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+    async def start_repair(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Move a QUARANTINED node to REPAIR (operators). Not retried; other states are ``FailedPreconditionError``."""
-        return await self._lifecycle("StartRepair", node_pb2.StartRepairRequest(node_id=node_id, reason=reason))
+        request = node_pb2.StartRepairRequest(node_id=node_id, reason=reason)
+        return await self._lifecycle("StartRepair", request, timeout)
 
-    async def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+    async def return_to_service(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Send a QUARANTINED or REPAIR node back to BURN_IN, uncordoned (operators). Not retried."""
         request = node_pb2.ReturnToServiceRequest(node_id=node_id, reason=reason)
-        return await self._lifecycle("ReturnToService", request)
+        return await self._lifecycle("ReturnToService", request, timeout)
 
-    async def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+    async def retire_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Retire a REGISTERED, QUARANTINED or REPAIR node for good (operators). Not retried."""
-        return await self._lifecycle("RetireNode", node_pb2.RetireNodeRequest(node_id=node_id, reason=reason))
+        request = node_pb2.RetireNodeRequest(node_id=node_id, reason=reason)
+        return await self._lifecycle("RetireNode", request, timeout)
 
-    async def _lifecycle(self, rpc: str, request: Any) -> models.Node:
-        # State transitions are not retried: a lost reply followed by a retry would be refused
-        # as an illegal transition, which is confusing; the caller re-reads instead.
+    async def _lifecycle(self, rpc: str, request: Any, timeout: float | None) -> models.Node:
+        """Call the node state transition ``rpc``, never retried."""
+        # A lost reply followed by a retry would be refused as an illegal transition, which is
+        # confusing; the caller re-reads instead.
         method = getattr(self._stubs().nodes, rpc)
-        return convert.node((await self._call(method, request, retry_on=frozenset())).node)
+        return convert.node((await self._call(method, request, retry_on=_NEVER, timeout=timeout)).node)
 
     async def list_node_events(
-        self, node_id: str, *, page_size: int = 0, page_token: str = ""
+        self, node_id: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
     ) -> models.Page[models.NodeEvent]:
         """One page of a node's recorded state changes, oldest first."""
         stub = self._stubs().nodes
         request = node_pb2.ListNodeEventsRequest(node_id=node_id, page_size=page_size, page_token=page_token)
-        response = await self._call(stub.ListNodeEvents, request)
+        response = await self._call(stub.ListNodeEvents, request, timeout=timeout)
         return models.Page([convert.node_event(e) for e in response.events], response.next_page_token)
 
     # Allocations ----------------------------------------------------------------------------
@@ -331,24 +419,31 @@ class AsyncClient:
 
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts.
-        ``timeout`` bounds the whole call, retries included.
+        ``timeout`` bounds the whole call, retries included. Every ``GpucloudError`` it raises
+        carries the key it sent as ``.request_id``: when the outcome is unknown
+        (``DeadlineExceededError``, ``UnavailableError``), call again with
+        ``request_id=error.request_id`` to get the allocation the first call may have made
+        rather than a second one.
         """
         stub = self._stubs().allocations
+        # An empty key would make retries unsafe: treat it like no key and make one.
+        key = request_id or new_request_id()
         request = allocation_pb2.CreateAllocationRequest(
             tenant_id=tenant_id,
             gpu_model=convert.gpu_model_value(gpu_model),
             node_count=node_count,
-            # An empty key would make retries unsafe: treat it like no key and make one.
-            request_id=request_id or new_request_id(),
+            request_id=key,
         )
-        response = await self._call(stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout)
+        response = await self._call(
+            stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout, request_id=key
+        )
         return convert.allocation(response.allocation)
 
-    async def get_allocation(self, allocation_id: str) -> models.Allocation:
+    async def get_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Allocation:
         """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""
         stub = self._stubs().allocations
         request = allocation_pb2.GetAllocationRequest(allocation_id=allocation_id)
-        return convert.allocation((await self._call(stub.GetAllocation, request)).allocation)
+        return convert.allocation((await self._call(stub.GetAllocation, request, timeout=timeout)).allocation)
 
     async def list_allocations(
         self,
@@ -357,6 +452,7 @@ class AsyncClient:
         state: str | None = None,
         page_size: int = 0,
         page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[models.Allocation]:
         """One page of allocations, newest first.
 
@@ -370,17 +466,23 @@ class AsyncClient:
             page_size=page_size,
             page_token=page_token,
         )
-        response = await self._call(stub.ListAllocations, request)
+        response = await self._call(stub.ListAllocations, request, timeout=timeout)
         return models.Page([convert.allocation(a) for a in response.allocations], response.next_page_token)
 
     async def iter_allocations(
-        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
+        self,
+        *,
+        tenant_id: str = "",
+        state: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
     ) -> AsyncIterator[models.Allocation]:
         """Every allocation visible to the caller, newest first, fetching pages as needed; from
-        ``page_token``'s page on when one is given."""
+        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call."""
         pages = _pages(
             lambda token: self.list_allocations(
-                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token, timeout=timeout
             ),
             page_token,
         )
@@ -388,40 +490,44 @@ class AsyncClient:
             for item in page:
                 yield item
 
-    async def cancel_allocation(self, allocation_id: str) -> models.Operation:
+    async def cancel_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
         stub = self._stubs().allocations
         request = allocation_pb2.CancelAllocationRequest(allocation_id=allocation_id)
-        return convert.operation(await self._call(stub.CancelAllocation, request))
+        return convert.operation(await self._call(stub.CancelAllocation, request, timeout=timeout))
 
     # Operations -----------------------------------------------------------------------------
 
-    async def get_operation(self, name: str) -> models.Operation:
+    async def get_operation(self, name: str, *, timeout: float | None = None) -> models.Operation:
         """The operation ``name`` (``operations/<id>``), done or not; another tenant's is ``NotFoundError``."""
         stub = self._stubs().operations
-        return convert.operation(await self._call(stub.GetOperation, operations_pb2.GetOperationRequest(name=name)))
+        request = operations_pb2.GetOperationRequest(name=name)
+        return convert.operation(await self._call(stub.GetOperation, request, timeout=timeout))
 
     async def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
-        """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
+        """Wait until the operation is done or ``timeout`` seconds pass (0 or more); check ``.done``."""
         stub = self._stubs().operations
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + _seconds(timeout, zero_ok=True)
         while True:
             left = max(0.0, deadline - time.monotonic())
             wait = Duration()
             wait.FromNanoseconds(int(min(left, 30.0) * 1e9))
             request = operations_pb2.WaitOperationRequest(name=name, timeout=wait)
+            # The server answers by ``wait``; the call's deadline leaves it 5 s more to do so.
             operation = convert.operation(await self._call(stub.WaitOperation, request, timeout=min(left, 30.0) + 5))
             if operation.done or time.monotonic() >= deadline:
                 return operation
 
-    async def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+    async def list_operations(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> models.Page[models.Operation]:
         """One page of the operations the caller may see, newest first."""
         stub = self._stubs().operations
         request = operations_pb2.ListOperationsRequest(page_size=page_size, page_token=page_token)
-        response = await self._call(stub.ListOperations, request)
+        response = await self._call(stub.ListOperations, request, timeout=timeout)
         return models.Page([convert.operation(o) for o in response.operations], response.next_page_token)
 
-    async def delete_operation(self, name: str) -> None:
+    async def delete_operation(self, name: str, *, timeout: float | None = None) -> None:
         """Forget a finished operation; one still running is ``FailedPreconditionError``.
 
         Retried on UNAVAILABLE. A retry that finds the operation gone counts as deleted: the try
@@ -440,12 +546,16 @@ class AsyncClient:
                     return None
                 raise
 
-        await self._call(delete, operations_pb2.DeleteOperationRequest(name=name))
+        await self._call(delete, operations_pb2.DeleteOperationRequest(name=name), timeout=timeout)
 
     # Metrics --------------------------------------------------------------------------------
 
     async def write_samples(
-        self, nodes: Sequence[metrics.NodeSamples] = (), series: Sequence[metrics.SeriesSamples] = ()
+        self,
+        nodes: Sequence[metrics.NodeSamples] = (),
+        series: Sequence[metrics.SeriesSamples] = (),
+        *,
+        timeout: float | None = None,
     ) -> metrics.WriteResult:
         """Write node pushes and columnar series in one all-or-nothing batch.
 
@@ -454,102 +564,116 @@ class AsyncClient:
         """
         stub = self._stubs().metrics
         request = metrics.write_request(nodes, series)
-        response = await self._call(stub.WriteSamples, request)
+        response = await self._call(stub.WriteSamples, request, timeout=timeout)
         return metrics.WriteResult(response.samples_written, response.series_written)
 
     async def query_metrics(
         self,
         *,
-        start: datetime | int,
-        end: datetime | int,
+        start: instants.Instant,
+        end: instants.Instant,
         node_ids: Sequence[str] = (),
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> metrics.MetricsResult:
-        """Raw samples in [start, end) (datetimes, or ms since the epoch); empty lists match all."""
+        """Raw samples in [start, end): datetimes (naive ones are UTC) or int ms since the epoch; empty lists match
+        all."""
         stub = self._stubs().metrics
         request = metrics_pb2.QueryRequest(
             selector=metrics.selector(node_ids, gpu_indexes, fields),
-            start_ms=metrics.to_ms(start),
-            end_ms=metrics.to_ms(end),
+            start_ms=instants.to_ms(start, "start"),
+            end_ms=instants.to_ms(end, "end"),
         )
-        response = await self._call(stub.Query, request)
+        response = await self._call(stub.Query, request, timeout=timeout)
         return metrics.result(response.series, response.stats)
 
     async def query_metrics_range(
         self,
         *,
-        start: datetime | int,
-        end: datetime | int,
+        start: instants.Instant,
+        end: instants.Instant,
         step: timedelta | int,
         aggregation: str = "avg",
         node_ids: Sequence[str] = (),
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> metrics.MetricsResult:
-        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int)."""
+        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int) in [start, end),
+        whose times are as for ``query_metrics``."""
         stub = self._stubs().metrics
         request = metrics_pb2.QueryRangeRequest(
             selector=metrics.selector(node_ids, gpu_indexes, fields),
-            start_ms=metrics.to_ms(start),
-            end_ms=metrics.to_ms(end),
-            step_ms=metrics.step_ms(step),
+            start_ms=instants.to_ms(start, "start"),
+            end_ms=instants.to_ms(end, "end"),
+            step_ms=instants.duration_ms(step, "step"),
             aggregation=metrics.aggregation_value(aggregation),
         )
-        response = await self._call(stub.QueryRange, request)
+        response = await self._call(stub.QueryRange, request, timeout=timeout)
         return metrics.result(response.series, response.stats)
 
     # Billing --------------------------------------------------------------------------------
 
-    async def get_invoice(self, period: str, *, tenant_id: str = "") -> billing.Invoice:
+    async def get_invoice(self, period: str, *, tenant_id: str = "", timeout: float | None = None) -> billing.Invoice:
         """The invoice for ``period`` (``YYYY-MM``, UTC): frozen if finalized, else computed now.
 
         ``tenant_id`` defaults to the caller's own tenant; operators must name one.
         """
         stub = self._stubs().billing
         request = billing_pb2.GetInvoiceRequest(tenant_id=tenant_id, period=period)
-        return billing.invoice((await self._call(stub.GetInvoice, request)).invoice)
+        return billing.invoice((await self._call(stub.GetInvoice, request, timeout=timeout)).invoice)
 
-    async def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
+    async def finalize_invoice(
+        self, period: str, *, tenant_id: str, timeout: float | None = None
+    ) -> billing.FinalizedInvoice:
         """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
         stub = self._stubs().billing
         request = billing_pb2.FinalizeInvoiceRequest(tenant_id=tenant_id, period=period)
-        response = await self._call(stub.FinalizeInvoice, request)
+        response = await self._call(stub.FinalizeInvoice, request, timeout=timeout)
         return billing.FinalizedInvoice(billing.invoice(response.invoice), response.newly_finalized)
 
     async def list_usage_events(
         self,
         *,
         tenant_id: str = "",
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
         page_size: int = 0,
         page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[billing.UsageEvent]:
-        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given."""
+        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given, as datetimes (naive
+        ones are UTC) or int ms since the epoch."""
         stub = self._stubs().billing
         request = billing_pb2.ListUsageEventsRequest(
             tenant_id=tenant_id,
-            start_time=_timestamp(start_time),
-            end_time=_timestamp(end_time),
+            start_time=instants.to_timestamp(start_time, "start_time"),
+            end_time=instants.to_timestamp(end_time, "end_time"),
             page_size=page_size,
             page_token=page_token,
         )
-        response = await self._call(stub.ListUsageEvents, request)
+        response = await self._call(stub.ListUsageEvents, request, timeout=timeout)
         return models.Page([billing.usage_event(e) for e in response.usage_events], response.next_page_token)
 
     async def iter_usage_event_pages(
         self,
         *,
         tenant_id: str = "",
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
         page_size: int = 0,
+        timeout: float | None = None,
     ) -> AsyncIterator[models.Page[billing.UsageEvent]]:
-        """Every page of the usage-event log the caller sees, oldest first."""
+        """Every page of the usage-event log the caller sees, oldest first; ``timeout`` bounds each page's call."""
         pages = _pages(
             lambda token: self.list_usage_events(
-                tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
+                tenant_id=tenant_id,
+                start_time=start_time,
+                end_time=end_time,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
             ),
             "",
         )
@@ -560,24 +684,15 @@ class AsyncClient:
         self,
         *,
         tenant_id: str = "",
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
         page_size: int = 0,
+        timeout: float | None = None,
     ) -> AsyncIterator[billing.UsageEvent]:
         """Every usage event the caller sees in the window, oldest first, fetching pages as needed."""
         pages = self.iter_usage_event_pages(
-            tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size
+            tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, timeout=timeout
         )
         async for page in pages:
             for event in page:
                 yield event
-
-
-def _timestamp(moment: datetime | None) -> Timestamp | None:
-    if moment is None:
-        return None
-    if moment.tzinfo is None:
-        raise ValueError(f"{moment.isoformat()} has no time zone; pass an aware datetime (UTC)")
-    ts = Timestamp()
-    ts.FromDatetime(moment)
-    return ts

@@ -13,8 +13,14 @@ GpucloudError                 carries code, reason, message, field violations, m
 ├── DeadlineExceededError
 └── InternalError
 
+Every GpucloudError of a call that sent a ``request_id`` (``create_allocation``) carries it in
+``.request_id``: when the outcome is unknown (DeadlineExceededError, UnavailableError), call
+again with ``request_id=error.request_id`` to get the first call's result instead of a second
+allocation.
+
 InvalidValueError (a ValueError) is raised before any call, for an argument the client cannot
-put into a request (an unknown GPU model name, say); ``.field`` names the request field.
+put into a request (an unknown GPU model name, a float for a time, a timeout that is not a
+positive number); ``.field`` names the parameter.
 """
 
 from __future__ import annotations
@@ -28,8 +34,9 @@ _STATUS_DETAILS_KEY = "grpc-status-details-bin"
 
 
 class InvalidValueError(ValueError):
-    """An argument the client refuses before calling: ``field`` is the request field it was
-    for (``gpu_model``, ``state``, ``aggregation``), so a caller can point at its own input."""
+    """An argument the client refuses before calling: ``field`` is the parameter it was given as
+    (``gpu_model``, ``state``, ``aggregation``, ``start``, ``timeout``), the request field's name where
+    the parameter has it, so a caller can point at its own input."""
 
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
@@ -37,7 +44,11 @@ class InvalidValueError(ValueError):
 
 
 class GpucloudError(Exception):
-    """An RPC failed. ``reason`` is the stable machine-readable cause (ErrorInfo.reason)."""
+    """An RPC failed. ``reason`` is the stable machine-readable cause (ErrorInfo.reason).
+
+    ``request_id`` is the idempotency key the failed call sent (the one given, or the one the client made up),
+    None for a call that sends none: pass it back as ``request_id=`` to retry a create whose outcome is unknown.
+    """
 
     code: grpc.StatusCode = grpc.StatusCode.UNKNOWN
 
@@ -49,6 +60,7 @@ class GpucloudError(Exception):
         reason: str = "",
         field_violations: Mapping[str, str] | None = None,
         metadata: Mapping[str, str] | None = None,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.message = message
@@ -57,6 +69,7 @@ class GpucloudError(Exception):
         self.reason = reason
         self.field_violations: dict[str, str] = dict(field_violations or {})
         self.metadata: dict[str, str] = dict(metadata or {})
+        self.request_id = request_id
 
     def __str__(self) -> str:
         reason = f" {self.reason}" if self.reason else ""
@@ -150,17 +163,18 @@ class UnavailableError(GpucloudError):
 
     With no ``reason`` the transport failed (no server at the address, a dropped connection); with one, the server's
     database or storage failed (DATABASE_UNAVAILABLE, STORAGE_FULL, STORAGE_ERROR) or its metrics store is closing
-    (METRICS_UNAVAILABLE). Retried with back-off within the call's deadline, except by ``create_tenant``,
-    ``create_tenant_token``, ``complete_burn_in`` and the node lifecycle calls (drain, repair, return to service,
-    retire), which raise it at once: the first attempt may have taken effect.
+    (METRICS_UNAVAILABLE). Retried with capped exponential back-off until the call's deadline, except by
+    ``create_tenant``, ``create_tenant_token``, ``complete_burn_in`` and the node lifecycle calls (drain, repair,
+    return to service, retire), which raise it at once: the first attempt may have taken effect.
     """
 
     code = grpc.StatusCode.UNAVAILABLE
 
 
 class DeadlineExceededError(GpucloudError):
-    """DEADLINE_EXCEEDED: no answer within the call's deadline (the client's ``timeout``, retries included); the
-    call may still have taken effect on the server."""
+    """DEADLINE_EXCEEDED: no answer within the call's deadline (``timeout``, retries included); the message names
+    the method and the deadline. The call may still have taken effect on the server: retry a create with
+    ``request_id=error.request_id``."""
 
     code = grpc.StatusCode.DEADLINE_EXCEEDED
 
@@ -190,8 +204,11 @@ _BY_CODE: dict[grpc.StatusCode, type[GpucloudError]] = {
 }
 
 
-def from_rpc_error(error: grpc.aio.AioRpcError) -> GpucloudError:
-    """Translate a failed call, reading ErrorInfo and BadRequest from the status details."""
+def from_rpc_error(
+    error: grpc.aio.AioRpcError, *, message: str | None = None, request_id: str | None = None
+) -> GpucloudError:
+    """Translate a failed call, reading ErrorInfo and BadRequest from the status details. ``message`` replaces
+    gRPC's (its "Deadline Exceeded" names neither the method nor the deadline); ``request_id`` is the key sent."""
     code = error.code()
     reason = ""
     violations: dict[str, str] = {}
@@ -208,4 +225,11 @@ def from_rpc_error(error: grpc.aio.AioRpcError) -> GpucloudError:
             elif detail.Unpack(bad):
                 violations.update({v.field: v.description for v in bad.field_violations})
     cls = _BY_CODE.get(code, GpucloudError)
-    return cls(error.details() or code.name, code=code, reason=reason, field_violations=violations, metadata=metadata)
+    return cls(
+        message or error.details() or code.name,
+        code=code,
+        reason=reason,
+        field_violations=violations,
+        metadata=metadata,
+        request_id=request_id,
+    )

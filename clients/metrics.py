@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING
 
+from clients import instants
 from clients.errors import InvalidValueError
 from gpucloud.v1 import metrics_pb2
 
@@ -106,13 +107,10 @@ class MetricsResult:
     stats: QueryStats
 
 
-def to_ms(moment: datetime | int) -> int:
-    """Milliseconds since the epoch of a datetime (naive means UTC), or an int as given."""
-    if isinstance(moment, int):
-        return moment
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return (moment - _EPOCH) // timedelta(milliseconds=1)
+def to_ms(moment: datetime | int, parameter: str = "moment") -> int:
+    """Milliseconds since the epoch of a datetime (naive means UTC), or an int as given; anything else is
+    ``InvalidValueError`` naming ``parameter`` (clients/instants.py has the rule)."""
+    return instants.to_ms(moment, parameter)
 
 
 def from_ms(millis: int) -> datetime:
@@ -120,9 +118,9 @@ def from_ms(millis: int) -> datetime:
     return _EPOCH + timedelta(milliseconds=millis)
 
 
-def step_ms(step: timedelta | int) -> int:
-    """A step as milliseconds (an int is taken as milliseconds)."""
-    return step if isinstance(step, int) else step // timedelta(milliseconds=1)
+def step_ms(step: timedelta | int, parameter: str = "step") -> int:
+    """A step as milliseconds (an int is taken as milliseconds); anything else is ``InvalidValueError``."""
+    return instants.duration_ms(step, parameter)
 
 
 def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:

@@ -11,10 +11,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any, TypeVar
 
-from clients import billing, metrics, models
+from clients import billing, instants, metrics, models
 from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy, next_page_token
 
 T = TypeVar("T")
@@ -31,18 +31,23 @@ def _pages(fetch: Callable[[str], models.Page[T]], token: str) -> Iterator[model
 
 
 class Client:
-    """Blocking client. Use as ``with Client(addr, token) as client``."""
+    """Blocking client. Use as ``with Client(addr, token) as client``.
+
+    Every method takes ``timeout=`` as ``AsyncClient``'s does: the seconds its call may take, retries included.
+    """
 
     def __init__(
         self, address: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None
     ) -> None:
         """Start the client's event-loop thread; ``timeout`` and ``retry`` are as for ``AsyncClient``."""
+        # First, so that a bad timeout leaves no thread behind.
+        self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gpucloud-client", daemon=True)
         self._thread.start()
-        self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
+        """Run ``coroutine`` on the client's loop and wait for its result."""
         if self._loop.is_closed():
             coroutine.close()  # never to run: no "never awaited" warning
             raise RuntimeError("this Client is closed; make a new one")
@@ -58,40 +63,58 @@ class Client:
         self._loop.close()
 
     def __enter__(self) -> Client:
+        """The client itself."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the client."""
         self.close()
 
-    def create_tenant(self, tenant_id: str, display_name: str = "") -> CreatedTenant:
+    def create_tenant(self, tenant_id: str, display_name: str = "", *, timeout: float | None = None) -> CreatedTenant:
         """Create a tenant and its first API token (operators). Not retried; a taken id is ``AlreadyExistsError``."""
-        return self._run(self._async.create_tenant(tenant_id, display_name))
+        return self._run(self._async.create_tenant(tenant_id, display_name, timeout=timeout))
 
-    def get_tenant(self, tenant_id: str) -> models.Tenant:
+    def get_tenant(self, tenant_id: str, *, timeout: float | None = None) -> models.Tenant:
         """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
-        return self._run(self._async.get_tenant(tenant_id))
+        return self._run(self._async.get_tenant(tenant_id, timeout=timeout))
 
-    def list_tenants(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Tenant]:
+    def list_tenants(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> models.Page[models.Tenant]:
         """One page of every tenant, ordered by id (operators)."""
-        return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token))
+        return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token, timeout=timeout))
 
-    def create_tenant_token(self, tenant_id: str) -> str:
+    def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
         """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
-        return self._run(self._async.create_tenant_token(tenant_id))
+        return self._run(self._async.create_tenant_token(tenant_id, timeout=timeout))
 
     def register_node(
-        self, node_id: str, *, gpu_model: str, gpu_uuids: Sequence[str], zone: str, rack: str, leaf_switch: str
+        self,
+        node_id: str,
+        *,
+        gpu_model: str,
+        gpu_uuids: Sequence[str],
+        zone: str,
+        rack: str,
+        leaf_switch: str,
+        timeout: float | None = None,
     ) -> models.Node:
         """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
         return self._run(
             self._async.register_node(
-                node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuids, zone=zone, rack=rack, leaf_switch=leaf_switch
+                node_id,
+                gpu_model=gpu_model,
+                gpu_uuids=gpu_uuids,
+                zone=zone,
+                rack=rack,
+                leaf_switch=leaf_switch,
+                timeout=timeout,
             )
         )
 
-    def get_node(self, node_id: str) -> models.Node:
+    def get_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
         """The node ``node_id`` (operators and agents; an agent reading another node is ``PermissionDeniedError``)."""
-        return self._run(self._async.get_node(node_id))
+        return self._run(self._async.get_node(node_id, timeout=timeout))
 
     def list_nodes(
         self,
@@ -101,47 +124,57 @@ class Client:
         zone: str = "",
         page_size: int = 0,
         page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[models.Node]:
         """One page of the fleet, ordered by node id (operators). ``state``, ``gpu_model`` and ``zone`` filter it."""
         return self._run(
             self._async.list_nodes(
-                state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token
+                state=state,
+                gpu_model=gpu_model,
+                zone=zone,
+                page_size=page_size,
+                page_token=page_token,
+                timeout=timeout,
             )
         )
 
-    def complete_burn_in(self, node_id: str, *, passed: bool = True, detail: str = "") -> models.Node:
+    def complete_burn_in(
+        self, node_id: str, *, passed: bool = True, detail: str = "", timeout: float | None = None
+    ) -> models.Node:
         """Record a burn-in result: passed -> READY, failed -> QUARANTINED. Not retried."""
-        return self._run(self._async.complete_burn_in(node_id, passed=passed, detail=detail))
+        return self._run(self._async.complete_burn_in(node_id, passed=passed, detail=detail, timeout=timeout))
 
-    def cordon_node(self, node_id: str, reason: str = "") -> models.Node:
+    def cordon_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Stop new placements on the node without changing its state (operators). Idempotent, so retried."""
-        return self._run(self._async.cordon_node(node_id, reason))
+        return self._run(self._async.cordon_node(node_id, reason, timeout=timeout))
 
-    def uncordon_node(self, node_id: str) -> models.Node:
+    def uncordon_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
         """Let placement pick the node again and clear its status reason (operators). Idempotent, so retried."""
-        return self._run(self._async.uncordon_node(node_id))
+        return self._run(self._async.uncordon_node(node_id, timeout=timeout))
 
-    def drain_node(self, node_id: str, reason: str = "") -> models.Node:
+    def drain_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Take the node out of service and cordon it (operators); a held node drains until released. Not retried."""
-        return self._run(self._async.drain_node(node_id, reason))
+        return self._run(self._async.drain_node(node_id, reason, timeout=timeout))
 
-    def start_repair(self, node_id: str, reason: str = "") -> models.Node:
+    def start_repair(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Move a QUARANTINED node to REPAIR (operators). Not retried; other states are ``FailedPreconditionError``."""
-        return self._run(self._async.start_repair(node_id, reason))
+        return self._run(self._async.start_repair(node_id, reason, timeout=timeout))
 
-    def return_to_service(self, node_id: str, reason: str = "") -> models.Node:
+    def return_to_service(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Send a QUARANTINED or REPAIR node back to BURN_IN, uncordoned (operators). Not retried."""
-        return self._run(self._async.return_to_service(node_id, reason))
+        return self._run(self._async.return_to_service(node_id, reason, timeout=timeout))
 
-    def retire_node(self, node_id: str, reason: str = "") -> models.Node:
+    def retire_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
         """Retire a REGISTERED, QUARANTINED or REPAIR node for good (operators). Not retried."""
-        return self._run(self._async.retire_node(node_id, reason))
+        return self._run(self._async.retire_node(node_id, reason, timeout=timeout))
 
     def list_node_events(
-        self, node_id: str, *, page_size: int = 0, page_token: str = ""
+        self, node_id: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
     ) -> models.Page[models.NodeEvent]:
         """One page of a node's recorded state changes, oldest first."""
-        return self._run(self._async.list_node_events(node_id, page_size=page_size, page_token=page_token))
+        return self._run(
+            self._async.list_node_events(node_id, page_size=page_size, page_token=page_token, timeout=timeout)
+        )
 
     def create_allocation(
         self,
@@ -153,90 +186,117 @@ class Client:
         timeout: float | None = None,
     ) -> models.Allocation:
         """Allocate ``node_count`` whole nodes, all or nothing; retried under one ``request_id`` (made if not
-        given); ``timeout`` bounds the whole call, retries included."""
+        given); ``timeout`` bounds the whole call, retries included. Its errors carry the key as ``.request_id``:
+        after ``DeadlineExceededError`` or ``UnavailableError``, call again with ``request_id=error.request_id``."""
         return self._run(
             self._async.create_allocation(
                 gpu_model=gpu_model, node_count=node_count, tenant_id=tenant_id, request_id=request_id, timeout=timeout
             )
         )
 
-    def get_allocation(self, allocation_id: str) -> models.Allocation:
+    def get_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Allocation:
         """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""
-        return self._run(self._async.get_allocation(allocation_id))
+        return self._run(self._async.get_allocation(allocation_id, timeout=timeout))
 
     def list_allocations(
-        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
+        self,
+        *,
+        tenant_id: str = "",
+        state: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[models.Allocation]:
         """One page of allocations, newest first; tenants see only their own, operators may filter by ``tenant_id``."""
         return self._run(
-            self._async.list_allocations(tenant_id=tenant_id, state=state, page_size=page_size, page_token=page_token)
+            self._async.list_allocations(
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=page_token, timeout=timeout
+            )
         )
 
     def iter_allocations(
-        self, *, tenant_id: str = "", state: str | None = None, page_size: int = 0, page_token: str = ""
+        self,
+        *,
+        tenant_id: str = "",
+        state: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
     ) -> Iterator[models.Allocation]:
         """Every allocation visible to the caller, newest first, fetching pages as needed; from
-        ``page_token``'s page on when one is given."""
+        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call."""
         for page in _pages(
             lambda token: self.list_allocations(
-                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token, timeout=timeout
             ),
             page_token,
         ):
             yield from page
 
-    def cancel_allocation(self, allocation_id: str) -> models.Operation:
+    def cancel_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
-        return self._run(self._async.cancel_allocation(allocation_id))
+        return self._run(self._async.cancel_allocation(allocation_id, timeout=timeout))
 
-    def get_operation(self, name: str) -> models.Operation:
+    def get_operation(self, name: str, *, timeout: float | None = None) -> models.Operation:
         """The operation ``name`` (``operations/<id>``), done or not; another tenant's is ``NotFoundError``."""
-        return self._run(self._async.get_operation(name))
+        return self._run(self._async.get_operation(name, timeout=timeout))
 
     def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
-        """Wait until the operation is done or ``timeout`` seconds pass; check ``.done``."""
+        """Wait until the operation is done or ``timeout`` seconds pass (0 or more); check ``.done``."""
         return self._run(self._async.wait_operation(name, timeout=timeout))
 
-    def list_operations(self, *, page_size: int = 0, page_token: str = "") -> models.Page[models.Operation]:
+    def list_operations(
+        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
+    ) -> models.Page[models.Operation]:
         """One page of the operations the caller may see, newest first."""
-        return self._run(self._async.list_operations(page_size=page_size, page_token=page_token))
+        return self._run(self._async.list_operations(page_size=page_size, page_token=page_token, timeout=timeout))
 
-    def delete_operation(self, name: str) -> None:
+    def delete_operation(self, name: str, *, timeout: float | None = None) -> None:
         """Forget a finished operation; one still running is ``FailedPreconditionError``."""
-        self._run(self._async.delete_operation(name))
+        self._run(self._async.delete_operation(name, timeout=timeout))
 
     def write_samples(
-        self, nodes: Sequence[metrics.NodeSamples] = (), series: Sequence[metrics.SeriesSamples] = ()
+        self,
+        nodes: Sequence[metrics.NodeSamples] = (),
+        series: Sequence[metrics.SeriesSamples] = (),
+        *,
+        timeout: float | None = None,
     ) -> metrics.WriteResult:
         """Write node pushes and columnar series in one all-or-nothing batch. Retried: repeats are not added twice."""
-        return self._run(self._async.write_samples(nodes, series))
+        return self._run(self._async.write_samples(nodes, series, timeout=timeout))
 
     def query_metrics(
         self,
         *,
-        start: datetime | int,
-        end: datetime | int,
+        start: instants.Instant,
+        end: instants.Instant,
         node_ids: Sequence[str] = (),
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> metrics.MetricsResult:
-        """Raw samples in [start, end) (datetimes, or ms since the epoch); empty lists match all."""
+        """Raw samples in [start, end): datetimes (naive ones are UTC) or int ms since the epoch; empty lists match
+        all."""
         return self._run(
-            self._async.query_metrics(start=start, end=end, node_ids=node_ids, gpu_indexes=gpu_indexes, fields=fields)
+            self._async.query_metrics(
+                start=start, end=end, node_ids=node_ids, gpu_indexes=gpu_indexes, fields=fields, timeout=timeout
+            )
         )
 
     def query_metrics_range(
         self,
         *,
-        start: datetime | int,
-        end: datetime | int,
+        start: instants.Instant,
+        end: instants.Instant,
         step: timedelta | int,
         aggregation: str = "avg",
         node_ids: Sequence[str] = (),
         gpu_indexes: Sequence[int] = (),
         fields: Sequence[str] = (),
+        timeout: float | None = None,
     ) -> metrics.MetricsResult:
-        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int)."""
+        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int) in [start, end),
+        whose times are as for ``query_metrics``."""
         return self._run(
             self._async.query_metrics_range(
                 start=start,
@@ -246,27 +306,32 @@ class Client:
                 node_ids=node_ids,
                 gpu_indexes=gpu_indexes,
                 fields=fields,
+                timeout=timeout,
             )
         )
 
-    def get_invoice(self, period: str, *, tenant_id: str = "") -> billing.Invoice:
+    def get_invoice(self, period: str, *, tenant_id: str = "", timeout: float | None = None) -> billing.Invoice:
         """The invoice for ``period`` (``YYYY-MM``, UTC); operators must name ``tenant_id``, tenants may omit it."""
-        return self._run(self._async.get_invoice(period, tenant_id=tenant_id))
+        return self._run(self._async.get_invoice(period, tenant_id=tenant_id, timeout=timeout))
 
-    def finalize_invoice(self, period: str, *, tenant_id: str) -> billing.FinalizedInvoice:
+    def finalize_invoice(
+        self, period: str, *, tenant_id: str, timeout: float | None = None
+    ) -> billing.FinalizedInvoice:
         """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
-        return self._run(self._async.finalize_invoice(period, tenant_id=tenant_id))
+        return self._run(self._async.finalize_invoice(period, tenant_id=tenant_id, timeout=timeout))
 
     def list_usage_events(
         self,
         *,
         tenant_id: str = "",
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
         page_size: int = 0,
         page_token: str = "",
+        timeout: float | None = None,
     ) -> models.Page[billing.UsageEvent]:
-        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given."""
+        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given, as datetimes (naive
+        ones are UTC) or int ms since the epoch."""
         return self._run(
             self._async.list_usage_events(
                 tenant_id=tenant_id,
@@ -274,6 +339,7 @@ class Client:
                 end_time=end_time,
                 page_size=page_size,
                 page_token=page_token,
+                timeout=timeout,
             )
         )
 
@@ -281,14 +347,21 @@ class Client:
         self,
         *,
         tenant_id: str = "",
-        start_time: datetime | None = None,
-        end_time: datetime | None = None,
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
         page_size: int = 0,
+        timeout: float | None = None,
     ) -> Iterator[billing.UsageEvent]:
-        """Every usage event the caller sees in the window, oldest first, page by page."""
+        """Every usage event the caller sees in the window, oldest first, page by page; ``timeout`` bounds each
+        page's call."""
         for page in _pages(
             lambda token: self.list_usage_events(
-                tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, page_token=token
+                tenant_id=tenant_id,
+                start_time=start_time,
+                end_time=end_time,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
             ),
             "",
         ):
