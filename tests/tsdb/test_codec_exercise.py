@@ -39,6 +39,14 @@ def test_any_sorted_timestamps_round_trip(raw: list[int]) -> None:
     assert np.array_equal(impl.decode_timestamps(impl.encode_timestamps(ts)), ts)
 
 
+def test_values_that_print_as_decimals_but_are_not_round_trip() -> None:
+    """A running sum of 0.1 prints as 0.3, 0.4, ... but 0.1 + 0.2 is not 0.3: a decoder that
+    scales to integers after checking values only approximately gives back the decimals."""
+    block = np.cumsum(np.full((ROWS, SAMPLES), 0.1), axis=1)
+    assert block[0, 2] != 0.3  # the trap itself
+    assert _same_bits(impl.decode_values(impl.encode_values(block)), block)
+
+
 def test_regular_timestamps_cost_a_header_not_a_column() -> None:
     ts = 1_764_547_200_000 + 10_000 * np.arange(SAMPLES, dtype=np.int64)
     assert len(impl.encode_timestamps(ts)) < 40
