@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import weakref
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -30,6 +31,15 @@ def _pages(fetch: Callable[[str], models.Page[T]], token: str) -> Iterator[model
             return
 
 
+def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
+    """Stop a client's loop thread and close the loop (once: a finalizer runs at most once)."""
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is threading.current_thread():
+        return  # collected on its own loop: the loop stops after this callback; nothing to join
+    thread.join()
+    loop.close()
+
+
 class Client:
     """Blocking client. Use as ``with Client(addr, token) as client``.
 
@@ -45,22 +55,29 @@ class Client:
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="gpucloud-client", daemon=True)
         self._thread.start()
+        # A Client dropped without close() stops its thread when collected (or at exit); the
+        # callback holds the loop and thread, never the Client, or it would keep it alive.
+        self._stop_when_collected = weakref.finalize(self, _stop, self._loop, self._thread)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
-        """Run ``coroutine`` on the client's loop and wait for its result."""
+        """Run ``coroutine`` on the client's loop and wait for its result. Interrupted (Ctrl-C),
+        the call is cancelled on the loop too, not left running there: a create would retry on."""
         if self._loop.is_closed():
             coroutine.close()  # never to run: no "never awaited" warning
             raise RuntimeError("this Client is closed; make a new one")
-        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+        future = asyncio.run_coroutine_threadsafe(coroutine, self._loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()
+            raise
 
     def close(self) -> None:
         """Close the channel and stop the loop thread. Safe to call twice; the client cannot be used after."""
         if self._loop.is_closed():
             return
         self._run(self._async.close())
-        self._loop.call_soon_threadsafe(self._loop.stop)
-        self._thread.join()
-        self._loop.close()
+        self._stop_when_collected()
 
     def __enter__(self) -> Client:
         """The client itself."""

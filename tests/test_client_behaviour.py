@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import inspect
 import math
 import os
 import re
+import signal
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -460,3 +463,62 @@ async def test_the_readme_python_example_runs_as_written(control_plane: RunningC
         after = await operator.get_allocation(allocation.allocation_id)
         assert after.state == "CANCELLED"
         assert [n.state for n in await operator.list_nodes()] == ["READY", "READY"]
+
+
+# The blocking Client's thread and calls ------------------------------------------------------
+
+
+class _ServerThread:
+    """A scripted server on an event loop of its own thread, for tests whose main thread blocks."""
+
+    def __init__(self, methods: dict[str, Behaviour]) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
+        self._thread.start()
+        self.server, port = asyncio.run_coroutine_threadsafe(_serve(methods), self.loop).result(timeout=30)
+        self.address = f"127.0.0.1:{port}"
+
+    def close(self) -> None:
+        asyncio.run_coroutine_threadsafe(self.server.stop(None), self.loop).result(timeout=30)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+
+def test_an_interrupted_blocking_call_is_cancelled_not_left_running() -> None:
+    """Ctrl-C while a Client call waits: the call stops on the client's loop too (a create left
+    there would go on retrying behind the user's back)."""
+
+    async def interrupt_when_called(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        # Ctrl-C's SIGINT, to the main thread blocked in the call (a signal wakes its wait).
+        signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+        await asyncio.Event().wait()
+        return b""
+
+    served = _ServerThread({GET_NODE: interrupt_when_called})
+    client = Client(served.address, "token")
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            client.get_node("n0")
+
+        async def others_when_finished() -> list[asyncio.Task[Any]]:
+            others = [task for task in asyncio.all_tasks() if task is not asyncio.current_task()]
+            await asyncio.gather(*others, return_exceptions=True)
+            return others
+
+        # Before the fix the call's task hung on the server: this timed out.
+        others = asyncio.run_coroutine_threadsafe(others_when_finished(), client._loop).result(timeout=10)
+        assert all(task.cancelled() for task in others)
+    finally:
+        client.close()
+        served.close()
+
+
+def test_a_blocking_client_dropped_unclosed_stops_its_thread() -> None:
+    client = Client("127.0.0.1:1", "token")
+    thread = client._thread
+    assert thread.is_alive()
+    del client
+    gc.collect()
+    thread.join(timeout=10)
+    assert not thread.is_alive()
