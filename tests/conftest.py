@@ -17,12 +17,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
+import grpc
 import pytest
 from sqlalchemy.engine import make_url
 
 from clients import AsyncClient
 from services.server import ControlPlane, ServerConfig
 from services.store.engine import Store
+from tests.scripted_server import Behaviour, Start, serve
 
 PG_ENV = "GPUCLOUD_TEST_DATABASE_URL"
 
@@ -146,3 +148,19 @@ def gpucloud_command() -> list[str]:
     """How to run the ``gpucloud`` command as its own process, installed script or not."""
     script = Path(sys.executable).parent / "gpucloud"
     return [str(script)] if script.exists() else [sys.executable, "-c", "from clients.cli.app import main; main()"]
+
+
+@pytest.fixture
+async def scripted() -> AsyncIterator[Start]:
+    """Starts scripted gRPC servers (tests/scripted_server.py) and stops them after the test;
+    ``await scripted(methods)`` is the new server's address."""
+    servers: list[grpc.aio.Server] = []
+
+    async def start(methods: dict[str, Behaviour]) -> str:
+        server, port = await serve(methods)
+        servers.append(server)
+        return f"127.0.0.1:{port}"
+
+    yield start
+    for server in servers:
+        await server.stop(None)

@@ -17,7 +17,7 @@ import re
 import signal
 import threading
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,7 @@ from clients import (
 from clients.instants import duration_ms, to_ms, to_timestamp
 from gpucloud.v1 import allocation_pb2
 from tests.conftest import RunningControlPlane, register_ready_nodes
-
-Behaviour = Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]
-Start = Callable[[dict[str, Behaviour]], Awaitable[str]]
+from tests.scripted_server import Behaviour, Start, serve
 
 CREATE = "gpucloud.v1.AllocationService/CreateAllocation"
 CREATE_TENANT = "gpucloud.v1.TenantService/CreateTenant"
@@ -55,35 +53,6 @@ GET_NODE = "gpucloud.v1.NodeService/GetNode"
 LIST_NODES = "gpucloud.v1.NodeService/ListNodes"
 FAST = RetryPolicy(initial_backoff=0.001, max_backoff=0.002)
 README = Path(__file__).resolve().parent.parent / "README.md"
-
-
-async def _serve(methods: dict[str, Behaviour], port: int = 0) -> tuple[grpc.aio.Server, int]:
-    """A server answering ``service/Method`` paths with the given raw-bytes behaviours."""
-    by_service: dict[str, dict[str, grpc.RpcMethodHandler[bytes, bytes]]] = {}
-    for path, behaviour in methods.items():
-        service, method = path.rsplit("/", 1)
-        by_service.setdefault(service, {})[method] = grpc.unary_unary_rpc_method_handler(behaviour)
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler(name, handlers) for name, handlers in by_service.items()]
-    )
-    bound = server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    return server, bound
-
-
-@pytest.fixture
-async def scripted() -> AsyncIterator[Start]:
-    servers: list[grpc.aio.Server] = []
-
-    async def start(methods: dict[str, Behaviour]) -> str:
-        server, port = await _serve(methods)
-        servers.append(server)
-        return f"127.0.0.1:{port}"
-
-    yield start
-    for server in servers:
-        await server.stop(None)
 
 
 def _unavailable_until(tries: int | None) -> tuple[Behaviour, list[bytes]]:
@@ -236,7 +205,7 @@ async def test_a_server_down_for_more_tries_than_the_old_limit_fails_no_safe_cal
     """No server at all for 8 tries (about 2 s of default back-off, past the old 6 tries and 1.5 s),
     then a server on the same port: the call, still within its deadline, succeeds."""
     answered, _ = _unavailable_until(0)
-    server, port = await _serve({GET_NODE: answered})
+    server, port = await serve({GET_NODE: answered})
     policy = _Signalling()
     async with AsyncClient(f"127.0.0.1:{port}", "token", retry=policy) as client:
         await client.get_node("node-1")
@@ -245,7 +214,7 @@ async def test_a_server_down_for_more_tries_than_the_old_limit_fails_no_safe_cal
         reached = asyncio.create_task(policy.reached.wait())
         await asyncio.wait({call, reached}, timeout=30, return_when=asyncio.FIRST_COMPLETED)
         assert reached.done() and not call.done()  # the old policy had given up by now
-        server, _ = await _serve({GET_NODE: answered}, port)
+        server, _ = await serve({GET_NODE: answered}, port)
         try:
             node = await asyncio.wait_for(call, 30)
         finally:
@@ -475,7 +444,7 @@ class _ServerThread:
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, daemon=True)
         self._thread.start()
-        self.server, port = asyncio.run_coroutine_threadsafe(_serve(methods), self.loop).result(timeout=30)
+        self.server, port = asyncio.run_coroutine_threadsafe(serve(methods), self.loop).result(timeout=30)
         self.address = f"127.0.0.1:{port}"
 
     def close(self) -> None:

@@ -4,7 +4,6 @@ one would after a lost reply or while it hangs, which a healthy control plane ca
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
 
 import grpc
 import pytest
@@ -13,39 +12,7 @@ from google.protobuf import empty_pb2
 
 from clients import AsyncClient, Client, DeadlineExceededError, NotFoundError
 from clients.async_client import RetryPolicy
-
-Behaviour = Callable[[bytes, grpc.aio.ServicerContext[bytes, bytes]], Awaitable[bytes]]
-Start = Callable[[dict[str, Behaviour]], Awaitable[str]]
-
-
-async def _serve(methods: dict[str, Behaviour]) -> tuple[grpc.aio.Server, str]:
-    """A server answering ``service/Method`` paths with the given raw-bytes behaviours."""
-    by_service: dict[str, dict[str, grpc.RpcMethodHandler[bytes, bytes]]] = {}
-    for path, behaviour in methods.items():
-        service, method = path.rsplit("/", 1)
-        by_service.setdefault(service, {})[method] = grpc.unary_unary_rpc_method_handler(behaviour)
-    server = grpc.aio.server()
-    server.add_generic_rpc_handlers(
-        [grpc.method_handlers_generic_handler(name, handlers) for name, handlers in by_service.items()]
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    return server, f"127.0.0.1:{port}"
-
-
-@pytest.fixture
-async def scripted() -> AsyncIterator[Start]:
-    servers: list[grpc.aio.Server] = []
-
-    async def start(methods: dict[str, Behaviour]) -> str:
-        server, address = await _serve(methods)
-        servers.append(server)
-        return address
-
-    yield start
-    for server in servers:
-        await server.stop(None)
-
+from tests.scripted_server import Behaviour, Start
 
 DELETE = "google.longrunning.Operations/DeleteOperation"
 CREATE = "gpucloud.v1.AllocationService/CreateAllocation"
