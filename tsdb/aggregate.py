@@ -22,7 +22,7 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
-from tsdb.errors import InvalidArgumentError
+from tsdb.errors import InvalidArgumentError, QueryTooLargeError
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
@@ -70,9 +70,18 @@ class Partials:
     tfirst: list[I64] = field(default_factory=list)
     tlast: list[I64] = field(default_factory=list)
     fields: dict[str, list[F64]] = field(default_factory=dict)
+    # Partials held so far, and the most the query may hold (None: no limit): a stepped read's
+    # memory goes with them, so the limit stops it while it reads.
+    limit: int | None = None
+    held: int = 0
 
     def add(self, key: I64, count: I64, tfirst: I64, tlast: I64, values: dict[str, F64]) -> None:
-        """Append partials (all arrays of equal length)."""
+        """Append partials (all arrays of equal length); QueryTooLargeError past ``limit``."""
+        self.held += key.size
+        if self.limit is not None and self.held > self.limit:
+            raise QueryTooLargeError(
+                f"the query read more than {self.limit} partial aggregates", matched=self.held, limit=self.limit
+            )
         self.key.append(key)
         self.count.append(count)
         self.tfirst.append(tfirst)
@@ -134,6 +143,19 @@ class Partials:
             pairs[boundary[1:]] = 0.0
             values["inc"] = np.add.reduceat(np.concatenate(([0.0], pairs)), starts)
         self.add(key[starts], ends - starts, ts[starts], ts[ends - 1], values)
+
+    def with_samples(self) -> I64:
+        """The positions of the query's series that have any partial, ascending. Keys are
+        renumbered to count those series alone, so ``combine(len(result), agg)`` builds rows for
+        them only: the series matched but without samples in the window (the catalog keeps every
+        series ever named) cost nothing."""
+        if not self.key:
+            return np.empty(0, dtype=np.int64)
+        series = np.unique(np.concatenate([key // self.n_steps for key in self.key]))
+        self.key = [
+            np.searchsorted(series, key // self.n_steps) * self.n_steps + key % self.n_steps for key in self.key
+        ]
+        return series
 
     def combine(self, n_series: int, agg: str) -> tuple[F64, NDArray[np.bool_]]:
         """(n_series, n_steps) aggregates, NaN where empty; and which series have any sample."""

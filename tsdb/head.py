@@ -10,13 +10,14 @@ changes its series, how many samples each holds and the newest time (fast_ready 
 
 Order rules for a sample at time t of series s:
 - t > newest(s): appended.
-- t == the time of s's newest sample (with an out-of-order window: of any sample in the head) and
-  the value is bit-identical: a duplicate (an agent's retry), dropped.
+- t == the time of a sample of s in the head and the value is bit-identical: a duplicate (an
+  agent's retry, or a resent batch), dropped.
 - otherwise it is out of order: rejected, unless ooo_window_ms > 0 and newest(s) - ooo_window_ms
   <= t and t >= the sealed boundary; then it is inserted in place (rows stay sorted).
 - any t below the sealed boundary is rejected: every sample older than the boundary is in a
   segment (a flush moves it to the end of the windows it cut; a forced flush to just past the
-  newest sample it sealed).
+  newest sample it sealed). The Store drops repeats of sealed samples before the head sees
+  them (Store._without_sealed_repeats).
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from tsdb.errors import OutOfOrderError
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
 INT64_MAX: Final = np.iinfo(np.int64).max
+# Late samples looked up in their rows at a time: bounds the rows copied for the comparison.
+_LOOKUP_CHUNK: Final = 1024
 INT64_MIN: Final = np.iinfo(np.int64).min
 _INITIAL_CAPACITY: Final = 256
 # At most this many fast batches are tracked at once (see Head.fast_batch).
@@ -233,26 +236,32 @@ class Head:
         time, bit-identical value), and acceptable out-of-order ones.
 
         Any held sample counts, not only the newest: a resent batch carries several samples of
-        a series, and all but its last are older than the series' newest by then.
+        a series, and all but its last are older than the series' newest by then. The common
+        retry (an agent's push sent again) repeats each series' newest sample and is settled in
+        one vectorised comparison; only the rest are looked up in their rows.
         """
         dup = np.zeros(s.size, dtype=bool)
         ooo = np.zeros(s.size, dtype=bool)
         at = np.flatnonzero(late)
-        # The batch is sorted by (series, time): each series' late samples are one run of `at`.
-        run_starts = np.flatnonzero(np.r_[True, s[at][1:] != s[at][:-1]])
-        for begin, end in zip(run_starts.tolist(), [*run_starts[1:].tolist(), at.size], strict=True):
-            index = at[begin:end]
-            sid = int(s[index[0]])
-            held_ts = self.ts[sid, : int(self.count[sid])]
-            position = np.minimum(np.searchsorted(held_ts, t[index]), max(held_ts.size - 1, 0))
-            if held_ts.size:
-                found = held_ts[position] == t[index]
-                same = self.vals[sid, position].view(np.uint64) == v[index].view(np.uint64)
-                dup[index] = found & same
-            else:
-                found = np.zeros(index.size, dtype=bool)
+        rows, counts = s[at], self.count[s[at]]
+        last = np.maximum(counts - 1, 0)
+        repeats_newest = (
+            (counts > 0)
+            & (self.ts[rows, last] == t[at])
+            & (self.vals[rows, last].view(np.uint64) == v[at].view(np.uint64))
+        )
+        dup[at[repeats_newest]] = True
+        rest = at[~repeats_newest]
+        # Rows are padded with INT64_MAX, so counting the entries below t gives t's position
+        # without a search per row; chunks bound the copy of the rows compared.
+        for chunk in np.array_split(rest, -(-rest.size // _LOOKUP_CHUNK)) if rest.size else ():
+            held = self.ts[s[chunk]]
+            position = np.minimum((held < t[chunk, None]).sum(axis=1), held.shape[1] - 1)
+            found = held[np.arange(chunk.size), position] == t[chunk]
+            same = self.vals[s[chunk], position].view(np.uint64) == v[chunk].view(np.uint64)
+            dup[chunk] = found & same
             if self.ooo_window_ms:
-                ooo[index] = ~found & (t[index] >= newest[index] - self.ooo_window_ms) & (t[index] >= self.boundary)
+                ooo[chunk] = ~found & (t[chunk] >= newest[chunk] - self.ooo_window_ms) & (t[chunk] >= self.boundary)
         return dup, ooo
 
     # ---- fast batches ---------------------------------------------------------------------

@@ -52,6 +52,13 @@ from tsdb.wal import Wal, encode_sids
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
+# How many sealed samples a batch behind the sealed boundary may make the store read to find
+# its repeats: this many per sample behind, plus a few chunks' worth.
+_SEALED_LOOKUP_FACTOR = 4
+# A stepped read may hold this many partial aggregates per value it may return (a step's
+# samples come from several chunks and the head) before it is stopped.
+_PARTIALS_PER_VALUE = 4
+_SEALED_LOOKUP_SLACK = 4096
 
 log = structlog.get_logger("tsdb")
 # Batches of at most this many ids are remembered once validated, up to this many distinct ones.
@@ -409,22 +416,35 @@ class Store:
     def _without_sealed_repeats(self, sids: I64, ts: I64, vals: F64) -> tuple[I64, I64, F64]:
         """The batch less the samples behind the sealed boundary that repeat a sealed sample bit
         for bit: a batch resent after its first delivery was sealed is a retry, as it would be
-        while in the head. Other samples behind the boundary stay, for check to refuse. Only
-        batches reaching behind the boundary pay for this read."""
+        while in the head. Other samples behind the boundary stay, for check to refuse.
+
+        Only batches reaching behind the boundary pay for this, with one read of their series
+        over the span they reach back to. A resend holds what it repeats, so a span holding
+        several times more samples is not read through: the batch is then refused as before.
+        """
         behind = np.flatnonzero(ts < self.head.boundary)
-        repeat = np.zeros(sids.size, dtype=bool)
-        for sid in np.unique(sids[behind]).tolist():
-            index = behind[sids[behind] == sid]
-            lo, hi = int(ts[index].min()), int(ts[index].max()) + 1
-            segments = self.manifest.overlapping(lo, hi)
-            held_ts, held_vals = read_one(
-                sid, lo, hi, segments, self._readers, self.head, QueryStats(), SampleBudget(None)
-            )
-            if held_ts.size:
-                position = np.minimum(np.searchsorted(held_ts, ts[index]), held_ts.size - 1)
-                same_value = held_vals[position].view(np.uint64) == vals[index].view(np.uint64)
-                repeat[index] = (held_ts[position] == ts[index]) & same_value
-        keep = ~repeat
+        lo, hi = int(ts[behind].min()), int(ts[behind].max()) + 1
+        span = hi - lo
+        series, rank = np.unique(sids[behind], return_inverse=True)
+        if series.size * span >= 2**62:
+            return sids, ts, vals  # (series, time) keys would overflow: far from any retry
+        budget = SampleBudget(_SEALED_LOOKUP_FACTOR * behind.size + _SEALED_LOOKUP_SLACK)
+        segments = self.manifest.overlapping(lo, hi)
+        try:
+            held = read_raw(series, lo, hi, segments, self._readers, self.head, QueryStats(), budget)
+        except QueryTooLargeError:
+            return sids, ts, vals
+        # One sorted key per (series, time), series in np.unique's order: a single search finds
+        # every repeat.
+        held_keys = np.concatenate([r * span + (held_ts - lo) for r, (held_ts, _) in enumerate(held)])
+        if held_keys.size == 0:
+            return sids, ts, vals
+        held_vals = np.concatenate([held_vals for _, held_vals in held])
+        keys = rank * span + (ts[behind] - lo)
+        position = np.minimum(np.searchsorted(held_keys, keys), held_keys.size - 1)
+        same_value = held_vals[position].view(np.uint64) == vals[behind].view(np.uint64)
+        keep = np.ones(sids.size, dtype=bool)
+        keep[behind[(held_keys[position] == keys) & same_value]] = False
         return sids[keep], ts[keep], vals[keep]
 
     def _cut_after_append(self) -> None:
@@ -733,29 +753,33 @@ class Store:
     ) -> RangeResult:
         """One aggregate per step of every series matching `selector` (see tsdb.aggregate).
 
-        Steps start at start_ms, start_ms + step_ms, ...; the last one is cut at end_ms. The work
-        and memory go with matched series times steps: with `max_cells`, a query over more
-        raises QueryTooLargeError before anything is read.
+        Steps start at start_ms, start_ms + step_ms, ...; the last one is cut at end_ms. Memory
+        goes with the series that have samples in the window times steps: with `max_cells`, a
+        query over more raises QueryTooLargeError, while it reads (past a few partial aggregates
+        per value) or before it builds the result.
         """
         self._check_open()
         start, end = self._window(start_ms, end_ms)
         if isinstance(step_ms, bool) or not isinstance(step_ms, int | np.integer) or step_ms <= 0:
             raise InvalidArgumentError(f"step_ms must be a positive int, got {step_ms!r}")
         step = int(step_ms)
-        partials = Partials(-(-(end - start) // step), needs(agg))
+        limit = None if max_cells is None else _PARTIALS_PER_VALUE * max_cells
+        partials = Partials(-(-(end - start) // step), needs(agg), limit=limit)
         sids = self.catalog.select(selector)
-        cells = int(sids.size) * partials.n_steps
+        segments = self.manifest.overlapping(start, end) if sids.size else []
+        stats = self._stats(segments)
+        read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
+        with_samples = partials.with_samples()
+        cells = int(with_samples.size) * partials.n_steps
         if max_cells is not None and cells > max_cells:
             raise QueryTooLargeError(
-                f"the query matched {sids.size} series x {partials.n_steps} steps = {cells} values;"
+                f"the query matched {with_samples.size} series x {partials.n_steps} steps = {cells} values;"
                 f" the limit is {max_cells}",
                 matched=cells,
                 limit=max_cells,
             )
-        segments = self.manifest.overlapping(start, end) if sids.size else []
-        stats = self._stats(segments)
-        read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
-        values, present = partials.combine(sids.size, agg)
+        values, present = partials.combine(with_samples.size, agg)
+        sids = sids[with_samples]
         # Every series shares one read-only array of step starts.
         starts = start + step * np.arange(partials.n_steps, dtype=np.int64)
         starts.setflags(write=False)

@@ -145,7 +145,7 @@ def _bounded(result: QueryResult, advice: str) -> QueryResult:
         raise ResourceExhausted(
             reason="QUERY_TOO_LARGE",
             message=f"the query matched {result.points} points; at most {MAX_QUERY_POINTS} are returned: {advice}",
-            metadata={"points": str(result.points), "limit": str(MAX_QUERY_POINTS)},
+            metadata={"matched": str(result.points), "limit": str(MAX_QUERY_POINTS)},
         )
     return result
 

@@ -81,24 +81,31 @@ class ReadStats:
 
 
 class SampleReader:
-    """Synchronous reads against the store, for functions that ``SampleStore.read`` runs on its thread."""
+    """Synchronous reads against the store, for functions that ``SampleStore.read`` runs on its
+    thread. The read limits are the whole job's: a tenant's query is several store reads (one
+    per group of holds, per run and part of a step), and together they may take no more than
+    one read may."""
 
     def __init__(self, store: tsdb.Store) -> None:
         self._store = store
         self.stats = ReadStats()
+        self._samples_left = MAX_SAMPLES_READ
+        self._values_left = MAX_STEP_VALUES
 
     def query(self, matcher: Matcher, window: Window) -> list[SeriesData]:
         """Raw samples of the matching series in the window."""
-        result = self._store.query(matcher, window.start_ms, window.end_ms, max_samples=MAX_SAMPLES_READ)
+        result = self._store.query(matcher, window.start_ms, window.end_ms, max_samples=self._samples_left)
         self.stats.add(result.stats)
+        self._samples_left -= sum(s.values.size for s in result.series)
         return [_series(s) for s in result.series]
 
     def query_range(self, matcher: Matcher, window: Window, step_ms: int, aggregation: Aggregation) -> list[SeriesData]:
         """One aggregate per step (starting at the window's start) of the matching series."""
         result = self._store.query_range(
-            matcher, window.start_ms, window.end_ms, step_ms, aggregation.value, max_cells=MAX_STEP_VALUES
+            matcher, window.start_ms, window.end_ms, step_ms, aggregation.value, max_cells=self._values_left
         )
         self.stats.add(result.stats)
+        self._values_left -= sum(s.values.size for s in result.series)
         return [_series(s) for s in result.series]
 
 

@@ -228,3 +228,6 @@ def test_a_query_past_its_limit_stops_with_query_too_large(tmp_path: Path) -> No
         with pytest.raises(tsdb.QueryTooLargeError, match=f"6 series x {steps} steps") as ranged:
             store.query_range({}, start, end, 10_000, "avg", max_cells=6 * steps - 1)
         assert ranged.value.matched == 6 * steps
+        # Series named but never written (the catalog keeps them for good) take no share.
+        store.series_ids([{"node": "idle", "gpu": str(g), "field": "util"} for g in range(1000)])
+        assert len(store.query_range({}, start, end, 10_000, "avg", max_cells=6 * steps).series) == 6
