@@ -61,7 +61,8 @@ class RetryPolicy:
 
     ``attempts`` bounds the tries in all, the first included; None (the default) tries as long as
     the deadline leaves time for the next back-off, so a server restart shorter than the deadline
-    fails no call that is safe to repeat.
+    fails no call that is safe to repeat. With None, both back-offs must be more than 0: a zero
+    back-off would retry in a tight loop until the deadline. A finite ``attempts`` allows 0.
     """
 
     attempts: int | None = None
@@ -69,13 +70,19 @@ class RetryPolicy:
     max_backoff: float = 1.0
 
     def __post_init__(self) -> None:
-        """Refuse a policy that could never try, or that sleeps a negative or endless time."""
+        """Refuse a policy that could never try, that sleeps a negative or endless time, or that
+        would retry without pause until the deadline (no ``attempts`` and a back-off of 0)."""
         if self.attempts is not None and self.attempts < 1:
             raise InvalidValueError("attempts", f"attempts must be at least 1 or None, not {self.attempts}")
         for name in ("initial_backoff", "max_backoff"):
             value = getattr(self, name)
             if not (math.isfinite(value) and value >= 0):
                 raise InvalidValueError(name, f"{name} must be a finite number of seconds >= 0, not {value!r}")
+            if self.attempts is None and value == 0:
+                # Thousands of tries a second against a server that is down, until the deadline.
+                raise InvalidValueError(
+                    name, f"{name} must be more than 0 seconds when attempts is None (retry until the deadline)"
+                )
 
     def delay(self, retry: int) -> float:
         """Seconds to sleep before retry number ``retry`` (1-based): random, up to

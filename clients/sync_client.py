@@ -31,13 +31,45 @@ def _pages(fetch: Callable[[str], models.Page[T]], token: str) -> Iterator[model
             return
 
 
-def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    """Stop a client's loop thread and close the loop (once: a finalizer runs at most once)."""
-    loop.call_soon_threadsafe(loop.stop)
+def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
+    """The loop thread: run ``loop`` until it is stopped, then close it (on this thread, so that a
+    loop stopped from one of its own callbacks is closed too, once ``run_forever`` has returned)."""
+    try:
+        loop.run_forever()
+    finally:
+        loop.close()
+
+
+# How long closing a client waits for its channel to close before it stops the loop anyway.
+_CLOSE_WAIT = 5.0
+
+
+def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: AsyncClient) -> None:
+    """Close a client's channel, then stop its loop thread; the thread closes the loop. Runs once
+    (a finalizer runs at most once), from ``Client.close()`` or when a dropped Client is collected:
+    it holds the loop, thread and ``AsyncClient``, never the Client, or it would keep it alive."""
+    if loop.is_closed():
+        return
     if thread is threading.current_thread():
-        return  # collected on its own loop: the loop stops after this callback; nothing to join
-    thread.join()
-    loop.close()
+        # Collected on its own loop, in one of its callbacks: the loop cannot wait for itself.
+        # Close the channel in a task and stop the loop after it; _run_loop then closes the loop.
+        if loop.is_running():
+            task = loop.create_task(client.close())
+            task.add_done_callback(lambda _: loop.stop())
+        return
+    if thread.is_alive():
+        closing = asyncio.run_coroutine_threadsafe(client.close(), loop)
+        try:
+            closing.result(timeout=_CLOSE_WAIT)
+        except BaseException as error:
+            # Not closed in time, failed or interrupted: the loop stops all the same, and
+            # dropping the channel lets garbage collection release it.
+            closing.cancel()
+            if not isinstance(error, Exception):
+                raise
+        finally:
+            loop.call_soon_threadsafe(loop.stop)
+            thread.join()
 
 
 class Client:
@@ -53,11 +85,11 @@ class Client:
         # First, so that a bad timeout leaves no thread behind.
         self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="gpucloud-client", daemon=True)
+        self._thread = threading.Thread(target=_run_loop, args=(self._loop,), name="gpucloud-client", daemon=True)
         self._thread.start()
-        # A Client dropped without close() stops its thread when collected (or at exit); the
-        # callback holds the loop and thread, never the Client, or it would keep it alive.
-        self._stop_when_collected = weakref.finalize(self, _stop, self._loop, self._thread)
+        # A Client dropped without close() closes its channel and stops its thread when collected
+        # (or at exit); the callback holds the loop, thread and AsyncClient, never the Client.
+        self._stop_when_collected = weakref.finalize(self, _stop, self._loop, self._thread, self._async)
 
     def _run(self, coroutine: Coroutine[Any, Any, T]) -> T:
         """Run ``coroutine`` on the client's loop and wait for its result. Interrupted (Ctrl-C),
@@ -74,9 +106,6 @@ class Client:
 
     def close(self) -> None:
         """Close the channel and stop the loop thread. Safe to call twice; the client cannot be used after."""
-        if self._loop.is_closed():
-            return
-        self._run(self._async.close())
         self._stop_when_collected()
 
     def __enter__(self) -> Client:

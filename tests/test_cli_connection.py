@@ -24,6 +24,7 @@ from clients import AsyncClient
 from clients.cli.app import app
 from clients.errors import GpucloudError
 from tests.conftest import RunningControlPlane, gpucloud_command
+from tests.scripted_server import Start
 
 
 def gpucloud(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
@@ -298,6 +299,24 @@ def test_no_server_at_the_address_says_where_it_looked() -> None:
     assert code == 1
     assert "error UNAVAILABLE" in output
     assert "is a control plane serving at 127.0.0.1:1? (--addr or GPUCLOUD_ADDR)" in output
+
+
+async def test_a_server_that_stays_unavailable_fails_the_command_after_six_tries(scripted: Start) -> None:
+    """The command bounds its retries (clients/cli/context.py's CLI_RETRY): it used to retry
+    UNAVAILABLE until the call's 30 s deadline, as the library's default policy does, so an
+    unreachable server or a store that stays down held every command for 30 s."""
+    seen: list[bytes] = []
+
+    async def unavailable(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        seen.append(request)
+        await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted: metrics store unavailable")
+        return b""
+
+    address = await scripted({"gpucloud.v1.NodeService/ListNodes": unavailable})
+    code, output = await asyncio.to_thread(gpucloud, "--addr", address, "--token", "x", "nodes", "list")
+    assert code == 1, output
+    assert "error UNAVAILABLE" in output and "metrics store unavailable" in output
+    assert len(seen) == 6
 
 
 async def test_bad_fields_are_listed_once(control_plane: RunningControlPlane) -> None:

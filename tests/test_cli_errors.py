@@ -6,10 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import re
+import time
 from pathlib import Path
 
 import pytest
 
+from clients import NodeSamples
 from tests.conftest import RunningControlPlane, register_ready_nodes
 from tests.test_cli_connection import gpucloud
 
@@ -191,3 +193,47 @@ async def test_agg_without_step_is_refused(control_plane: RunningControlPlane) -
     code, output = await asyncio.to_thread(gpucloud, *connect, "metrics", "query", "--step", "1m", "--agg", "max")
     assert code == 0, output
     assert "max per 1m" in output
+
+
+@pytest.mark.parametrize("value", ["inf", "1e400"])
+async def test_a_wait_timeout_that_is_not_finite_is_refused_before_the_cancel(
+    control_plane: RunningControlPlane, value: str
+) -> None:
+    """The option's ``min=0`` lets inf through: the cancel was carried out, then the wait refused
+    the timeout and the command exited 2 after its side effect. (typer refuses nan itself.)"""
+    async with control_plane.client() as operator:
+        await register_ready_nodes(operator, 1)
+        await operator.create_tenant("acme")
+        allocation = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    cancel = ["allocations", "cancel", allocation.allocation_id, "--wait", "--timeout", value]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *cancel)
+    assert code == 2, output
+    assert "--timeout" in output and "cancel" not in output
+    async with control_plane.client() as operator:
+        assert (await operator.get_allocation(allocation.allocation_id)).state == "ACTIVE"
+
+
+def test_an_operations_wait_timeout_that_is_not_finite_is_refused_first() -> None:
+    """Refused as the command line it is, before the token is looked for or a server called."""
+    code, output = gpucloud("--addr", "127.0.0.1:1", "operations", "wait", "operations/op-1", "--timeout", "inf")
+    assert code == 2, output
+    assert output == "error: --timeout inf: must be a finite number of seconds, 0 or more\n", output
+
+
+async def test_a_refused_value_exits_2_only_when_the_user_typed_it(control_plane: RunningControlPlane) -> None:
+    """``metrics write`` without --time writes at "now": a sample stored later makes the server
+    refuse ``nodes[0].timestamp_ms`` (SAMPLES_OUT_OF_ORDER), which --time sets but nobody typed,
+    so it is exit 1 as other API errors; the same refusal of a --time given is exit 2."""
+    async with control_plane.client() as operator:
+        [node_id] = await register_ready_nodes(operator, 1)
+        newest = int(time.time() * 1000) + 60_000
+        await operator.write_samples([NodeSamples(node_id, newest, {0: {"power_w": 300.0}})])
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    write = ["metrics", "write", node_id, "--gpu", "0", "--set", "power_w=1"]
+    code, output = await asyncio.to_thread(gpucloud, *connect, *write)
+    assert code == 1, output
+    assert "SAMPLES_OUT_OF_ORDER" in output
+    code, output = await asyncio.to_thread(gpucloud, *connect, *write, "--time", str(newest - 1000))
+    assert code == 2, output
+    assert "SAMPLES_OUT_OF_ORDER" in output and "--time (nodes[0].timestamp_ms)" in output

@@ -491,3 +491,44 @@ def test_a_blocking_client_dropped_unclosed_stops_its_thread() -> None:
     gc.collect()
     thread.join(timeout=10)
     assert not thread.is_alive()
+
+
+def _dropped_client(address: str) -> tuple[AsyncClient, asyncio.AbstractEventLoop, threading.Thread, Any]:
+    """A Client that made one call (its channel is open), dropped without close(): its AsyncClient,
+    loop, thread and channel; and, last, the Client itself in a list, the only reference left."""
+    client = Client(address, "token")
+    client.list_nodes()
+    stubs = client._async._channel_stubs
+    assert stubs is not None
+    return client._async, client._loop, client._thread, (stubs.channel, [client])
+
+
+def test_a_blocking_client_dropped_unclosed_closes_its_channel_and_loop() -> None:
+    """The finalizer stopped the loop thread but left the gRPC channel open (and the loop unclosed
+    when it ran on the loop's own thread)."""
+    served = _ServerThread({LIST_NODES: _unavailable_until(0)[0]})
+    try:
+        inner, loop, thread, (channel, holder) = _dropped_client(served.address)
+        holder.clear()
+        gc.collect()
+        thread.join(timeout=10)
+        assert not thread.is_alive() and loop.is_closed()
+        assert inner._channel_stubs is None
+        assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+    finally:
+        served.close()
+
+
+def test_a_blocking_client_collected_on_its_own_loop_closes_its_channel_and_loop() -> None:
+    """Its last reference dropped by a callback on the client's own loop thread: the finalizer
+    runs there, where it cannot wait for the loop; it returned early, leaving the loop unclosed."""
+    served = _ServerThread({LIST_NODES: _unavailable_until(0)[0]})
+    try:
+        inner, loop, thread, (channel, holder) = _dropped_client(served.address)
+        loop.call_soon_threadsafe(holder.clear)
+        thread.join(timeout=10)
+        assert not thread.is_alive() and loop.is_closed()
+        assert inner._channel_stubs is None
+        assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
+    finally:
+        served.close()

@@ -10,7 +10,7 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from clients import AsyncClient, Client, DeadlineExceededError, NotFoundError
+from clients import AsyncClient, Client, DeadlineExceededError, InvalidValueError, NotFoundError
 from clients.async_client import RetryPolicy
 from tests.scripted_server import Behaviour, Start
 
@@ -79,3 +79,15 @@ async def test_a_closed_blocking_client_says_so(scripted: Start) -> None:
     await asyncio.to_thread(client.close)
     with pytest.raises(RuntimeError, match="this Client is closed; make a new one"):
         await asyncio.to_thread(client.get_allocation, "alloc-1")
+
+
+def test_a_zero_back_off_is_refused_when_retrying_until_the_deadline() -> None:
+    """``max_backoff=0`` (or ``initial_backoff=0``) with no ``attempts`` made thousands of tries a
+    second until the deadline; with a bound on the tries it stays allowed."""
+    with pytest.raises(InvalidValueError, match="initial_backoff") as caught:
+        RetryPolicy(initial_backoff=0)
+    assert caught.value.field == "initial_backoff"
+    with pytest.raises(InvalidValueError, match="max_backoff") as caught:
+        RetryPolicy(max_backoff=0)
+    assert caught.value.field == "max_backoff"
+    assert RetryPolicy(attempts=3, initial_backoff=0, max_backoff=0).delay(1) == 0

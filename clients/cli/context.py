@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TypeVar
@@ -12,7 +12,7 @@ from typing import TypeVar
 import grpc
 import typer
 
-from clients.async_client import AsyncClient
+from clients.async_client import AsyncClient, RetryPolicy
 from clients.cli import render
 from clients.errors import GpucloudError, InvalidValueError
 
@@ -21,6 +21,12 @@ T = TypeVar("T")
 DEFAULT_ADDR = "127.0.0.1:50051"
 # The API's counts and indexes are int32: a larger number cannot even be put into a request.
 INT32_MAX = 2**31 - 1
+# A person waits for the command: it fails fast when the server stays unreachable or keeps
+# answering UNAVAILABLE (6 tries, at most about 1.5 s of back-off in all), rather than
+# retrying until the 30 s deadline as the library's default policy does for programs.
+CLI_RETRY = RetryPolicy(attempts=6, initial_backoff=0.05, max_backoff=1.0)
+# Where a parameter's value came from when the user typed it (click's ParameterSource names).
+_TYPED_SOURCES = frozenset({"COMMANDLINE", "ENVIRONMENT"})
 
 # API fields whose command-line parameter has another name, with every name it has in some
 # command (the first the command has wins). Any other field is looked up by its own name among
@@ -120,7 +126,7 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     token = credential
 
     async def run() -> T:
-        async with AsyncClient(conn.address, token) as client:
+        async with AsyncClient(conn.address, token, retry=CLI_RETRY) as client:
             return await action(client)
 
     try:
@@ -128,19 +134,32 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     except GpucloudError as err:
         labels = option_labels(ctx, err.field_violations)
         render.error(err, address=conn.address, labels=labels)
-        raise typer.Exit(exit_code(err, labels)) from None
+        raise typer.Exit(exit_code(err, typed_labels(ctx, labels))) from None
     except ValueError as err:
         render.fail(value_error_line(ctx, err))
         raise typer.Exit(EXIT_USAGE) from None
 
 
-def exit_code(err: GpucloudError, labels: Mapping[str, str]) -> int:
+def exit_code(err: GpucloudError, typed: Mapping[str, str]) -> int:
     """2 when the server refused a value the user typed (INVALID_ARGUMENT with a bad field
-    that ``labels`` maps to an option or argument of the command), else 1: a field no option
-    sets was filled in by the client, and retyping the command cannot fix it."""
-    if err.code is grpc.StatusCode.INVALID_ARGUMENT and labels:
+    that ``typed`` maps to an option or argument given on the command line or in the
+    environment: ``typed_labels``), else 1: a field no option sets was filled in by the client,
+    and one an option left at its default (``metrics write`` without ``--time``) was not typed,
+    so neither is a usage error."""
+    if err.code is grpc.StatusCode.INVALID_ARGUMENT and typed:
         return EXIT_USAGE
     return EXIT_ERROR
+
+
+def typed_labels(ctx: typer.Context, labels: Mapping[str, str]) -> dict[str, str]:
+    """The ``labels`` (``option_labels``) whose option or argument the user gave, on the command
+    line or through its environment variable; those left at their default are left out."""
+    typed = {}
+    for path, name in _parameter_names(ctx, labels).items():
+        source = ctx.get_parameter_source(name)
+        if source is not None and source.name in _TYPED_SOURCES:
+            typed[path] = labels[path]
+    return typed
 
 
 def value_error_line(ctx: typer.Context, error: ValueError) -> str:
@@ -157,12 +176,21 @@ def option_labels(ctx: typer.Context, fields: Mapping[str, str]) -> dict[str, st
     parameter of the command sets are left out."""
     parameters = {param.name: param for param in ctx.command.params if param.name}
     labels = {}
+    for path, name in _parameter_names(ctx, fields).items():
+        long_options = [o for o in parameters[name].opts if o.startswith("--")]
+        labels[path] = long_options[0] if long_options else name.upper()
+    return labels
+
+
+def _parameter_names(ctx: typer.Context, fields: Iterable[str]) -> dict[str, str]:
+    """For each API field path, the name of the command's parameter that sets it: the first
+    segment of the path that names one wins; paths that none sets are left out."""
+    names = {param.name for param in ctx.command.params if param.name}
+    found = {}
     for path in fields:
         for segment in _PATH_SEGMENT.findall(path):
-            names = (*_PARAMETERS_OF_FIELD.get(segment, ()), segment)
-            param = next((parameters[name] for name in names if name in parameters), None)
-            if param is not None:
-                long_options = [o for o in param.opts if o.startswith("--")]
-                labels[path] = long_options[0] if long_options else param.name.upper()
+            name = next((n for n in (*_PARAMETERS_OF_FIELD.get(segment, ()), segment) if n in names), None)
+            if name is not None:
+                found[path] = name
                 break
-    return labels
+    return found

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from typing import Annotated, TypeVar
 
@@ -12,7 +13,7 @@ from rich.text import Text
 from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import INT32_MAX, call
+from clients.cli.context import EXIT_USAGE, INT32_MAX, call
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 PageSize = Annotated[int, typer.Option(max=INT32_MAX, help="Items per page (0: server default).")]
@@ -31,6 +32,15 @@ T = TypeVar("T")
 
 # An operation waited for did not finish within the wait (``operations wait``, ``cancel --wait``).
 EXIT_NOT_DONE = 3
+
+
+def _check_wait(timeout: float) -> None:
+    """Exit 2 unless ``--timeout`` is a finite number of seconds, 0 or more: the option's ``min=0``
+    lets inf through (and nan, in some typer versions). Checked before the command does anything:
+    a cancel carried out stands, whatever the wait then says."""
+    if not (math.isfinite(timeout) and timeout >= 0):
+        render.fail(f"--timeout {timeout}: must be a finite number of seconds, 0 or more")
+        raise typer.Exit(EXIT_USAGE)
 
 
 def _show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
@@ -255,6 +265,7 @@ def allocations_cancel(
 ) -> None:
     """Cancel an allocation; prints the operation that tracks the release. With --wait, exit
     code 3 if the nodes are not released within --timeout, as ``operations wait``."""
+    _check_wait(timeout)
     accepted: models.Operation | None = None
 
     async def run(client: AsyncClient) -> models.Operation:
@@ -307,6 +318,7 @@ def operations_wait(
     json_out: JsonFlag = False,
 ) -> None:
     """Wait for an operation to finish; exit code 3 if it did not within the timeout."""
+    _check_wait(timeout)
     with render.console.status(f"waiting for {name}..."):
         operation = call(ctx, lambda c: c.wait_operation(name, timeout=timeout))
     render.print_json(operation) if json_out else render.console.print(
