@@ -503,29 +503,19 @@ def _dropped_client(address: str) -> tuple[AsyncClient, asyncio.AbstractEventLoo
     return client._async, client._loop, client._thread, (stubs.channel, [client])
 
 
-def test_a_blocking_client_dropped_unclosed_closes_its_channel_and_loop() -> None:
-    """The finalizer stopped the loop thread but left the gRPC channel open (and the loop unclosed
-    when it ran on the loop's own thread)."""
+@pytest.mark.parametrize("on_its_own_loop", [False, True])
+def test_a_blocking_client_dropped_unclosed_closes_its_channel_and_loop(on_its_own_loop: bool) -> None:
+    """The finalizer stopped the loop thread but left the gRPC channel open; and when the last
+    reference went in a callback on the client's own loop thread (where the finalizer cannot
+    wait for the loop), it returned early, leaving the loop unclosed."""
     served = _ServerThread({LIST_NODES: _unavailable_until(0)[0]})
     try:
         inner, loop, thread, (channel, holder) = _dropped_client(served.address)
-        holder.clear()
-        gc.collect()
-        thread.join(timeout=10)
-        assert not thread.is_alive() and loop.is_closed()
-        assert inner._channel_stubs is None
-        assert channel.get_state() is grpc.ChannelConnectivity.SHUTDOWN
-    finally:
-        served.close()
-
-
-def test_a_blocking_client_collected_on_its_own_loop_closes_its_channel_and_loop() -> None:
-    """Its last reference dropped by a callback on the client's own loop thread: the finalizer
-    runs there, where it cannot wait for the loop; it returned early, leaving the loop unclosed."""
-    served = _ServerThread({LIST_NODES: _unavailable_until(0)[0]})
-    try:
-        inner, loop, thread, (channel, holder) = _dropped_client(served.address)
-        loop.call_soon_threadsafe(holder.clear)
+        if on_its_own_loop:
+            loop.call_soon_threadsafe(holder.clear)
+        else:
+            holder.clear()
+            gc.collect()
         thread.join(timeout=10)
         assert not thread.is_alive() and loop.is_closed()
         assert inner._channel_stubs is None
