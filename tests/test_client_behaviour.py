@@ -42,7 +42,7 @@ from clients import (
     metrics,
     models,
 )
-from clients.instants import duration_ms, to_ms, to_timestamp
+from clients.instants import Instant, duration_ms, to_ms, to_timestamp
 from gpucloud.v1 import allocation_pb2
 from tests.conftest import RunningControlPlane, register_ready_nodes
 from tests.scripted_server import Behaviour, Start, serve
@@ -268,11 +268,13 @@ async def test_a_calls_timeout_overrides_the_clients_and_the_error_names_method_
 
 
 @pytest.mark.parametrize("timeout", [0, -1, 0.0, math.nan, math.inf, True, "30"])
-def test_a_client_timeout_that_is_not_a_positive_number_is_refused(timeout: object) -> None:
+def test_a_client_timeout_that_is_not_a_positive_number_is_refused(timeout: Any) -> None:
+    """Refused at construction, naming ``timeout`` (``Any``: these are the values a caller's
+    types would not let through, sent anyway)."""
     threads = threading.active_count()
     for cls in (AsyncClient, Client):
         with pytest.raises(InvalidValueError, match="timeout") as caught:
-            cls("127.0.0.1:1", "token", timeout=timeout)  # type: ignore[arg-type]
+            cls("127.0.0.1:1", "token", timeout=timeout)
         assert caught.value.field == "timeout"
     assert threading.active_count() == threads  # the refused Client started no loop thread
 
@@ -332,8 +334,8 @@ async def test_naive_datetimes_are_utc_for_usage_events_and_metrics(
     at = events[0].event_time
     assert at is not None
 
-    async def event_ids(start: object) -> list[str]:
-        page = await operator.list_usage_events(tenant_id="acme", start_time=start)  # type: ignore[arg-type]
+    async def event_ids(start: Instant) -> list[str]:
+        page = await operator.list_usage_events(tenant_id="acme", start_time=start)
         return [e.event_id for e in page]
 
     every = [e.event_id for e in events]
@@ -352,14 +354,18 @@ async def test_naive_datetimes_are_utc_for_usage_events_and_metrics(
 
 
 async def test_a_float_or_string_time_is_refused_naming_the_parameter(operator: AsyncClient) -> None:
+    # Typed Any: the values a caller's types would not let through, sent anyway.
+    float_ms: Any = time.time() * 1000
+    text: Any = "2026-01-01"
+    half_ms: Any = 0.5
     with pytest.raises(InvalidValueError) as caught:
-        await operator.query_metrics(start=time.time() * 1000, end=int(time.time() * 1000))  # type: ignore[arg-type]
+        await operator.query_metrics(start=float_ms, end=int(time.time() * 1000))
     assert caught.value.field == "start"
     with pytest.raises(InvalidValueError) as caught:
-        await operator.list_usage_events(end_time="2026-01-01")  # type: ignore[arg-type]
+        await operator.list_usage_events(end_time=text)
     assert caught.value.field == "end_time"
     with pytest.raises(InvalidValueError) as caught:
-        await operator.query_metrics_range(start=0, end=1000, step=0.5)  # type: ignore[arg-type]
+        await operator.query_metrics_range(start=0, end=1000, step=half_ms)
     assert caught.value.field == "step"
 
 
