@@ -48,6 +48,11 @@ def to_ms(moment: object, parameter: str) -> int:
     return _whole_ms(moment, parameter, "a datetime")
 
 
+def from_ms(millis: int) -> datetime:
+    """The aware UTC datetime of milliseconds since the epoch."""
+    return _EPOCH + timedelta(milliseconds=millis)
+
+
 def to_timestamp(moment: object, parameter: str) -> Timestamp | None:
     """A protobuf Timestamp of an instant, or None for None (the field left unset)."""
     if moment is None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 from typing import TYPE_CHECKING
 
-from clients import instants
 from clients.errors import InvalidValueError
+from clients.instants import from_ms
 from gpucloud.v1 import metrics_pb2
 
 if TYPE_CHECKING:
@@ -26,7 +26,6 @@ if TYPE_CHECKING:
     Float64Array = npt.NDArray[np.float64]
 
 AGGREGATIONS = ("avg", "min", "max", "sum", "count", "last", "rate")
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 @dataclass(frozen=True)
@@ -105,22 +104,6 @@ class MetricsResult:
 
     series: list[Series]
     stats: QueryStats
-
-
-def to_ms(moment: datetime | int, parameter: str = "moment") -> int:
-    """Milliseconds since the epoch of a datetime (naive means UTC), or an int as given; anything else is
-    ``InvalidValueError`` naming ``parameter`` (clients/instants.py has the rule)."""
-    return instants.to_ms(moment, parameter)
-
-
-def from_ms(millis: int) -> datetime:
-    """The aware UTC datetime of milliseconds since the epoch."""
-    return _EPOCH + timedelta(milliseconds=millis)
-
-
-def step_ms(step: timedelta | int, parameter: str = "step") -> int:
-    """A step as milliseconds (an int is taken as milliseconds); anything else is ``InvalidValueError``."""
-    return instants.duration_ms(step, parameter)
 
 
 def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:

@@ -42,7 +42,7 @@ from clients import (
     metrics,
     models,
 )
-from clients.instants import Instant, duration_ms, to_ms, to_timestamp
+from clients.instants import Instant, duration_ms, from_ms, to_ms, to_timestamp
 from gpucloud.v1 import allocation_pb2
 from tests.conftest import RunningControlPlane, register_ready_nodes
 from tests.scripted_server import Behaviour, Start, serve
@@ -346,7 +346,7 @@ async def test_naive_datetimes_are_utc_for_usage_events_and_metrics(
 
     now_ms = int(time.time() * 1000) - 1000
     await operator.write_samples([NodeSamples("node-000", now_ms, {0: {"power_w": 300.0}})])
-    naive_start = metrics.from_ms(now_ms).replace(tzinfo=None)
+    naive_start = from_ms(now_ms).replace(tzinfo=None)
     by_naive = await operator.query_metrics(start=naive_start, end=naive_start + timedelta(seconds=1))
     by_ms = await operator.query_metrics(start=now_ms, end=now_ms + 1000)
     assert [s.timestamps_ms.tolist() for s in by_naive.series] == [[now_ms]]

@@ -13,6 +13,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from clients import instants
 from clients import metrics as m
 from clients.async_client import AsyncClient
 from clients.cli import render
@@ -43,8 +44,8 @@ def summary_row(series: m.Series) -> list[str]:
         series.gpu,
         series.field,
         str(len(times)),
-        render.when(m.from_ms(int(times[0]))) if len(times) else "-",
-        render.when(m.from_ms(int(times[-1]))) if len(times) else "-",
+        render.when(instants.from_ms(int(times[0]))) if len(times) else "-",
+        render.when(instants.from_ms(int(times[-1]))) if len(times) else "-",
         _number(float(values.min())) if len(values) else "-",
         _number(float(values.mean())) if len(values) else "-",
         _number(float(values.max())) if len(values) else "-",
@@ -219,7 +220,7 @@ def metrics_write(
     """Write one sample per field for one GPU of a node (operators; an agent for its own node)."""
     try:
         values = _assignments(set_)
-        timestamp = m.to_ms(time_option("--time", at, now=datetime.now(UTC)))
+        timestamp = instants.to_ms(time_option("--time", at, now=datetime.now(UTC)), "time")
     except ValueError as err:
         render.fail(str(err))
         raise typer.Exit(2) from None

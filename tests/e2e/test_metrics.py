@@ -17,7 +17,8 @@ from clients import AsyncClient, InvalidArgumentError, NotFoundError, Permission
 from clients.cli import render
 from clients.cli.app import app
 from clients.cli.metrics import summary_row
-from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples, from_ms
+from clients.instants import from_ms
+from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples
 from services.auth import repository as auth_repo
 from services.auth.principal import Role
 from services.metrics import commands as metrics_commands
