@@ -17,6 +17,7 @@ import structlog
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
+from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
 from accounting.model import Rates
@@ -51,7 +52,7 @@ from services.operations.builder import OperationBuilder
 from services.operations.servicer import OperationsServicer
 from services.paging import PageTokens
 from services.store import secrets
-from services.store.engine import Store, UnsupportedDatabaseUrl, check_database_url, sqlite_url
+from services.store.engine import Store, UnsupportedDatabaseUrl, sqlite_url
 from services.tenants.servicer import TenantServicer
 from services.workers import Workers
 from tsdb.errors import StoreLockedError
@@ -172,13 +173,12 @@ class ControlPlane:
         config = self.config
         url = config.database_url or sqlite_url(config.data_dir)
         try:
-            shown = check_database_url(url).render_as_string(hide_password=True)
-        except UnsupportedDatabaseUrl as error:
-            raise StartError(f"unusable database URL: {error}") from error
-        try:
             store = await Store.open(url)
+        except UnsupportedDatabaseUrl as error:  # refused before any connection
+            raise StartError(f"unusable database URL: {error}") from error
         except (OSError, sqlite3.Error, SQLAlchemyError) as error:
             # sqlite3.Error: a file there that is not a database (the driver opens it itself).
+            shown = make_url(url).render_as_string(hide_password=True)
             raise StartError(f"cannot open the database {shown}: {error}") from error
         self._store = store
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
