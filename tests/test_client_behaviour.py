@@ -100,11 +100,15 @@ async def test_a_create_that_timed_out_carries_its_automatic_request_id(scripted
 
 async def test_a_create_that_stayed_unavailable_carries_the_request_id_every_try_sent(scripted: Start) -> None:
     behaviour, seen = _unavailable_until(None)
+    # The last try starts with what is left of the deadline; on a loaded machine that sliver can
+    # run out before the answer, so the call ends UNAVAILABLE or DEADLINE_EXCEEDED: either way
+    # the outcome is unknown, and either error carries the key.
+    unknown_outcome = (UnavailableError, DeadlineExceededError)
     async with AsyncClient(await scripted({CREATE: behaviour}), "token", retry=FAST) as client:
-        with pytest.raises(UnavailableError) as caught:
+        with pytest.raises(unknown_outcome) as caught:
             await client.create_allocation(gpu_model="H100", node_count=1, timeout=0.3)
         # The caller's retry with the error's key sends the same key again.
-        with pytest.raises(UnavailableError) as again:
+        with pytest.raises(unknown_outcome) as again:
             await client.create_allocation(
                 gpu_model="H100", node_count=1, request_id=caught.value.request_id, timeout=0.1
             )
@@ -154,9 +158,12 @@ async def test_unavailable_is_retried_until_the_deadline_then_raised(scripted: S
     policy = RetryPolicy(initial_backoff=0.01, max_backoff=0.05)
     async with AsyncClient(await scripted({GET_NODE: behaviour}), "token", retry=policy) as client:
         started = time.monotonic()
-        with pytest.raises(UnavailableError, match="database restarting"):
+        # UNAVAILABLE, or DEADLINE_EXCEEDED when the last try's sliver of the deadline ran out
+        # first on a loaded machine (as in the request-id test above).
+        with pytest.raises((UnavailableError, DeadlineExceededError)) as caught:
             await client.get_node("node-1", timeout=1.0)
         took = time.monotonic() - started
+    assert isinstance(caught.value, DeadlineExceededError) or "database restarting" in str(caught.value)
     # It stops only when the next back-off (at most 0.05 s) would pass the deadline.
     assert 1.0 - 0.05 <= took < 5
     assert len(seen) > 6
