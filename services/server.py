@@ -20,6 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
+from accounting import rate_card
 from accounting.model import Rates
 from gpucloud.v1 import (
     allocation_pb2,
@@ -38,7 +39,6 @@ from services.allocations.releaser import Releaser
 from services.allocations.servicer import AllocationServicer
 from services.auth.authenticator import Authenticator
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
-from services.billing import rates as billing_rates
 from services.billing.commands import Billing
 from services.billing.servicer import BillingServicer
 from services.interceptors import ControlPlaneInterceptor
@@ -149,7 +149,7 @@ class ControlPlane:
             why = error.strerror or error
             raise StartError(f"cannot use {config.data_dir} as the data directory: {why}") from error
         # A bad rate card fails the start before anything is opened.
-        rates = billing_rates.load(config.rates_path)
+        rates = rate_card.load(config.rates_path)
         # The metrics store first: its directory lock is what tells a second server on this
         # data directory to stop, before it touches the database.
         retention = config.metrics_retention_seconds

@@ -19,13 +19,12 @@ import typer
 from rich.console import Console
 from rich.table import Table
 
-from accounting import InputError, InvoiceRun, Period, compute_invoices
+from accounting import InputError, InvoiceRun, Period, compute_invoices, rate_card
 from accounting.export import decimal_text, invoice_run_to_json
 from accounting.loaders import load_events, load_outages
 from accounting.model import Anomaly, Invoice, datetime_to_us, rfc3339
 from clients.cli import render
 from clients.cli.times import time_option
-from services.billing import rates as billing_rates
 
 EXIT_BAD_INPUT = 2
 
@@ -63,7 +62,7 @@ def compute_offline(inputs: OfflineInputs) -> InvoiceRun:
         raise UsageProblem(f"--start/--end: {error}") from None
     events = load_events(inputs.events)
     # Without --rates, the card the server prices with when started without one.
-    rates = billing_rates.load(inputs.rates)
+    rates = rate_card.load(inputs.rates)
     outages = load_outages(inputs.outages) if inputs.outages is not None else []
     return compute_invoices(events, rates, period, outages, engine=inputs.engine)
 

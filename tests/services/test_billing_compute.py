@@ -16,10 +16,10 @@ import pytest
 
 from accounting.model import EventKind, Rates, UsageEvent, datetime_to_us
 from accounting.periods import BillingPeriod, parse_period
+from accounting.rate_card import DEFAULT_RATES
 from services.billing import codec, compute
 from services.billing.compute import open_invoice
 from services.billing.invoice import FrozenInvoice, InvoiceView
-from services.billing.rates import DEFAULT_RATES
 from services.billing.rules import LoggedEvent
 
 DAY_S = 86_400

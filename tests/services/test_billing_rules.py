@@ -9,9 +9,9 @@ import pytest
 
 from accounting.model import EventKind, InvoiceLine, PriceClass, Reconciliation, UsageEvent, datetime_to_us
 from accounting.periods import FIRST_PERIOD, BadPeriod, BillingPeriod, parse_period, period_of
+from accounting.rate_card import DEFAULT_RATES
 from services.billing import codec
 from services.billing.invoice import Adjustment, InvoiceView, LateEvents
-from services.billing.rates import DEFAULT_RATES
 from services.billing.rules import (
     LoggedEvent,
     adjustment_sources,

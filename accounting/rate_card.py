@@ -1,9 +1,11 @@
-"""The rate card the server prices invoices with: a JSON file, or the built-in default.
+"""The rate card invoices are priced with: a JSON file, or the built-in default.
 
-The file format is the accounting library's (``accounting/loaders.py``), the same file the
-offline ``gpucloud invoice --rates`` reads, so one rate card prices both. The default is an
-illustrative on-demand/spot card for the GPU models the control plane knows; docs/billing.md
-lists it. A deployment that bills for real passes its own (``gpucloud serve --rates FILE``).
+One card for both ways of invoicing: the server's (``gpucloud serve --rates FILE``) and the
+offline ``gpucloud invoice --rates FILE``, which read the same file format
+(``accounting/loaders.py``); without a file both use ``DEFAULT_RATES``, an illustrative
+on-demand/spot card for the GPU models the control plane knows (docs/billing.md lists it). It
+lives in the library, not in the server, so that the offline command prices exactly as the
+server does without importing the server.
 """
 
 from __future__ import annotations
