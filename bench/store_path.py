@@ -77,7 +77,7 @@ async def store_path(path: Path) -> dict[str, float]:
     create = cancel = release = 0.0
     for _ in range(ROUNDS):
         t0 = time.perf_counter()
-        view = await commands.create(store, AllocationRequest("bench", GpuModel.H100, 1, ""))
+        view = (await commands.create(store, AllocationRequest("bench", GpuModel.H100, 1, ""))).view
         t1 = time.perf_counter()
         await commands.cancel(store, tenant, view.row.allocation_id)
         t2 = time.perf_counter()

@@ -1,13 +1,14 @@
 """Creating, reading, listing and cancelling allocations: one transaction each.
 
 Create and cancel are written as SQL steps (store/tx.py) and run with ``Store.transact``: on
-SQLite in the writer's group commit, on PostgreSQL in a session.
+SQLite in the writer's group commit, on PostgreSQL on the raw asyncpg connection.
 
-A create claims its idempotency key first, in the same transaction as the placement, so
-concurrent calls with one key serialize on the key's primary key: one places nodes, the others
-replay its result. On PostgreSQL the losers' inserts wait for the winner's commit and then
-fail with a unique violation (``tx.Conflict``), which sends them round the loop to find the
-recorded result.
+A create claims its idempotency key in the same transaction as the placement, so concurrent
+calls with one key serialize on the key's primary key: one places nodes, the others replay its
+result. On PostgreSQL the key is claimed first: the losers' inserts wait for the winner's
+commit and then fail with a unique violation (``tx.Conflict``), which sends them round the loop
+to find the recorded result. On SQLite, whose writer runs one transaction at a time, the key is
+claimed after the placement, so that a refusal has written nothing.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
@@ -55,6 +57,14 @@ class AllocationRequest:
     actor: str = ""
 
 
+class Created(NamedTuple):
+    """What a create answers: the allocation, and whether it was made by an earlier call with
+    the same ``request_id`` (a replay: this call placed nothing)."""
+
+    view: AllocationView
+    replayed: bool
+
+
 def resolve_tenant(principal: Principal, requested: str) -> str:
     """The tenant a create acts for: a tenant's own id, or the one an operator names."""
     if principal.role is Role.TENANT:
@@ -69,7 +79,7 @@ def resolve_tenant(principal: Principal, requested: str) -> str:
     return requested
 
 
-async def create(store: Store, request: AllocationRequest) -> AllocationView:
+async def create(store: Store, request: AllocationRequest) -> Created:
     """Place the request's nodes and record the allocation, all or nothing, in one transaction.
 
     A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY) when
@@ -100,14 +110,14 @@ async def create(store: Store, request: AllocationRequest) -> AllocationView:
     )
 
 
-def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *, locking: bool) -> Tx[AllocationView]:
+def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *, locking: bool) -> Tx[Created]:
     if request.request_id:
         key = yield from repo.idempotency_key(request.tenant_id, CREATE_METHOD, request.request_id)
         if key is not None:
             recorded_fingerprint, recorded_id = key
             if recorded_fingerprint != fingerprint:
                 raise idempotency.reused(request.request_id)
-            return (yield from repo.get_view(recorded_id, tenant_id=request.tenant_id))
+            return Created((yield from repo.get_view(recorded_id, tenant_id=request.tenant_id)), replayed=True)
     else:
         yield from tenants_repo.require(request.tenant_id)
     now = now_us()
@@ -173,7 +183,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
         uncordoned_only=True,
     )
     yield from usage.record(UsageKind.START, [allocation_id], at_us=now)
-    return AllocationView(row, tuple(chosen))
+    return Created(AllocationView(row, tuple(chosen)), replayed=False)
 
 
 async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:

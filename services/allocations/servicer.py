@@ -24,6 +24,9 @@ Context = grpc.aio.ServicerContext[Any, Any]
 MAX_NODES_PER_ALLOCATION = 256
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
+# Trailing metadata on a create answered from an earlier call's result (the same request_id):
+# the caller learns that this call allocated nothing (research/billing_api.md, I4).
+REPLAYED = (("idempotent-replayed", "true"),)
 
 
 class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
@@ -56,7 +59,9 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             request_id=request.request_id,
             actor=principal.actor,
         )
-        view = await commands.create(self._store, allocation_request)
+        view, replayed = await commands.create(self._store, allocation_request)
+        if replayed:
+            context.set_trailing_metadata(REPLAYED)
         return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))
 
     async def GetAllocation(

@@ -5,9 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import grpc
 import pytest
 
 from clients import AsyncClient, InvalidArgumentError, ResourceExhaustedError
+from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, node_pb2
 from tests.conftest import RunningControlPlane, register_ready_nodes, start_control_plane
 from tests.e2e.helpers import list_all, new_tenant
 
@@ -38,6 +40,37 @@ async def test_retry_with_same_request_id_returns_first_result(
     assert await count_allocations(operator) == 1
     assert await ready_node_ids(operator) == ready_after_first
     assert len(ready_after_first) == 2
+
+
+async def test_a_replay_is_marked_in_trailing_metadata(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """The call that placed the nodes carries no mark; every call answered from its record
+    says so (``idempotent-replayed: true``), so a caller can tell it allocated nothing."""
+    await register_ready_nodes(operator, 2)
+    await operator.create_tenant("acme")
+    request = allocation_pb2.CreateAllocationRequest(
+        tenant_id="acme", gpu_model=node_pb2.GPU_MODEL_H100, node_count=1, request_id="req-marked"
+    )
+    metadata = (("authorization", f"Bearer {control_plane.operator_token}"),)
+    marks: list[tuple[str, str | None]] = []
+    async with grpc.aio.insecure_channel(control_plane.address) as channel:
+        stub = allocation_pb2_grpc.AllocationServiceStub(channel)
+        for _ in range(3):
+            call = stub.CreateAllocation(request, metadata=metadata, timeout=15)
+            response = await call
+            trailing = dict(await call.trailing_metadata() or ())
+            marks.append((response.allocation.allocation_id, trailing.get("idempotent-replayed")))
+        other = allocation_pb2.CreateAllocationRequest()
+        other.CopyFrom(request)
+        other.request_id = "req-other"
+        fresh = stub.CreateAllocation(other, metadata=metadata, timeout=15)
+        await fresh
+        fresh_mark = dict(await fresh.trailing_metadata() or ()).get("idempotent-replayed")
+
+    first_id = marks[0][0]
+    assert marks == [(first_id, None), (first_id, "true"), (first_id, "true")]
+    assert fresh_mark is None
 
 
 @pytest.mark.parametrize(

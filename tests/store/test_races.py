@@ -157,7 +157,7 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Store, monkey
             request = AllocationRequest("acme", GpuModel.H100, 3, f"caller-{number}-{attempt}")
             seen = released.generation
             try:
-                view = await commands.create(store, request)
+                view = (await commands.create(store, request)).view
             except ResourceExhausted:
                 outcomes["refused"] += 1
                 # Capacity comes back with a release: try again after the next one.
@@ -241,10 +241,10 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
         tasks.append(big)
         await until_waiting(1)  # four free nodes without waiting, one short: it waits on n0
         on_n1 = await hold("n1")
-        small = [await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))]
-        small.append(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n3")))
+        small = [(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))).view]
+        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n3"))).view)
         await release(on_n1)
-        small.append(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n1")))
+        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n1"))).view)
         assert [view.node_ids for view in small] == [("n2",), ("n3",), ("n1",)]
         for view in small:
             await commands.cancel(store, tenant, view.row.allocation_id)
@@ -258,7 +258,7 @@ async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
         # holding n1 the release wants next).
         await until_the_store_blocks_itself()
         await release(on_n3)
-        placed = await big
+        placed = (await big).view
         await releasing
         assert victims() == 0
         assert sorted(placed.node_ids) == ["n0", "n1", "n2", "n3", "n4"]
