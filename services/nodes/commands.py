@@ -26,14 +26,21 @@ def check_speaks_for(principal: Principal, node_id: str) -> None:
         )
 
 
-def _same_inventory(view: NodeView, inventory: Inventory) -> bool:
+def _inventory_differences(view: NodeView, inventory: Inventory) -> list[str]:
+    """The RegisterNode fields whose values differ from the node as registered, in request order."""
     row = view.row
-    return (
-        row.gpu_model == inventory.gpu_model
-        and (row.zone, row.rack, row.leaf_switch) == (inventory.zone, inventory.rack, inventory.leaf_switch)
-        and sorted((canonical_gpu_uuid(g.gpu_uuid), g.gpu_index) for g in view.gpus)
-        == sorted((g.uuid, g.index) for g in inventory.gpus)
-    )
+    registered = sorted((canonical_gpu_uuid(g.gpu_uuid), g.gpu_index) for g in view.gpus)
+    return [
+        name
+        for name, same in (
+            ("gpu_model", row.gpu_model == inventory.gpu_model),
+            ("gpus", registered == sorted((g.uuid, g.index) for g in inventory.gpus)),
+            ("zone", row.zone == inventory.zone),
+            ("rack", row.rack == inventory.rack),
+            ("leaf_switch", row.leaf_switch == inventory.leaf_switch),
+        )
+        if not same
+    ]
 
 
 async def register(store: Store, principal: Principal, inventory: Inventory) -> NodeView:
@@ -92,12 +99,14 @@ async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView |
     if existing is None:
         return None
     view = (await repo.views(session, [existing]))[0]
-    if _same_inventory(view, inventory):
+    differences = _inventory_differences(view, inventory)
+    if not differences:
         return view
     raise AlreadyExists(
         reason="NODE_INVENTORY_MISMATCH",
-        message=f"node {inventory.node_id!r} is registered with a different inventory",
-        metadata={"node_id": inventory.node_id, "field": "node_id"},
+        message=f"node {inventory.node_id!r} is registered with another {', '.join(differences)}",
+        # The first field that differs; "differs" lists them all.
+        metadata={"node_id": inventory.node_id, "field": differences[0], "differs": ",".join(differences)},
     )
 
 

@@ -98,6 +98,6 @@ def next_state(node_id: str, state: NodeState, event: NodeEvent) -> NodeState:
         raise IllegalTransition(
             reason="ILLEGAL_NODE_TRANSITION",
             message=f"node {node_id!r} is {state}; {event} is allowed only from {', '.join(allowed)}",
-            metadata={"node_id": node_id, "state": state, "event": event},
+            metadata={"node_id": node_id, "field": "node_id", "state": state, "event": event},
         )
     return target

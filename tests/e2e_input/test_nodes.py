@@ -83,24 +83,31 @@ async def test_register_again_with_same_inventory_is_a_no_op(operator: AsyncClie
 
 
 @pytest.mark.parametrize(
-    "change",
+    ("change", "differs"),
     [
-        {"zone": "zone-b"},
-        {"rack": "rack-9"},
-        {"leaf_switch": "leaf-9"},
-        {"gpu_model": "A100"},
-        {"gpu_uuids": [*gpu_uuids("node-a")[:7], "GPU-replacement-07"]},
-        {"gpu_uuids": list(reversed(gpu_uuids("node-a")))},
+        ({"zone": "zone-b"}, ["zone"]),
+        ({"rack": "rack-9"}, ["rack"]),
+        ({"leaf_switch": "leaf-9"}, ["leaf_switch"]),
+        ({"gpu_model": "A100"}, ["gpu_model"]),
+        ({"gpu_uuids": [*gpu_uuids("node-a")[:7], "GPU-replacement-07"]}, ["gpus"]),
+        ({"gpu_uuids": list(reversed(gpu_uuids("node-a")))}, ["gpus"]),
+        ({"rack": "rack-9", "gpu_model": "A100"}, ["gpu_model", "rack"]),
     ],
-    ids=["zone", "rack", "leaf", "model", "uuid", "order"],
+    ids=["zone", "rack", "leaf", "model", "uuid", "order", "model-and-rack"],
 )
-async def test_register_with_other_inventory_already_exists(operator: AsyncClient, change: dict[str, object]) -> None:
-    """Registering a known node id with a different inventory is ALREADY_EXISTS and changes nothing."""
+async def test_register_with_other_inventory_already_exists(
+    operator: AsyncClient, change: dict[str, object], differs: list[str]
+) -> None:
+    """Registering a known node id with a different inventory is ALREADY_EXISTS naming the
+    fields that differ (the first as ``field``), and changes nothing."""
     before = await _register(operator, "node-a")
     events = await operator.list_node_events("node-a")
     with pytest.raises(AlreadyExistsError) as caught:
         await _register(operator, "node-a", **change)
     assert caught.value.reason == "NODE_INVENTORY_MISMATCH"
+    assert caught.value.metadata["field"] == differs[0]
+    assert caught.value.metadata["differs"] == ",".join(differs)
+    assert all(name in str(caught.value) for name in differs)
     assert await operator.get_node("node-a") == before
     assert await operator.list_node_events("node-a") == events
 
@@ -180,6 +187,7 @@ async def test_burn_in_result_on_ready_node_is_illegal(operator: AsyncClient) ->
     with pytest.raises(FailedPreconditionError) as caught:
         await operator.complete_burn_in(node_id, passed=False)
     assert caught.value.reason == "ILLEGAL_NODE_TRANSITION"
+    assert caught.value.metadata["field"] == "node_id"
     assert (await operator.get_node(node_id)).state == "READY"
 
 
@@ -405,7 +413,7 @@ async def test_illegal_transition_changes_nothing(
         await getattr(operator, method)(node_id, "should not be recorded")
     error = caught.value
     assert error.reason == "ILLEGAL_NODE_TRANSITION"
-    assert error.metadata == {"node_id": node_id, "state": state, "event": event}
+    assert error.metadata == {"node_id": node_id, "field": "node_id", "state": state, "event": event}
     after = await operator.get_node(node_id)
     assert after == before
     assert await operator.list_node_events(node_id) == events
