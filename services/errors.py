@@ -13,7 +13,8 @@ Rules and repositories raise these; the server's error interceptor turns them in
     ├── ResourceExhausted     not enough capacity
     ├── Unauthenticated
     ├── PermissionDenied
-    └── Unavailable           the database is unreachable or busy; retry the call
+    ├── Unavailable           the database is unreachable or busy; retry the call
+    └── Internal              a defect: nothing more is said to the caller
 """
 
 from __future__ import annotations

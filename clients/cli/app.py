@@ -113,7 +113,9 @@ def serve(
 def demo(
     data_dir: Annotated[Path | None, typer.Option(help="Keep the demo's data here instead of a temp dir.")] = None,
 ) -> None:
-    """Start an embedded control plane and walk through allocate, list, cancel, release."""
+    """Start an embedded control plane on a throwaway data directory and walk through it: a
+    fleet, a tenant, an allocation and its retry, a capacity refusal, metrics, the cancel and
+    its release, the invoice."""
     from clients.cli.demo import run_demo
 
     asyncio.run(run_demo(data_dir))

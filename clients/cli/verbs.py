@@ -264,7 +264,7 @@ def allocations_cancel(
     json_out: JsonFlag = False,
 ) -> None:
     """Cancel an allocation; prints the operation that tracks the release. With --wait, exit
-    code 3 if the nodes are not released within --timeout, as ``operations wait``."""
+    code 3 if the nodes are not released within --timeout, as `operations wait`."""
     _check_wait(timeout)
     accepted: models.Operation | None = None
 

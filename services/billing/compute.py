@@ -1,5 +1,6 @@
 """Builds invoices from logged events with the accounting library. CPU-bound and blocking:
-the servicer runs it in a worker thread (``asyncio.to_thread``), never on the event loop.
+``services/billing/commands.py`` runs it in a worker thread (``asyncio.to_thread``), never on
+the event loop.
 
 The DuckDB engine is the same code the offline ``gpucloud invoice --events`` runs, so an
 invoice served here and one recomputed from an export agree line for line.
