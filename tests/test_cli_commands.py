@@ -42,6 +42,7 @@ async def test_a_cancel_whose_wait_runs_out_exits_3_as_operations_wait_does(tmp_
         operation = document(output)
         assert operation["done"] is False
         assert f"cancel accepted: {operation['name']}" in output
+        assert f"not done after 0 s; wait again with: gpucloud operations wait {operation['name']}" in output
 
 
 async def test_a_cancel_whose_wait_fails_names_the_accepted_operation(tmp_path: Path, database_url: str) -> None:

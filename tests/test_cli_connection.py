@@ -86,6 +86,15 @@ def test_an_unreadable_token_file_is_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in output
 
 
+def test_an_empty_token_file_says_so(tmp_path: Path) -> None:
+    """Not "no token; pass --token, ...": the user did pass one, and its file is what is wrong."""
+    path = tmp_path / "empty.token"
+    path.write_text("\n")
+    code, output = gpucloud("--addr", "127.0.0.1:1", "--token-file", str(path), "tenants", "list")
+    assert code == 2, output
+    assert output.strip() == f"error: --token-file {path}: is empty"
+
+
 def test_serve_refuses_an_unknown_log_level_or_format(tmp_path: Path) -> None:
     for option, value in (("--log-level", "loud"), ("--log-format", "xml")):
         code, output = gpucloud("serve", "--data-dir", str(tmp_path), option, value)

@@ -141,14 +141,17 @@ async def test_a_bad_value_exits_2_whether_click_the_client_or_the_server_refuse
     control_plane: RunningControlPlane,
 ) -> None:
     """The server's INVALID_ARGUMENT for a field an option set is a usage error, as click's own
-    range checks are: ``--nodes 0`` and ``--nodes 99999999999`` exit alike. Errors that are not
-    about what was typed keep exit code 1."""
+    range checks are: ``--nodes 0`` and ``--nodes 99999999999`` exit alike, and so does an
+    option left out that the call needed. Errors that are not about the command line keep exit
+    code 1."""
     connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
     cases = [
         (["allocations", "create", "--gpu-model", "H100", "--nodes", "0"], "--nodes (node_count): must be 1-256"),
         (["allocations", "create", "--gpu-model", "H100", "--nodes", "99999999999"], "--nodes"),
         (["metrics", "query", "--start", "-1d", "--step", "1ms"], "--step (step_ms)"),
         (["metrics", "query", "--step", "0s"], "--step"),
+        # Left out where the call needs it (an operator allocates for a named tenant).
+        (["allocations", "create", "--gpu-model", "H100"], "--tenant (tenant_id): is required"),
     ]
     for args, expected in cases:
         code, output = await asyncio.to_thread(gpucloud, *connect, *args)

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import gpucloud_command
+from tests.test_cli_connection import gpucloud
 
 
 @pytest.mark.parametrize("columns", ["80", "160"])
@@ -30,3 +31,20 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     assert "Cancel done" in output and "CANCELLED" in output
     assert "Traceback" not in output and "…" not in output
     assert max(len(line) for line in output.splitlines()) <= int(columns)
+
+
+@pytest.mark.parametrize("used", ["earlier-run", "a-file"])
+def test_the_demo_refuses_a_data_dir_that_holds_something(tmp_path: Path, used: str) -> None:
+    """An earlier run's data (its fleet is registered already) or a file: one line, exit 2,
+    and what is there is left as it was."""
+    target = tmp_path / "demo"
+    if used == "a-file":
+        target.write_text("not a directory")
+    else:
+        target.mkdir()
+        (target / "gpucloud.db").write_text("earlier run")
+    code, output = gpucloud("demo", "--data-dir", str(target))
+    assert code == 2, output
+    assert output.strip() == f"error: --data-dir {target}: must be a new or empty directory"
+    kept = target.read_text() if used == "a-file" else (target / "gpucloud.db").read_text()
+    assert kept == ("not a directory" if used == "a-file" else "earlier run")

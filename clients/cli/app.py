@@ -111,14 +111,27 @@ def serve(
 
 @app.command()
 def demo(
-    data_dir: Annotated[Path | None, typer.Option(help="Keep the demo's data here instead of a temp dir.")] = None,
+    data_dir: Annotated[
+        Path | None,
+        typer.Option(help="Keep the demo's data here (a new or empty directory) instead of a temp dir."),
+    ] = None,
 ) -> None:
     """Start an embedded control plane on a throwaway data directory and walk through it: a
     fleet, a tenant, an allocation and its retry, a capacity refusal, metrics, the cancel and
     its release, the invoice."""
     from clients.cli.demo import run_demo
+    from services.server import StartError
 
-    asyncio.run(run_demo(data_dir))
+    if data_dir is not None and data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
+        # The demo registers its own fleet and tenant: on an earlier run's data it would fail
+        # halfway, on a server's it would change a real fleet.
+        typer.echo(f"error: --data-dir {data_dir}: must be a new or empty directory", err=True)
+        raise typer.Exit(2)
+    try:
+        asyncio.run(run_demo(data_dir))
+    except StartError as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
 
 
 @app.command()

@@ -10,6 +10,7 @@ it adds ``newly_finalized``, whether this call froze the invoice.
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -20,6 +21,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 from rich.table import Table
+from rich.text import Text
 
 from accounting.export import write_events
 from accounting.model import EventKind, PriceClass, UsageEvent, datetime_to_us, rfc3339, us_to_datetime
@@ -324,7 +326,9 @@ async def export_events(
 @usage.command("export")
 def usage_export(
     ctx: typer.Context,
-    out: Annotated[Path, typer.Option("--out", help="JSONL file to write (what `gpucloud invoice --events` reads).")],
+    out: Annotated[
+        Path, typer.Option("--out", help="JSONL file to write (what `gpucloud invoice --events` reads); - for stdout.")
+    ],
     tenant: Annotated[str, typer.Option(help="Only this tenant's events (tenants always get only their own).")] = "",
     start: Annotated[str | None, typer.Option(help=f"Events at or after this time: {INSTANT_FORMS}.")] = None,
     end: Annotated[str | None, typer.Option(help=f"Events before this time: {INSTANT_FORMS}.")] = None,
@@ -347,6 +351,18 @@ def usage_export(
         console=Console(stderr=True),
         transient=False,
     )
+    if str(out) == "-":
+        # To a pipe: written as it is fetched (nothing to rename), the bar on stderr.
+        with progress:
+            count = call(
+                ctx,
+                lambda c: export_events(
+                    c, sys.stdout, tenant=tenant, start=window[0], end=window[1], progress=progress
+                ),
+            )
+        sys.stdout.flush()
+        render.errors.print(f"wrote {count} usage events to stdout", highlight=False)
+        return
     if out.is_dir():
         # Known before any page is fetched: say so now, not after the whole export.
         render.fail(f"--out {out}: is a directory; name the file to write")
@@ -372,7 +388,8 @@ def usage_export(
     render.errors.print(f"wrote {count} usage events to {out}", highlight=False)
     if invoice_period is not None:
         first, last = (rfc3339(datetime_to_us(t)) for t in period_bounds(invoice_period, option="--invoice-period"))
+        # A command to paste: one line however narrow the terminal, and the path as typed.
         render.errors.print(
-            f"[dim]audit: gpucloud invoice --events {out} [--rates RATES.json] --start {first} --end {last}[/dim]",
-            highlight=False,
+            Text(f"audit: gpucloud invoice --events {out} [--rates RATES.json] --start {first} --end {last}", "dim"),
+            soft_wrap=True,
         )

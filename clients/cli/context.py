@@ -67,11 +67,14 @@ class Connection:
         if self.token_file is None:
             return None
         try:
-            return self.token_file.read_text().strip() or None
+            token = self.token_file.read_text().strip()
         except (OSError, UnicodeDecodeError) as error:
             raise TokenFileError(
                 f"--token-file {self.token_file}: {getattr(error, 'strerror', None) or error}"
             ) from None
+        if not token:
+            raise TokenFileError(f"--token-file {self.token_file}: is empty")
+        return token
 
 
 class TokenFileError(Exception):
@@ -141,11 +144,12 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
 
 
 def exit_code(err: GpucloudError, typed: Mapping[str, str]) -> int:
-    """2 when the server refused a value the user typed (INVALID_ARGUMENT with a bad field
-    that ``typed`` maps to an option or argument given on the command line or in the
-    environment: ``typed_labels``), else 1: a field no option sets was filled in by the client,
-    and one an option left at its default (``metrics write`` without ``--time``) was not typed,
-    so neither is a usage error."""
+    """2 when the server refused a value of the command line (INVALID_ARGUMENT with a bad
+    field that ``typed`` maps to an option or argument given on the command line or in the
+    environment, or to one left out that the call needed: ``typed_labels``), else 1: a field no
+    option sets was filled in by the client, and one an option filled in by default
+    (``metrics write`` without ``--time`` sends the time now) was not the user's, so neither is
+    a usage error."""
     if err.code is grpc.StatusCode.INVALID_ARGUMENT and typed:
         return EXIT_USAGE
     return EXIT_ERROR
@@ -153,11 +157,14 @@ def exit_code(err: GpucloudError, typed: Mapping[str, str]) -> int:
 
 def typed_labels(ctx: typer.Context, labels: Mapping[str, str]) -> dict[str, str]:
     """The ``labels`` (``option_labels``) whose option or argument the user gave, on the command
-    line or through its environment variable; those left at their default are left out."""
+    line or through its environment variable, or left out with nothing in its place (an
+    operator's ``allocations create`` without ``--tenant``: a missing option is a usage error
+    too); those whose default put a value in (a time of now) are left out."""
     typed = {}
     for path, name in _parameter_names(ctx, labels).items():
         source = ctx.get_parameter_source(name)
-        if source is not None and source.name in _TYPED_SOURCES:
+        given = source is not None and source.name in _TYPED_SOURCES
+        if given or ctx.params.get(name) in ("", None):
             typed[path] = labels[path]
     return typed
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Awaitable, Callable
-from typing import Annotated, TypeVar
+from typing import Annotated, NoReturn, TypeVar
 
 import typer
 from rich.table import Table
@@ -14,6 +14,8 @@ from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import EXIT_USAGE, INT32_MAX, call
+from clients.errors import DeadlineExceededError, UnavailableError
+from clients.request_ids import new_request_id
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
 PageSize = Annotated[int, typer.Option(max=INT32_MAX, help="Items per page (0: server default).")]
@@ -207,11 +209,36 @@ def allocations_create(
     request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUIDv7.")] = None,
     json_out: JsonFlag = False,
 ) -> None:
-    """Allocate whole nodes of one GPU model."""
-    allocation = call(
-        ctx,
-        lambda c: c.create_allocation(gpu_model=gpu_model, node_count=nodes_, tenant_id=tenant, request_id=request_id),
-    )
+    """Allocate whole nodes of one GPU model. When the outcome is unknown (the server did not
+    answer), the command names the key it sent: run it again with that --request-id to get the
+    allocation the first try may have made instead of a second one."""
+    if request_id is not None and not request_id:
+        # An unset shell variable ("--request-id $RID") must not quietly become a fresh key:
+        # the script's retry would then allocate twice.
+        render.fail("--request-id: must not be empty; leave the option out for a fresh key")
+        raise typer.Exit(EXIT_USAGE)
+    key = request_id or new_request_id()
+    outcome_unknown = False
+
+    async def create(client: AsyncClient) -> models.Allocation:
+        nonlocal outcome_unknown
+        try:
+            return await client.create_allocation(
+                gpu_model=gpu_model, node_count=nodes_, tenant_id=tenant, request_id=key
+            )
+        except (UnavailableError, DeadlineExceededError):
+            outcome_unknown = True
+            raise
+
+    try:
+        allocation = call(ctx, create)
+    except typer.Exit:
+        if outcome_unknown:
+            render.errors.print(
+                Text(f"the outcome is unknown; to retry safely run the same command with --request-id {key}"),
+                soft_wrap=True,
+            )
+        raise
     if json_out:
         render.print_json(allocation)
     else:
@@ -287,7 +314,8 @@ def allocations_cancel(
         if accepted is not None:
             # The wait failed, not the cancel: say so under the error, or the user may cancel again.
             render.errors.print(
-                Text(f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted.name}")
+                Text(f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted.name}"),
+                soft_wrap=True,
             )
         raise
     if json_out:
@@ -295,7 +323,16 @@ def allocations_cancel(
     else:
         render.console.print(render.operations_table([operation], "Cancel"))
     if wait and not operation.done:
-        raise typer.Exit(EXIT_NOT_DONE)
+        _not_done(operation, timeout)
+
+
+def _not_done(operation: models.Operation, timeout: float) -> NoReturn:
+    """Exit 3, saying why on stderr (the output above is the operation as it stands)."""
+    render.errors.print(
+        Text(f"not done after {timeout:g} s; wait again with: gpucloud operations wait {operation.name}"),
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_NOT_DONE)
 
 
 # Operations -----------------------------------------------------------------------------------
@@ -325,7 +362,7 @@ def operations_wait(
         render.operations_table([operation], "Operation")
     )
     if not operation.done:
-        raise typer.Exit(EXIT_NOT_DONE)
+        _not_done(operation, timeout)
 
 
 @operations.command("list")

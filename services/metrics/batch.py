@@ -221,7 +221,7 @@ def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push:
         if not gpu.fields:
             v.add(f"{gpu_path}.fields", "is required: at least one field value")
         for name, value in gpu.fields.items():
-            _field_name(v, f"{gpu_path}.fields[{name!r}]", name)
+            check_field_name(v, f"{gpu_path}.fields[{name!r}]", name)
             if not math.isfinite(value):
                 v.add(f"{gpu_path}.fields[{name!r}]", f"must be a finite number (got {value})")
     if v.count > before:
@@ -238,7 +238,8 @@ def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push:
                 entry.add_one(time_path, at_ms, float(value))
 
 
-def _field_name(v: Violations, path: str, name: str) -> bool:
+def check_field_name(v: Violations, path: str, name: str) -> bool:
+    """Whether ``name`` is a metric field name; if not, a violation at ``path`` says what one is."""
     if not FIELD_NAME.fullmatch(name):
         v.add(path, f"field name {name[:80]!r} must be 1-64 of a-z, 0-9 and '_', starting with a letter")
         return False
@@ -261,7 +262,7 @@ def _labels(v: Violations, path: str, labels: Mapping[str, str]) -> bool:
             if not ID_PATTERN.fullmatch(value):
                 v.add(label_path, f"{value[:80]!r} is not a node id")
         elif name == FIELD:
-            _field_name(v, label_path, value)
+            check_field_name(v, label_path, value)
         elif name == GPU:
             if not _is_gpu_index(value):
                 v.add(label_path, f"must be a GPU index 0-{MAX_GPU_INDEX} in decimal (got {value[:80]!r})")

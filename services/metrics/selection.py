@@ -9,7 +9,7 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from services.metrics.batch import FIELD_NAME, MAX_GPU_INDEX
+from services.metrics.batch import MAX_GPU_INDEX, check_field_name
 from services.validation import Violations
 from tsdb.catalog import FIELD, GPU, NODE
 
@@ -62,8 +62,7 @@ def check_selector(v: Violations, selector: Selector, path: str = "selector") ->
         if not 0 <= index <= MAX_GPU_INDEX:
             v.add(f"{path}.gpu_indexes[{i}]", f"must be 0-{MAX_GPU_INDEX} (got {index})")
     for i, name in enumerate(selector.fields[:MAX_SELECTOR_ITEMS]):
-        if not FIELD_NAME.fullmatch(name):
-            v.add(f"{path}.fields[{i}]", f"{name[:80]!r} is not a field name (a-z, 0-9, '_', starting with a letter)")
+        check_field_name(v, f"{path}.fields[{i}]", name)
 
 
 def check_window(v: Violations, window: Window) -> None:
