@@ -258,7 +258,7 @@ def reconciliation_line(invoice: billing.Invoice) -> str:
     """One dim line of rich markup: where the invoice's events went, and its usage in GPU-seconds."""
     rec = invoice.reconciliation
     return (
-        f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, {rec.events_in_anomalies} in anomalies, "
+        f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, {rec.events_in_anomalies} left out as anomalies, "
         f"{rec.events_outside_period} outside the period; usage {rec.usage_seconds:f} GPU-s[/dim]"
     )
 

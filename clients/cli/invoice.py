@@ -176,7 +176,7 @@ def reconciliation_table(run: InvoiceRun) -> Table:
     events = [
         ("in", rec.events_in),
         ("billed", rec.events_billed),
-        ("in anomalies", rec.events_in_anomalies),
+        ("left out as anomalies", rec.events_in_anomalies),
         *((f"  {kind}", count) for kind, count in sorted(rec.extra.items())),
         ("outside the period", rec.events_outside_period),
     ]
