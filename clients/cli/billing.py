@@ -258,8 +258,9 @@ def reconciliation_line(invoice: billing.Invoice) -> str:
     """One dim line of rich markup: where the invoice's events went, and its usage in GPU-seconds."""
     rec = invoice.reconciliation
     return (
-        f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, {rec.events_in_anomalies} left out as anomalies, "
-        f"{rec.events_outside_period} outside the period; usage {rec.usage_seconds:f} GPU-s[/dim]"
+        f"[dim]events: {rec.events_in} in, {rec.events_billed} billed, "
+        f"{rec.events_in_anomalies} left out as anomalies, {rec.events_outside_period} outside the period; "
+        f"usage {rec.usage_seconds:f} GPU-s[/dim]"
     )
 
 
