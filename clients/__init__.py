@@ -33,16 +33,18 @@ from clients.errors import (
     UnavailableError,
 )
 from clients.metrics import MetricsResult, NodeSamples, QueryStats, Series, SeriesSamples, WriteResult
-from clients.models import Allocation, Gpu, Node, NodeEvent, Operation, Page, Tenant
+from clients.models import Allocation, ApiToken, CreatedToken, Gpu, Node, NodeEvent, Operation, Page, Tenant
 from clients.sync_client import Client
 
 __all__ = [
     "AbortedError",
     "Allocation",
     "AlreadyExistsError",
+    "ApiToken",
     "AsyncClient",
     "Client",
     "CreatedTenant",
+    "CreatedToken",
     "DeadlineExceededError",
     "FailedPreconditionError",
     "FinalizedInvoice",

@@ -8,7 +8,7 @@ automatically (a UUIDv7: clients/request_ids.py) so that it is safe to repeat to
 retried on ABORTED, which the server answers while another call with the same key is running;
 its errors carry that key (``error.request_id``) for a retry of the caller's own. Creating
 tenants and tokens, and node state transitions, are not retried: a repeat after a lost reply
-would be refused or act twice.
+would be refused or act twice. Revoking a token is idempotent, and retried.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ from gpucloud.v1 import (
     node_pb2_grpc,
     tenant_pb2,
     tenant_pb2_grpc,
+    token_pb2,
+    token_pb2_grpc,
 )
 
 R = TypeVar("R")
@@ -97,10 +99,11 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class CreatedTenant:
-    """A new tenant and its first token (shown only once)."""
+    """A new tenant and its first token (shown only once), with the token's public id to revoke it by."""
 
     tenant: models.Tenant
     token: str
+    token_id: str
 
 
 # googleapis-common-protos ships no types for its grpc stubs: the stub class, given a type here.
@@ -117,6 +120,7 @@ class _Stubs:
     # The loop the channel was made on, the only one it works on.
     loop: asyncio.AbstractEventLoop
     tenants: tenant_pb2_grpc.TenantServiceAsyncStub
+    tokens: token_pb2_grpc.TokenServiceAsyncStub
     nodes: node_pb2_grpc.NodeServiceAsyncStub
     allocations: allocation_pb2_grpc.AllocationServiceAsyncStub
     # googleapis-common-protos ships no types for its grpc stubs.
@@ -132,6 +136,7 @@ class _Stubs:
             channel,
             loop,
             tenant_pb2_grpc.TenantServiceStub(channel),
+            token_pb2_grpc.TokenServiceStub(channel),
             node_pb2_grpc.NodeServiceStub(channel),
             allocation_pb2_grpc.AllocationServiceStub(channel),
             _operations_stub(channel),
@@ -272,7 +277,7 @@ class AsyncClient:
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantRequest(tenant_id=tenant_id, display_name=display_name)
         response = await self._call(stub.CreateTenant, request, retry_on=_NEVER, timeout=timeout)
-        return CreatedTenant(convert.tenant(response.tenant), response.token)
+        return CreatedTenant(convert.tenant(response.tenant), response.token, response.token_id)
 
     async def get_tenant(self, tenant_id: str, *, timeout: float | None = None) -> models.Tenant:
         """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
@@ -290,10 +295,80 @@ class AsyncClient:
         return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
 
     async def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
-        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
+        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid until revoked
+        (``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
         return (await self._call(stub.CreateTenantToken, request, retry_on=_NEVER, timeout=timeout)).token
+
+    # Tokens ---------------------------------------------------------------------------------
+
+    async def create_agent_token(self, node_id: str, *, timeout: float | None = None) -> models.CreatedToken:
+        """Mint an agent token bound to ``node_id`` (operators), shown only once; the node need not be registered
+        yet. Not retried: a retry after a lost reply would mint a second token."""
+        stub = self._stubs().tokens
+        request = token_pb2.CreateAgentTokenRequest(node_id=node_id)
+        response = await self._call(stub.CreateAgentToken, request, retry_on=_NEVER, timeout=timeout)
+        return models.CreatedToken(response.token, response.token_id)
+
+    async def list_tokens(
+        self,
+        *,
+        tenant_id: str = "",
+        node_id: str = "",
+        role: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> models.Page[models.ApiToken]:
+        """One page of API tokens, newest first, never with their secrets (operators). ``tenant_id``, ``node_id``
+        and ``role`` (``OPERATOR``, ``TENANT``, ``AGENT``) filter it; a tenant that does not exist is
+        ``NotFoundError``."""
+        stub = self._stubs().tokens
+        request = token_pb2.ListTokensRequest(
+            tenant_id=tenant_id,
+            node_id=node_id,
+            role=convert.token_role_value(role) if role else token_pb2.TOKEN_ROLE_UNSPECIFIED,
+            page_size=page_size,
+            page_token=page_token,
+        )
+        response = await self._call(stub.ListTokens, request, timeout=timeout)
+        return models.Page([convert.api_token(t) for t in response.tokens], response.next_page_token)
+
+    async def iter_tokens(
+        self,
+        *,
+        tenant_id: str = "",
+        node_id: str = "",
+        role: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> AsyncIterator[models.ApiToken]:
+        """Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
+        on when one is given. ``timeout`` bounds each page's call."""
+        pages = _pages(
+            lambda token: self.list_tokens(
+                tenant_id=tenant_id,
+                node_id=node_id,
+                role=role,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
+            ),
+            page_token,
+        )
+        async for page in pages:
+            for item in page:
+                yield item
+
+    async def revoke_token(self, token_id: str, *, timeout: float | None = None) -> models.ApiToken:
+        """Revoke a token (operators); the server that answers refuses it from the next call, other replicas
+        within 5 s. Idempotent, so retried: a revoked token is returned with its first ``revoke_time``. The last
+        operator token that is not revoked is ``FailedPreconditionError`` (LAST_OPERATOR_TOKEN)."""
+        stub = self._stubs().tokens
+        request = token_pb2.RevokeTokenRequest(token_id=token_id)
+        return convert.api_token((await self._call(stub.RevokeToken, request, timeout=timeout)).token)
 
     # Nodes ----------------------------------------------------------------------------------
 

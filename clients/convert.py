@@ -13,13 +13,14 @@ from google.protobuf.timestamp_pb2 import Timestamp
 
 from clients import models
 from clients.errors import InvalidValueError
-from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2
+from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2, token_pb2
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ENUMS: dict[str, EnumDescriptor] = {
     "GpuModel": node_pb2.GpuModel.DESCRIPTOR,
     "NodeState": node_pb2.NodeState.DESCRIPTOR,
     "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
+    "TokenRole": token_pb2.TokenRole.DESCRIPTOR,
 }
 
 
@@ -72,6 +73,12 @@ def allocation_state_value(name: str) -> allocation_pb2.AllocationState.ValueTyp
     value: allocation_pb2.AllocationState.ValueType = _value(
         allocation_pb2.AllocationState, "ALLOCATION_STATE_", name, "allocation state", "state"
     )
+    return value
+
+
+def token_role_value(name: str) -> token_pb2.TokenRole.ValueType:
+    """``AGENT`` (any case) or ``TOKEN_ROLE_AGENT`` -> its number; InvalidValueError naming the known roles."""
+    value: token_pb2.TokenRole.ValueType = _value(token_pb2.TokenRole, "TOKEN_ROLE_", name, "token role", "role")
     return value
 
 
@@ -149,4 +156,16 @@ def operation(message: operations_pb2.Operation) -> models.Operation:
         allocation=response,
         error_code=message.error.code if has_error else None,
         error_message=message.error.message if has_error else None,
+    )
+
+
+def api_token(message: token_pb2.ApiToken) -> models.ApiToken:
+    """The client's ``ApiToken`` of an ApiToken message; an empty ``tenant_id`` or ``node_id`` reads None."""
+    return models.ApiToken(
+        token_id=message.token_id,
+        role=enum_name("TokenRole", "TOKEN_ROLE_", message.role),
+        tenant_id=message.tenant_id or None,
+        node_id=message.node_id or None,
+        create_time=optional_time(message, "create_time"),
+        revoke_time=optional_time(message, "revoke_time"),
     )

@@ -164,8 +164,9 @@ class UnavailableError(GpucloudError):
     With no ``reason`` the transport failed (no server at the address, a dropped connection); with one, the server's
     database or storage failed (DATABASE_UNAVAILABLE, STORAGE_FULL, STORAGE_ERROR) or its metrics store is closing
     (METRICS_UNAVAILABLE). Retried with capped exponential back-off until the call's deadline, except by
-    ``create_tenant``, ``create_tenant_token``, ``complete_burn_in`` and the node lifecycle calls (drain, repair,
-    return to service, retire), which raise it at once: the first attempt may have taken effect.
+    ``create_tenant``, ``create_tenant_token``, ``create_agent_token``, ``complete_burn_in`` and the node
+    lifecycle calls (drain, repair, return to service, retire), which raise it at once: the first attempt may
+    have taken effect.
     """
 
     code = grpc.StatusCode.UNAVAILABLE

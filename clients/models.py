@@ -99,6 +99,28 @@ class Operation:
 
 
 @dataclass(frozen=True)
+class ApiToken:
+    """An API credential as operators see it, never with its secret. ``role`` is ``OPERATOR``, ``TENANT`` or
+    ``AGENT``; ``tenant_id`` is set for a tenant's token, ``node_id`` for an agent's; ``revoke_time`` is None while
+    the token is valid."""
+
+    token_id: str
+    role: str
+    tenant_id: str | None
+    node_id: str | None
+    create_time: datetime | None
+    revoke_time: datetime | None
+
+
+@dataclass(frozen=True)
+class CreatedToken:
+    """A token just minted: its plaintext (shown only once) and its public id, to list or revoke it by."""
+
+    token: str
+    token_id: str
+
+
+@dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a listing; pass ``next_page_token`` back for the next (empty at the end)."""
 

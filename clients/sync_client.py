@@ -131,8 +131,67 @@ class Client:
         return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token, timeout=timeout))
 
     def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
-        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid. Not retried."""
+        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid until revoked
+        (``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
         return self._run(self._async.create_tenant_token(tenant_id, timeout=timeout))
+
+    def create_agent_token(self, node_id: str, *, timeout: float | None = None) -> models.CreatedToken:
+        """Mint an agent token bound to ``node_id`` (operators), shown only once; the node need not be registered
+        yet. Not retried."""
+        return self._run(self._async.create_agent_token(node_id, timeout=timeout))
+
+    def list_tokens(
+        self,
+        *,
+        tenant_id: str = "",
+        node_id: str = "",
+        role: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> models.Page[models.ApiToken]:
+        """One page of API tokens, newest first, never with their secrets (operators); ``tenant_id``, ``node_id``
+        and ``role`` filter it."""
+        return self._run(
+            self._async.list_tokens(
+                tenant_id=tenant_id,
+                node_id=node_id,
+                role=role,
+                page_size=page_size,
+                page_token=page_token,
+                timeout=timeout,
+            )
+        )
+
+    def iter_tokens(
+        self,
+        *,
+        tenant_id: str = "",
+        node_id: str = "",
+        role: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> Iterator[models.ApiToken]:
+        """Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
+        on when one is given. ``timeout`` bounds each page's call."""
+        for page in _pages(
+            lambda token: self.list_tokens(
+                tenant_id=tenant_id,
+                node_id=node_id,
+                role=role,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
+            ),
+            page_token,
+        ):
+            yield from page
+
+    def revoke_token(self, token_id: str, *, timeout: float | None = None) -> models.ApiToken:
+        """Revoke a token (operators); idempotent, so retried. The last operator token that is not revoked is
+        ``FailedPreconditionError``."""
+        return self._run(self._async.revoke_token(token_id, timeout=timeout))
 
     def register_node(
         self,

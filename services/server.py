@@ -33,6 +33,8 @@ from gpucloud.v1 import (
     node_pb2_grpc,
     tenant_pb2,
     tenant_pb2_grpc,
+    token_pb2,
+    token_pb2_grpc,
 )
 from services.allocations.janitor import KeyJanitor
 from services.allocations.releaser import Releaser
@@ -54,6 +56,7 @@ from services.paging import PageTokens
 from services.store import secrets
 from services.store.engine import Store, UnsupportedDatabaseUrl, sqlite_url
 from services.tenants.servicer import TenantServicer
+from services.tokens.servicer import TokenServicer
 from services.workers import Workers
 from tsdb.errors import StoreLockedError
 
@@ -77,6 +80,7 @@ def _check_listen_address(listen: str) -> None:
 
 SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
+    token_pb2.DESCRIPTOR.services_by_name["TokenService"].full_name,
     node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
     allocation_pb2.DESCRIPTOR.services_by_name["AllocationService"].full_name,
     operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name,
@@ -186,8 +190,9 @@ class ControlPlane:
 
         wake_releaser, operations_changed = Notifier(), Notifier()
         builder = OperationBuilder()
+        authenticator = Authenticator(store)
         server = grpc.aio.server(
-            interceptors=[ControlPlaneInterceptor(Authenticator(store))],
+            interceptors=[ControlPlaneInterceptor(authenticator)],
             # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
             options=[("grpc.so_reuseport", 0)],
         )
@@ -195,6 +200,7 @@ class ControlPlane:
         # complains when it is collected after its loop has closed).
         self._server = server
         tenant_pb2_grpc.add_TenantServiceServicer_to_server(TenantServicer(store, page_tokens), server)
+        token_pb2_grpc.add_TokenServiceServicer_to_server(TokenServicer(store, page_tokens, authenticator), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(store, page_tokens), server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, builder, wake_releaser), server

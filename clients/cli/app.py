@@ -12,6 +12,7 @@ import typer
 
 from clients.cli import billing as billing_verbs
 from clients.cli import metrics as metrics_verbs
+from clients.cli import tokens as tokens_verbs
 from clients.cli import verbs
 from clients.cli.context import DEFAULT_ADDR, Connection
 from clients.cli.times import INSTANT_FORMS
@@ -28,6 +29,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 app.add_typer(verbs.tenants, name="tenants")
+app.add_typer(tokens_verbs.tokens, name="tokens")
 app.add_typer(verbs.nodes, name="nodes")
 app.add_typer(verbs.allocations, name="allocations")
 app.add_typer(verbs.operations, name="operations")

@@ -45,7 +45,9 @@ def _check_wait(timeout: float) -> None:
         raise typer.Exit(EXIT_USAGE)
 
 
-def _show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
+def show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
+    """Print one page of a listing: as JSON (items and the next page token), or as the table
+    with a line naming the --page-token of the next page."""
     if json_out:
         render.print_json({"items": page.items, "next_page_token": page.next_page_token})
         return
@@ -68,10 +70,11 @@ def tenants_create(
     """Create a tenant and print its first token (shown once)."""
     created = call(ctx, lambda c: c.create_tenant(tenant_id, display_name))
     if json_out:
-        render.print_json({"tenant": created.tenant, "token": created.token})
+        render.print_json({"tenant": created.tenant, "token": created.token, "token_id": created.token_id})
         return
     render.console.print(render.tenants_table([created.tenant], "Created tenant"))
     render.console.print(f"token (shown once): [bold]{created.token}[/bold]")
+    render.console.print(f"token id (to revoke it): {created.token_id}", highlight=False, markup=False)
 
 
 @tenants.command("list")
@@ -80,7 +83,7 @@ def tenants_list(
 ) -> None:
     """List tenants."""
     page = call(ctx, lambda c: c.list_tenants(page_size=page_size, page_token=page_token))
-    _show_page(page, json_out, render.tenants_table(page.items))
+    show_page(page, json_out, render.tenants_table(page.items))
 
 
 @tenants.command("get")
@@ -135,7 +138,7 @@ def nodes_list(
         ctx,
         lambda c: c.list_nodes(state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token),
     )
-    _show_page(page, json_out, render.nodes_table(page.items))
+    show_page(page, json_out, render.nodes_table(page.items))
 
 
 @nodes.command("get")
@@ -151,7 +154,7 @@ def nodes_events(
 ) -> None:
     """Why a node is in its state: its recorded changes, oldest first."""
     page = call(ctx, lambda c: c.list_node_events(node_id, page_size=page_size, page_token=page_token))
-    _show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
+    show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
 
 
 Reason = Annotated[str, typer.Option(help="Recorded with the change.")]
@@ -267,7 +270,7 @@ def allocations_list(
         return models.Page(items, "")
 
     page = call(ctx, fetch)
-    _show_page(page, json_out, render.allocations_table(page.items))
+    show_page(page, json_out, render.allocations_table(page.items))
 
 
 @allocations.command("get")
@@ -371,4 +374,4 @@ def operations_list(
 ) -> None:
     """List operations, newest first."""
     page = call(ctx, lambda c: c.list_operations(page_size=page_size, page_token=page_token))
-    _show_page(page, json_out, render.operations_table(page.items))
+    show_page(page, json_out, render.operations_table(page.items))

@@ -1,9 +1,10 @@
 """Turns the ``authorization: Bearer <token>`` metadata of a call into a Principal.
 
 Resolved tokens are cached for a few seconds so the hot path costs no database round trip;
-revoking a token therefore takes effect within ``CACHE_SECONDS``. When a busy token's entry
-expires, the calls that find it missing share one lookup instead of each reading the database
-(64 calls in flight made 64 reads every few seconds).
+revoking a token therefore takes effect within ``CACHE_SECONDS`` on other replicas, and at
+once on the one that revoked it (``forget``). When a busy token's entry expires, the calls
+that find it missing share one lookup instead of each reading the database (64 calls in
+flight made 64 reads every few seconds).
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ class Authenticator:
         self._cache: dict[str, tuple[float, Principal]] = {}
         # Lookups in progress, by token: later callers wait for the first one's answer.
         self._lookups: dict[str, asyncio.Future[Principal | None]] = {}
+        # Counts ``forget`` calls: a lookup that read its row before a revoke committed must not
+        # cache what it read after the revoke evicted the token.
+        self._forgets = 0
+
+    def forget(self, token_id: str) -> None:
+        """Drop the cached principal of ``token_id`` (just revoked), so its next call is looked up."""
+        self._forgets += 1
+        for token, (_, principal) in list(self._cache.items()):
+            if principal.token_id == token_id:
+                del self._cache[token]
 
     async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
         """The principal of a call's bearer token; UNAUTHENTICATED when it is missing, unknown or revoked."""
@@ -81,6 +92,7 @@ class Authenticator:
                 # The caller that was looking went away: look again, or look ourselves.
         answer: asyncio.Future[Principal | None] = asyncio.get_running_loop().create_future()
         self._lookups[token] = answer
+        forgets = self._forgets
         try:
             async with self._store.read() as session:
                 principal = await repository.resolve(session, token)
@@ -93,7 +105,7 @@ class Authenticator:
             raise
         finally:
             del self._lookups[token]
-        if principal is not None:
+        if principal is not None and forgets == self._forgets:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()
             self._cache[token] = (time.monotonic() + CACHE_SECONDS, principal)

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from sqlmodel import col, select
 from sqlmodel.ext.asyncio.session import AsyncSession
@@ -11,8 +14,10 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.auth import tokens
 from services.auth.principal import Principal, Role
 from services.clock import now_us
+from services.paging import Cursor, newest_first
 from services.store.engine import Store
 from services.store.models import TokenRow
+from services.store.tx import Tx
 
 OPERATOR_TOKEN_FILE = "operator.token"
 # Arbitrary, fixed: the PostgreSQL advisory lock under which a starting replica checks for an
@@ -20,10 +25,10 @@ OPERATOR_TOKEN_FILE = "operator.token"
 BOOTSTRAP_LOCK_ID = 0x67707564  # 'gpud'
 
 
-async def create_token(
+async def issue_token(
     session: AsyncSession, role: Role, *, tenant_id: str | None = None, node_id: str | None = None
-) -> str:
-    """Store a new credential and return its plaintext, which is never stored."""
+) -> tokens.IssuedToken:
+    """Store a new credential; the plaintext it returns is never stored."""
     issued = tokens.issue()
     session.add(
         TokenRow(
@@ -36,7 +41,73 @@ async def create_token(
         )
     )
     await session.flush()
-    return issued.plaintext
+    return issued
+
+
+async def create_token(
+    session: AsyncSession, role: Role, *, tenant_id: str | None = None, node_id: str | None = None
+) -> str:
+    """Store a new credential and return its plaintext, which is never stored."""
+    return (await issue_token(session, role, tenant_id=tenant_id, node_id=node_id)).plaintext
+
+
+@dataclass(frozen=True)
+class TokenInfo:
+    """A credential as operators may see it: everything but its secret's digest."""
+
+    token_id: str
+    role: Role
+    tenant_id: str | None
+    node_id: str | None
+    created_us: int
+    revoked_us: int | None
+
+    @classmethod
+    def of(cls, row: TokenRow) -> TokenInfo:
+        """The visible part of a stored token."""
+        return cls(row.token_id, Role(row.role), row.tenant_id, row.node_id, row.created_us, row.revoked_us)
+
+
+@dataclass(frozen=True)
+class TokenFilter:
+    """Which tokens a listing keeps; None keeps any."""
+
+    tenant_id: str | None = None
+    node_id: str | None = None
+    role: Role | None = None
+
+
+# Never the digest: a listing has no use for it, and what is not read cannot leak.
+_INFO_COLUMNS = "token_id, role, tenant_id, node_id, created_us, revoked_us"
+
+
+def list_page(flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> Tx[list[TokenInfo]]:
+    """Newest first by (created_us, token_id): immutable, with a unique tiebreaker."""
+    role = None if flt.role is None else flt.role.value
+    page = newest_first(
+        f"SELECT {_INFO_COLUMNS} FROM api_tokens",
+        "token_id",
+        {"tenant_id": flt.tenant_id, "node_id": flt.node_id, "role": role},
+        cursor=cursor,
+        limit=limit,
+    )
+    return [_info(r) for r in (yield page).rows]
+
+
+def _info(r: Sequence[Any]) -> TokenInfo:
+    return TokenInfo(r[0], Role(r[1]), r[2], r[3], r[4], r[5])
+
+
+async def lock_live_operators(session: AsyncSession) -> list[str]:
+    """The ids of the operator tokens not revoked, locked on PostgreSQL in id order, so that
+    concurrent revokes of two operator tokens queue instead of each leaving the other the last."""
+    query = (
+        select(TokenRow.token_id)
+        .where(col(TokenRow.role) == Role.OPERATOR, col(TokenRow.revoked_us).is_(None))
+        .order_by(col(TokenRow.token_id))
+        .with_for_update()
+    )
+    return list((await session.exec(query)).all())
 
 
 async def resolve(session: AsyncSession, plaintext: str) -> Principal | None:

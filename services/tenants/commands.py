@@ -6,6 +6,7 @@ from sqlalchemy.exc import IntegrityError
 
 from services.auth import repository as tokens_repo
 from services.auth.principal import Principal, Role
+from services.auth.tokens import IssuedToken
 from services.clock import now_us
 from services.errors import AlreadyExists, NotFound
 from services.store.engine import Store
@@ -13,7 +14,7 @@ from services.store.models import TenantRow
 from services.tenants import repository as repo
 
 
-async def create(store: Store, tenant_id: str, display_name: str) -> tuple[TenantRow, str]:
+async def create(store: Store, tenant_id: str, display_name: str) -> tuple[TenantRow, IssuedToken]:
     """Create a tenant with its first token; ALREADY_EXISTS if the id is taken."""
     try:
         async with store.write() as session:
@@ -22,17 +23,17 @@ async def create(store: Store, tenant_id: str, display_name: str) -> tuple[Tenan
             row = TenantRow(tenant_id=tenant_id, display_name=display_name or tenant_id, created_us=now_us())
             session.add(row)
             await session.flush()
-            token = await tokens_repo.create_token(session, Role.TENANT, tenant_id=tenant_id)
+            token = await tokens_repo.issue_token(session, Role.TENANT, tenant_id=tenant_id)
             return row, token
     except IntegrityError:
         raise _exists(tenant_id) from None
 
 
-async def create_token(store: Store, tenant_id: str) -> str:
-    """Issue another token for the tenant and return its plaintext; NOT_FOUND if there is no such tenant."""
+async def create_token(store: Store, tenant_id: str) -> IssuedToken:
+    """Issue another token for the tenant (its plaintext shown once); NOT_FOUND if there is no such tenant."""
     async with store.write() as session:
         await repo.get(session, tenant_id)
-        return await tokens_repo.create_token(session, Role.TENANT, tenant_id=tenant_id)
+        return await tokens_repo.issue_token(session, Role.TENANT, tenant_id=tenant_id)
 
 
 async def get_visible(store: Store, principal: Principal, tenant_id: str) -> TenantRow:

@@ -42,7 +42,9 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
         v.text("display_name", request.display_name)
         v.raise_if_any()
         row, token = await commands.create(self._store, request.tenant_id, request.display_name)
-        return tenant_pb2.CreateTenantResponse(tenant=tenant_to_proto(row), token=token)
+        return tenant_pb2.CreateTenantResponse(
+            tenant=tenant_to_proto(row), token=token.plaintext, token_id=token.token_id
+        )
 
     async def GetTenant(self, request: tenant_pb2.GetTenantRequest, context: Context) -> tenant_pb2.GetTenantResponse:
         """Read a tenant; a tenant may read only itself (any other id is NOT_FOUND)."""
@@ -72,8 +74,9 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     async def CreateTenantToken(
         self, request: tenant_pb2.CreateTenantTokenRequest, context: Context
     ) -> tenant_pb2.CreateTenantTokenResponse:
-        """Issue another token for a tenant; its earlier tokens stay valid."""
+        """Issue another token for a tenant; its earlier tokens stay valid until revoked."""
         v = Violations()
         v.identifier("tenant_id", request.tenant_id)
         v.raise_if_any()
-        return tenant_pb2.CreateTenantTokenResponse(token=await commands.create_token(self._store, request.tenant_id))
+        token = await commands.create_token(self._store, request.tenant_id)
+        return tenant_pb2.CreateTenantTokenResponse(token=token.plaintext, token_id=token.token_id)

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpucloud/v1/tenant.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"b\n\x06Tenant\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\">\n\x13\x43reateTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\"J\n\x14\x43reateTenantResponse\x12#\n\x06tenant\x18\x01 \x01(\x0b\x32\x13.gpucloud.v1.Tenant\x12\r\n\x05token\x18\x02 \x01(\t\"%\n\x10GetTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"8\n\x11GetTenantResponse\x12#\n\x06tenant\x18\x01 \x01(\x0b\x32\x13.gpucloud.v1.Tenant\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"T\n\x13ListTenantsResponse\x12$\n\x07tenants\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"-\n\x18\x43reateTenantTokenRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"*\n\x19\x43reateTenantTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t2\xe6\x02\n\rTenantService\x12S\n\x0c\x43reateTenant\x12 .gpucloud.v1.CreateTenantRequest\x1a!.gpucloud.v1.CreateTenantResponse\x12J\n\tGetTenant\x12\x1d.gpucloud.v1.GetTenantRequest\x1a\x1e.gpucloud.v1.GetTenantResponse\x12P\n\x0bListTenants\x12\x1f.gpucloud.v1.ListTenantsRequest\x1a .gpucloud.v1.ListTenantsResponse\x12\x62\n\x11\x43reateTenantToken\x12%.gpucloud.v1.CreateTenantTokenRequest\x1a&.gpucloud.v1.CreateTenantTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gpucloud/v1/tenant.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"b\n\x06Tenant\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\x12/\n\x0b\x63reate_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\">\n\x13\x43reateTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x14\n\x0c\x64isplay_name\x18\x02 \x01(\t\"\\\n\x14\x43reateTenantResponse\x12#\n\x06tenant\x18\x01 \x01(\x0b\x32\x13.gpucloud.v1.Tenant\x12\r\n\x05token\x18\x02 \x01(\t\x12\x10\n\x08token_id\x18\x03 \x01(\t\"%\n\x10GetTenantRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"8\n\x11GetTenantResponse\x12#\n\x06tenant\x18\x01 \x01(\x0b\x32\x13.gpucloud.v1.Tenant\";\n\x12ListTenantsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"T\n\x13ListTenantsResponse\x12$\n\x07tenants\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Tenant\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"-\n\x18\x43reateTenantTokenRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\"<\n\x19\x43reateTenantTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t2\xe6\x02\n\rTenantService\x12S\n\x0c\x43reateTenant\x12 .gpucloud.v1.CreateTenantRequest\x1a!.gpucloud.v1.CreateTenantResponse\x12J\n\tGetTenant\x12\x1d.gpucloud.v1.GetTenantRequest\x1a\x1e.gpucloud.v1.GetTenantResponse\x12P\n\x0bListTenants\x12\x1f.gpucloud.v1.ListTenantsRequest\x1a .gpucloud.v1.ListTenantsResponse\x12\x62\n\x11\x43reateTenantToken\x12%.gpucloud.v1.CreateTenantTokenRequest\x1a&.gpucloud.v1.CreateTenantTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,19 +37,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_CREATETENANTREQUEST']._serialized_start=174
   _globals['_CREATETENANTREQUEST']._serialized_end=236
   _globals['_CREATETENANTRESPONSE']._serialized_start=238
-  _globals['_CREATETENANTRESPONSE']._serialized_end=312
-  _globals['_GETTENANTREQUEST']._serialized_start=314
-  _globals['_GETTENANTREQUEST']._serialized_end=351
-  _globals['_GETTENANTRESPONSE']._serialized_start=353
-  _globals['_GETTENANTRESPONSE']._serialized_end=409
-  _globals['_LISTTENANTSREQUEST']._serialized_start=411
-  _globals['_LISTTENANTSREQUEST']._serialized_end=470
-  _globals['_LISTTENANTSRESPONSE']._serialized_start=472
-  _globals['_LISTTENANTSRESPONSE']._serialized_end=556
-  _globals['_CREATETENANTTOKENREQUEST']._serialized_start=558
-  _globals['_CREATETENANTTOKENREQUEST']._serialized_end=603
-  _globals['_CREATETENANTTOKENRESPONSE']._serialized_start=605
-  _globals['_CREATETENANTTOKENRESPONSE']._serialized_end=647
-  _globals['_TENANTSERVICE']._serialized_start=650
-  _globals['_TENANTSERVICE']._serialized_end=1008
+  _globals['_CREATETENANTRESPONSE']._serialized_end=330
+  _globals['_GETTENANTREQUEST']._serialized_start=332
+  _globals['_GETTENANTREQUEST']._serialized_end=369
+  _globals['_GETTENANTRESPONSE']._serialized_start=371
+  _globals['_GETTENANTRESPONSE']._serialized_end=427
+  _globals['_LISTTENANTSREQUEST']._serialized_start=429
+  _globals['_LISTTENANTSREQUEST']._serialized_end=488
+  _globals['_LISTTENANTSRESPONSE']._serialized_start=490
+  _globals['_LISTTENANTSRESPONSE']._serialized_end=574
+  _globals['_CREATETENANTTOKENREQUEST']._serialized_start=576
+  _globals['_CREATETENANTTOKENREQUEST']._serialized_end=621
+  _globals['_CREATETENANTTOKENRESPONSE']._serialized_start=623
+  _globals['_CREATETENANTTOKENRESPONSE']._serialized_end=683
+  _globals['_TENANTSERVICE']._serialized_start=686
+  _globals['_TENANTSERVICE']._serialized_end=1044
 # @@protoc_insertion_point(module_scope)

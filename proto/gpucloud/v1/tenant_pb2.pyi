@@ -76,8 +76,11 @@ class CreateTenantResponse(_message.Message):
 
     TENANT_FIELD_NUMBER: _builtins.int
     TOKEN_FIELD_NUMBER: _builtins.int
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
     token: _builtins.str
     """Bearer token for the tenant role. Shown only in this response."""
+    token_id: _builtins.str
+    """The token's public id, to list or revoke it with TokenService."""
     @_builtins.property
     def tenant(self) -> Global___Tenant: ...
     def __init__(
@@ -85,10 +88,11 @@ class CreateTenantResponse(_message.Message):
         *,
         tenant: Global___Tenant | None = ...,
         token: _builtins.str = ...,
+        token_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant", "token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant", b"tenant", "token", b"token", "token_id", b"token_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -204,15 +208,19 @@ class CreateTenantTokenResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     TOKEN_FIELD_NUMBER: _builtins.int
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
     token: _builtins.str
+    token_id: _builtins.str
+    """The token's public id, to list or revoke it with TokenService."""
     def __init__(
         self,
         *,
         token: _builtins.str = ...,
+        token_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token", "token_id", b"token_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -81,7 +81,8 @@ class TenantServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def CreateTenantToken(self, request, context):
-        """Issues another API token for a tenant (for rotation); the old ones stay valid.
+        """Issues another API token for a tenant (for rotation); the old ones stay valid until
+        revoked (TokenService.RevokeToken).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

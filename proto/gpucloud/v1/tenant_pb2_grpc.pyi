@@ -38,7 +38,9 @@ class TenantServiceStub:
     GetTenant: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.GetTenantRequest, _tenant_pb2.GetTenantResponse]
     ListTenants: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.ListTenantsRequest, _tenant_pb2.ListTenantsResponse]
     CreateTenantToken: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantTokenRequest, _tenant_pb2.CreateTenantTokenResponse]
-    """Issues another API token for a tenant (for rotation); the old ones stay valid."""
+    """Issues another API token for a tenant (for rotation); the old ones stay valid until
+    revoked (TokenService.RevokeToken).
+    """
 
 @_typing.type_check_only
 class TenantServiceAsyncStub(TenantServiceStub):
@@ -50,7 +52,9 @@ class TenantServiceAsyncStub(TenantServiceStub):
     GetTenant: _aio.UnaryUnaryMultiCallable[_tenant_pb2.GetTenantRequest, _tenant_pb2.GetTenantResponse]  # type: ignore[assignment]
     ListTenants: _aio.UnaryUnaryMultiCallable[_tenant_pb2.ListTenantsRequest, _tenant_pb2.ListTenantsResponse]  # type: ignore[assignment]
     CreateTenantToken: _aio.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantTokenRequest, _tenant_pb2.CreateTenantTokenResponse]  # type: ignore[assignment]
-    """Issues another API token for a tenant (for rotation); the old ones stay valid."""
+    """Issues another API token for a tenant (for rotation); the old ones stay valid until
+    revoked (TokenService.RevokeToken).
+    """
 
 class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
     """Tenants are created and listed by operators; a tenant may read itself."""
@@ -83,6 +87,8 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _tenant_pb2.CreateTenantTokenRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_tenant_pb2.CreateTenantTokenResponse, _abc.Awaitable[_tenant_pb2.CreateTenantTokenResponse]]:
-        """Issues another API token for a tenant (for rotation); the old ones stay valid."""
+        """Issues another API token for a tenant (for rotation); the old ones stay valid until
+        revoked (TokenService.RevokeToken).
+        """
 
 def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,79 @@
+"""``gpucloud tokens ...``: mint agent tokens, list and revoke any token (operator)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from clients import models
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.cli.context import call
+from clients.cli.verbs import AllPages, JsonFlag, PageSize, PageToken, show_page
+
+tokens = typer.Typer(help="API tokens: mint agent tokens, list and revoke tokens (operator).", no_args_is_help=True)
+
+
+def tokens_table(items: Sequence[models.ApiToken], title: str = "Tokens") -> Table:
+    """Tokens: id, role, whom each speaks for, when it was made and revoked; never a secret."""
+    return render.table(
+        title,
+        ["TOKEN", "ROLE", "TENANT", "NODE", "CREATED", "REVOKED"],
+        items,
+        lambda t: [
+            t.token_id,
+            t.role,
+            t.tenant_id or "",
+            t.node_id or "",
+            render.when(t.create_time),
+            render.when(t.revoke_time),
+        ],
+    )
+
+
+@tokens.command("list")
+def tokens_list(
+    ctx: typer.Context,
+    tenant: Annotated[str, typer.Option(help="Only this tenant's tokens.")] = "",
+    node_id: Annotated[str, typer.Option("--node", help="Only the agent tokens of this node.")] = "",
+    role: Annotated[str | None, typer.Option(help="OPERATOR, TENANT or AGENT.")] = None,
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    all_pages: AllPages = False,
+    json_out: JsonFlag = False,
+) -> None:
+    """List tokens, newest first, revoked ones too; secrets are never shown."""
+
+    async def fetch(client: AsyncClient) -> models.Page[models.ApiToken]:
+        if not all_pages:
+            return await client.list_tokens(
+                tenant_id=tenant, node_id=node_id, role=role, page_size=page_size, page_token=page_token
+            )
+        pages = client.iter_tokens(
+            tenant_id=tenant, node_id=node_id, role=role, page_size=page_size, page_token=page_token
+        )
+        return models.Page([t async for t in pages], "")
+
+    page = call(ctx, fetch)
+    show_page(page, json_out, tokens_table(page.items))
+
+
+@tokens.command("create-agent")
+def tokens_create_agent(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+    """Mint an agent token for a node (registered or not yet) and print it once."""
+    created = call(ctx, lambda c: c.create_agent_token(node_id))
+    if json_out:
+        render.print_json({"node_id": node_id, "token_id": created.token_id, "token": created.token})
+        return
+    render.console.print(f"agent token {created.token_id} for node {node_id}", highlight=False, markup=False)
+    render.console.print(f"token (shown once): [bold]{created.token}[/bold]")
+
+
+@tokens.command("revoke")
+def tokens_revoke(ctx: typer.Context, token_id: str, json_out: JsonFlag = False) -> None:
+    """Revoke a token: this server refuses it at once, other replicas within 5 s. Revoking again is harmless."""
+    revoked = call(ctx, lambda c: c.revoke_token(token_id))
+    render.print_json(revoked) if json_out else render.console.print(tokens_table([revoked], "Revoked"))

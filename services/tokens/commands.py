@@ -1,0 +1,75 @@
+"""Minting agent credentials, listing credentials and revoking them."""
+
+from __future__ import annotations
+
+from services.auth import repository as repo
+from services.auth.authenticator import Authenticator
+from services.auth.principal import Role
+from services.auth.repository import TokenFilter, TokenInfo
+from services.auth.tokens import IssuedToken
+from services.clock import now_us
+from services.errors import FailedPrecondition, NotFound
+from services.paging import Cursor
+from services.store.engine import Store
+from services.store.models import TokenRow
+from services.store.tx import run_in_session
+from services.tenants import repository as tenants_repo
+
+
+async def create_agent_token(store: Store, node_id: str) -> IssuedToken:
+    """Mint an agent token bound to ``node_id``, which need not be registered yet: its agent
+    registers it with this token."""
+    async with store.write() as session:
+        return await repo.issue_token(session, Role.AGENT, node_id=node_id)
+
+
+async def list_page(store: Store, flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> list[TokenInfo]:
+    """Up to ``limit`` tokens newest first, after ``cursor``; NOT_FOUND when the filter names a
+    tenant that does not exist, as an operator's allocation listing does."""
+    async with store.read() as session:
+        if flt.tenant_id is not None:
+            await tenants_repo.get(session, flt.tenant_id)
+        return await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=limit))
+
+
+async def revoke(store: Store, authenticator: Authenticator, token_id: str) -> TokenInfo:
+    """Revoke a token and stop this server accepting it at once; a revoked token is returned as
+    it is (its first revoke time kept). The last operator token that is not revoked cannot be:
+    nobody could then run the fleet, nor mint a new operator token."""
+    async with store.write() as session:
+        row = await session.get(TokenRow, token_id)
+        if row is None:
+            raise token_not_found(token_id)
+        # A token's role never changes, so it may be read before any lock. Operator tokens lock
+        # the whole live set first, the target among them, always in one order.
+        live_operators = await repo.lock_live_operators(session) if row.role == Role.OPERATOR else None
+        # Read again under the lock: a concurrent revoke may have committed meanwhile.
+        await session.refresh(row, with_for_update=True)
+        if row.revoked_us is None:
+            if live_operators is not None and len(live_operators) <= 1:
+                raise last_operator_token(token_id)
+            row.revoked_us = now_us()
+            session.add(row)
+            await session.flush()
+        revoked = TokenInfo.of(row)
+    # Also after a repeat: this replica may still hold the token that another one revoked.
+    authenticator.forget(token_id)
+    return revoked
+
+
+def token_not_found(token_id: str) -> NotFound:
+    """NOT_FOUND (TOKEN_NOT_FOUND) naming ``token_id``."""
+    return NotFound(
+        reason="TOKEN_NOT_FOUND",
+        message=f"token {token_id!r} not found",
+        metadata={"token_id": token_id, "field": "token_id"},
+    )
+
+
+def last_operator_token(token_id: str) -> FailedPrecondition:
+    """FAILED_PRECONDITION (LAST_OPERATOR_TOKEN): revoking ``token_id`` would leave no operator token."""
+    return FailedPrecondition(
+        reason="LAST_OPERATOR_TOKEN",
+        message=f"token {token_id!r} is the last operator token that is not revoked; nothing changed",
+        metadata={"token_id": token_id, "field": "token_id"},
+    )

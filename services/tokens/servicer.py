@@ -1,0 +1,92 @@
+"""TokenService: protobuf in, domain calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gpucloud.v1 import token_pb2, token_pb2_grpc
+from services.auth.authenticator import Authenticator
+from services.auth.principal import Role
+from services.auth.repository import TokenFilter, TokenInfo
+from services.convert import timestamp
+from services.paging import Cursor, PageTokens
+from services.store.engine import Store
+from services.tokens import commands
+from services.validation import Violations
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+ROLE_TO_PROTO = {r: token_pb2.TokenRole.Value(f"TOKEN_ROLE_{r.name}") for r in Role}
+ROLE_FROM_PROTO = {number: role for role, number in ROLE_TO_PROTO.items()}
+_KNOWN_ROLES = frozenset(ROLE_FROM_PROTO)
+
+
+def token_to_proto(info: TokenInfo) -> token_pb2.ApiToken:
+    """The API form of a token: never its secret, which is not even stored."""
+    return token_pb2.ApiToken(
+        token_id=info.token_id,
+        role=ROLE_TO_PROTO[info.role],
+        tenant_id=info.tenant_id or "",
+        node_id=info.node_id or "",
+        create_time=timestamp(info.created_us),
+        revoke_time=timestamp(info.revoked_us),
+    )
+
+
+class TokenServicer(token_pb2_grpc.TokenServiceServicer):
+    """TokenService: checks each request, then calls ``commands``."""
+
+    def __init__(self, store: Store, page_tokens: PageTokens, authenticator: Authenticator) -> None:
+        self._store = store
+        self._tokens = page_tokens
+        # The server's own credential cache: a revoke evicts the token from it at once.
+        self._authenticator = authenticator
+
+    async def CreateAgentToken(
+        self, request: token_pb2.CreateAgentTokenRequest, context: Context
+    ) -> token_pb2.CreateAgentTokenResponse:
+        """Mint an agent token for a node (in this response only); the node need not be registered yet."""
+        v = Violations()
+        v.identifier("node_id", request.node_id)
+        v.raise_if_any()
+        issued = await commands.create_agent_token(self._store, request.node_id)
+        return token_pb2.CreateAgentTokenResponse(token=issued.plaintext, token_id=issued.token_id)
+
+    async def ListTokens(self, request: token_pb2.ListTokensRequest, context: Context) -> token_pb2.ListTokensResponse:
+        """List tokens newest first, filtered by tenant, node and role."""
+        v = Violations()
+        size = v.page_size("page_size", request.page_size)
+        v.identifier("tenant_id", request.tenant_id, required=False)
+        v.identifier("node_id", request.node_id, required=False)
+        v.enum("role", request.role, _KNOWN_ROLES, required=False)
+        scope: dict[str, str | int] = {
+            "list": "tokens",
+            "tenant_id": request.tenant_id,
+            "node_id": request.node_id,
+            "role": request.role,
+        }
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
+        flt = TokenFilter(
+            tenant_id=request.tenant_id or None,
+            node_id=request.node_id or None,
+            role=ROLE_FROM_PROTO.get(request.role),
+        )
+        rows = await commands.list_page(self._store, flt, cursor=cursor, limit=size + 1)
+        token = ""
+        if len(rows) > size:
+            rows = rows[:size]
+            token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].token_id), scope)
+        return token_pb2.ListTokensResponse(tokens=[token_to_proto(r) for r in rows], next_page_token=token)
+
+    async def RevokeToken(
+        self, request: token_pb2.RevokeTokenRequest, context: Context
+    ) -> token_pb2.RevokeTokenResponse:
+        """Revoke a token (idempotent); the last operator token that is not revoked is FAILED_PRECONDITION."""
+        v = Violations()
+        v.identifier("token_id", request.token_id)
+        v.raise_if_any()
+        revoked = await commands.revoke(self._store, self._authenticator, request.token_id)
+        return token_pb2.RevokeTokenResponse(token=token_to_proto(revoked))
