@@ -26,7 +26,8 @@ def test_a_token_with_characters_no_token_has_is_one_line() -> None:
 @pytest.mark.parametrize(
     "address",
     # gRPC would take a host alone as port 443 (the default port is 50051), and 99999 modulo 65536.
-    ["http://127.0.0.1:50051", "", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http"],
+    # An IPv6 address goes in brackets, and no resolver takes a host with a space.
+    ["http://127.0.0.1:50051", "", "127.0.0.1", "127.0.0.1:99999", "127.0.0.1:http", "::1:50051", " 127.0.0.1:50051"],
 )
 def test_an_address_that_is_not_host_and_port_is_one_line(address: str) -> None:
     code, output = gpucloud("--addr", address, "--token", "x", "tenants", "list")

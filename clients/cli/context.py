@@ -90,11 +90,20 @@ def connection(ctx: typer.Context) -> Connection:
 
 def is_address(address: str) -> bool:
     """Whether ``address`` is ``host:port`` (port 1-65535; ``[::1]:50051`` too) or a ``unix:``
-    socket path: gRPC would take a host alone as port 443, and a URL as a host name."""
+    socket path: gRPC would take a host alone as port 443, a URL as a host name, and an IPv6
+    address out of brackets (``::1:50051``) or a host with spaces to a resolver error later."""
     if address.startswith("unix:"):
         return len(address) > len("unix:")
     host, _, port = address.rpartition(":")
-    return bool(host) and "://" not in address and port.isdigit() and 1 <= int(port) <= 65535
+    bracketed = host.startswith("[") and host.endswith("]")
+    return (
+        bool(host)
+        and "://" not in address
+        and not any(c.isspace() for c in address)
+        and (bracketed or ":" not in host)
+        and port.isdigit()
+        and 1 <= int(port) <= 65535
+    )
 
 
 EXIT_ERROR = 1
@@ -124,7 +133,10 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
         )
         raise typer.Exit(EXIT_USAGE)
     if not is_address(conn.address):
-        render.fail(f"--addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}), not a URL or a host alone")
+        render.fail(
+            f"--addr {conn.address!r}: give host:port (e.g. {DEFAULT_ADDR}, or [::1]:50051 for IPv6),"
+            " not a URL or a host alone"
+        )
         raise typer.Exit(EXIT_USAGE)
     token = credential
 
