@@ -63,6 +63,10 @@ class Authenticator:
         for token, (_, principal) in list(self._cache.items()):
             if principal.token_id == token_id:
                 del self._cache[token]
+        # A lookup in progress may have read the row before the revoke committed: calls that
+        # arrive from now on must not share its answer, so they start their own. (Which token
+        # it is for is unknown until it answers; the few lookups in flight are all let go.)
+        self._lookups.clear()
 
     async def authenticate(self, metadata: Iterable[tuple[str, str | bytes]] | None) -> Principal:
         """The principal of a call's bearer token; UNAUTHENTICATED when it is missing, unknown or revoked."""
@@ -104,7 +108,8 @@ class Authenticator:
             answer.cancel()
             raise
         finally:
-            del self._lookups[token]
+            if self._lookups.get(token) is answer:  # not let go by ``forget`` meanwhile
+                del self._lookups[token]
         if principal is not None and forgets == self._forgets:
             if len(self._cache) >= _CACHE_LIMIT:
                 self._cache.clear()

@@ -84,3 +84,27 @@ async def test_a_lookup_that_read_the_row_before_the_revoke_caches_nothing(
     with pytest.raises(Unauthenticated):
         await authenticator.authenticate(bearer(token))
     assert resolve.calls == 2
+
+
+async def test_a_call_after_the_revoke_does_not_join_a_lookup_begun_before_it(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A lookup in progress read the row before the revoke: a call that arrives after the
+    revoke answered must not share that lookup's answer, but look the token up itself."""
+    token = await operator_token(store)
+    resolve = ReadThenHold()
+    monkeypatch.setattr(repository, "resolve", resolve)
+    authenticator = Authenticator(store)
+    in_flight = asyncio.create_task(authenticator.authenticate(bearer(token)))
+    await resolve.read.wait()
+    await revoke_row(store, token_id_of(token))
+    authenticator.forget(token_id_of(token))
+    after = asyncio.create_task(authenticator.authenticate(bearer(token)))
+    await asyncio.sleep(0)  # let it reach the lookup before the first one answers
+    resolve.release.set()
+    assert (await in_flight).role is Role.OPERATOR  # sent before the revoke answered
+    with pytest.raises(Unauthenticated):
+        await after
+    assert resolve.calls == 2
+    with pytest.raises(Unauthenticated):
+        await authenticator.authenticate(bearer(token))
