@@ -142,6 +142,8 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                     request_id=request_id or None,
                     tenant=principal.tenant_id if principal else None,
                     role=principal.role.value if principal else None,
+                    # Public (never the secret): which credential acted, for an audit or a revoke.
+                    token_id=principal.token_id if principal else None,
                 )
 
         return behaviour

@@ -10,6 +10,7 @@ from gpucloud.v1 import token_pb2, token_pb2_grpc
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Role
 from services.auth.repository import TokenFilter, TokenInfo
+from services.auth.tokens import split as split_token
 from services.convert import timestamp
 from services.paging import Cursor, PageTokens
 from services.store.engine import Store
@@ -86,7 +87,13 @@ class TokenServicer(token_pb2_grpc.TokenServiceServicer):
     ) -> token_pb2.RevokeTokenResponse:
         """Revoke a token (idempotent); the last operator token that is not revoked is FAILED_PRECONDITION."""
         v = Violations()
-        v.identifier("token_id", request.token_id)
+        whole = split_token(request.token_id)
+        if whole is not None:
+            # A pasted token, secret and all: the error must not echo the secret back into
+            # terminals and logs, only the id to pass instead.
+            v.add("token_id", f"is a whole token, secret included; pass only its id, {whole[0]!r}")
+        else:
+            v.identifier("token_id", request.token_id)
         v.raise_if_any()
         revoked = await commands.revoke(self._store, self._authenticator, request.token_id)
         return token_pb2.RevokeTokenResponse(token=token_to_proto(revoked))

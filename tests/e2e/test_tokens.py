@@ -16,6 +16,7 @@ from clients import (
     AsyncClient,
     Client,
     FailedPreconditionError,
+    InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
     UnauthenticatedError,
@@ -323,3 +324,19 @@ async def test_tenants_and_agents_may_call_no_token_method(
                 assert denied.value.reason == "ROLE_NOT_ALLOWED"
     assert all(t.revoke_time is None for t in await every_token(operator))
     assert len(await every_token(operator, role="AGENT")) == 1
+
+
+async def test_revoking_a_pasted_whole_token_never_echoes_its_secret(operator: AsyncClient) -> None:
+    """An operator pastes the token instead of its id: refused, naming the id to pass, and the
+    secret appears nowhere in the error (it would land in terminals and CI logs)."""
+    await operator.create_tenant("acme")
+    token = await operator.create_tenant_token("acme")
+    token_id, secret = token_format.split(token) or ("", "")
+    with pytest.raises(InvalidArgumentError) as caught:
+        await operator.revoke_token(token)
+    error = caught.value
+    shown = " ".join([str(error), *error.field_violations.values(), *error.metadata.values()])
+    assert list(error.field_violations) == ["token_id"]
+    assert repr(token_id) in error.field_violations["token_id"]
+    assert secret not in shown
+    assert not any(t.revoke_time for t in await every_token(operator, tenant_id="acme"))
