@@ -108,6 +108,8 @@ def is_address(address: str) -> bool:
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# What the server's validation says of a field that must have a value (services/validation.py).
+REQUIRED = "is required"
 
 
 def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T:
@@ -149,7 +151,8 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     except GpucloudError as err:
         labels = option_labels(ctx, err.field_violations)
         render.error(err, address=conn.address, labels=labels)
-        raise typer.Exit(exit_code(err, typed_labels(ctx, labels))) from None
+        missing = {path for path, why in err.field_violations.items() if why == REQUIRED}
+        raise typer.Exit(exit_code(err, typed_labels(ctx, labels, missing=missing))) from None
     except ValueError as err:
         render.fail(value_error_line(ctx, err))
         raise typer.Exit(EXIT_USAGE) from None
@@ -167,16 +170,17 @@ def exit_code(err: GpucloudError, typed: Mapping[str, str]) -> int:
     return EXIT_ERROR
 
 
-def typed_labels(ctx: typer.Context, labels: Mapping[str, str]) -> dict[str, str]:
+def typed_labels(ctx: typer.Context, labels: Mapping[str, str], *, missing: Iterable[str] = ()) -> dict[str, str]:
     """The ``labels`` (``option_labels``) whose option or argument the user gave, on the command
-    line or through its environment variable, or left out with nothing in its place (an
-    operator's ``allocations create`` without ``--tenant``: a missing option is a usage error
-    too); those whose default put a value in (a time of now) are left out."""
+    line or through its environment variable, or left out where the server requires a value
+    (``missing``: an operator's ``allocations create`` without ``--tenant``; a missing option is
+    a usage error too); those whose default put a value in (a time of now) are left out."""
+    required = set(missing)
     typed = {}
     for path, name in _parameter_names(ctx, labels).items():
         source = ctx.get_parameter_source(name)
         given = source is not None and source.name in _TYPED_SOURCES
-        if given or ctx.params.get(name) in ("", None):
+        if given or (path in required and ctx.params.get(name) in ("", None)):
             typed[path] = labels[path]
     return typed
 
