@@ -98,6 +98,34 @@ def _info(r: Sequence[Any]) -> TokenInfo:
     return TokenInfo(r[0], Role(r[1]), r[2], r[3], r[4], r[5])
 
 
+class _LastOperator:
+    """The answer of ``revoke`` when the token is the last operator token not revoked."""
+
+
+LAST_OPERATOR = _LastOperator()
+
+
+async def revoke(session: AsyncSession, token_id: str, *, now_us: int) -> TokenInfo | _LastOperator | None:
+    """Revoke ``token_id`` in the session's transaction: the token as it is now (a revoked one
+    unchanged, its first revoke time kept), None if there is no such token, or
+    ``LAST_OPERATOR`` (nothing changed) if it is the last operator token not revoked."""
+    row = await session.get(TokenRow, token_id)
+    if row is None:
+        return None
+    # A token's role never changes, so it may be read before any lock. Operator tokens lock
+    # the whole live set first, the target among them, always in one order.
+    live_operators = await lock_live_operators(session) if row.role == Role.OPERATOR else None
+    # Read again under the lock: a concurrent revoke may have committed meanwhile.
+    await session.refresh(row, with_for_update=True)
+    if row.revoked_us is None:
+        if live_operators is not None and len(live_operators) <= 1:
+            return LAST_OPERATOR
+        row.revoked_us = now_us
+        session.add(row)
+        await session.flush()
+    return TokenInfo.of(row)
+
+
 async def lock_live_operators(session: AsyncSession) -> list[str]:
     """The ids of the operator tokens not revoked, locked on PostgreSQL in id order, so that
     concurrent revokes of two operator tokens queue instead of each leaving the other the last."""

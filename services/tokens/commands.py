@@ -11,7 +11,6 @@ from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
 from services.store.engine import Store
-from services.store.models import TokenRow
 from services.store.tx import run_in_session
 from services.tenants import repository as tenants_repo
 
@@ -37,24 +36,14 @@ async def revoke(store: Store, authenticator: Authenticator, token_id: str) -> T
     it is (its first revoke time kept). The last operator token that is not revoked cannot be:
     nobody could then run the fleet, nor mint a new operator token."""
     async with store.write() as session:
-        row = await session.get(TokenRow, token_id)
-        if row is None:
-            raise token_not_found(token_id)
-        # A token's role never changes, so it may be read before any lock. Operator tokens lock
-        # the whole live set first, the target among them, always in one order.
-        live_operators = await repo.lock_live_operators(session) if row.role == Role.OPERATOR else None
-        # Read again under the lock: a concurrent revoke may have committed meanwhile.
-        await session.refresh(row, with_for_update=True)
-        if row.revoked_us is None:
-            if live_operators is not None and len(live_operators) <= 1:
-                raise last_operator_token(token_id)
-            row.revoked_us = now_us()
-            session.add(row)
-            await session.flush()
-        revoked = TokenInfo.of(row)
+        outcome = await repo.revoke(session, token_id, now_us=now_us())
+    if outcome is None:
+        raise token_not_found(token_id)
+    if not isinstance(outcome, TokenInfo):  # repo.LAST_OPERATOR: nothing changed
+        raise last_operator_token(token_id)
     # Also after a repeat: this replica may still hold the token that another one revoked.
     authenticator.forget(token_id)
-    return revoked
+    return outcome
 
 
 def token_not_found(token_id: str) -> NotFound:
