@@ -294,12 +294,13 @@ class AsyncClient:
         response = await self._call(stub.ListTenants, request, timeout=timeout)
         return models.Page([convert.tenant(t) for t in response.tenants], response.next_page_token)
 
-    async def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
-        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid until revoked
-        (``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
+    async def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> models.CreatedToken:
+        """Issue another API token for a tenant, for rotation (operators), shown only once; old tokens stay valid
+        until revoked (``revoke_token``; ``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
         stub = self._stubs().tenants
         request = tenant_pb2.CreateTenantTokenRequest(tenant_id=tenant_id)
-        return (await self._call(stub.CreateTenantToken, request, retry_on=_NEVER, timeout=timeout)).token
+        response = await self._call(stub.CreateTenantToken, request, retry_on=_NEVER, timeout=timeout)
+        return models.CreatedToken(response.token, response.token_id)
 
     # Tokens ---------------------------------------------------------------------------------
 

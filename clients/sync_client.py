@@ -130,7 +130,7 @@ class Client:
         """One page of every tenant, ordered by id (operators)."""
         return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token, timeout=timeout))
 
-    def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> str:
+    def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> models.CreatedToken:
         """Issue another API token for a tenant, for rotation (operators); old tokens stay valid until revoked
         (``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
         return self._run(self._async.create_tenant_token(tenant_id, timeout=timeout))

@@ -83,6 +83,23 @@ async def test_tenants_create_names_the_token_id_to_revoke(control_plane: Runnin
     assert "token id (to revoke it): " in output
 
 
+async def test_tenants_token_prints_the_token_and_its_id(control_plane: RunningControlPlane) -> None:
+    """The token alone on its line (scripts take it with ``$(...)``), its id beside it to revoke
+    it by; ``--json`` gives both."""
+    async with control_plane.client() as operator:
+        await operator.create_tenant("acme")
+    code, output = await run(control_plane, "tenants", "token", "acme")
+    assert code == 0, output
+    # stdout and stderr come mixed here, with the in-process server's log lines among them.
+    (token,) = [line for line in output.splitlines() if line.startswith("gpc_")]
+    assert f"\ntoken id (to revoke it): {token.split('_')[1]}\n" in f"\n{output}\n"
+    code, output = await run(control_plane, "tenants", "token", "acme", "--json")
+    assert code == 0, output
+    rotated = document(output)
+    assert set(rotated) == {"tenant_id", "token_id", "token"}
+    assert rotated["token"].startswith(f"gpc_{rotated['token_id']}_") and rotated["token"] != token
+
+
 async def test_bad_values_name_their_option(control_plane: RunningControlPlane) -> None:
     """A value the client or the server refuses exits 2 naming the option; an unknown token or
     the last operator token exits 1 with its reason."""

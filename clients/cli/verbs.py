@@ -94,9 +94,15 @@ def tenants_get(ctx: typer.Context, tenant_id: str, json_out: JsonFlag = False) 
 
 
 @tenants.command("token")
-def tenants_token(ctx: typer.Context, tenant_id: str) -> None:
-    """Issue another token for a tenant (rotation); prints it once."""
-    print(call(ctx, lambda c: c.create_tenant_token(tenant_id)))
+def tenants_token(ctx: typer.Context, tenant_id: str, json_out: JsonFlag = False) -> None:
+    """Issue another token for a tenant (rotation); prints it once, on stdout alone (for
+    `$(...)`), and its id, to revoke it by, on stderr."""
+    created = call(ctx, lambda c: c.create_tenant_token(tenant_id))
+    if json_out:
+        render.print_json({"tenant_id": tenant_id, "token_id": created.token_id, "token": created.token})
+        return
+    print(created.token)
+    render.errors.print(Text(f"token id (to revoke it): {created.token_id}"), soft_wrap=True)
 
 
 # Nodes ----------------------------------------------------------------------------------------
