@@ -328,7 +328,12 @@ async def export_events(
 def usage_export(
     ctx: typer.Context,
     out: Annotated[
-        Path, typer.Option("--out", help="JSONL file to write (what `gpucloud invoice --events` reads); - for stdout.")
+        Path,
+        typer.Option(
+            "--out",
+            help="JSONL file to write (what `gpucloud invoice --events` reads), whole or not at all;"
+            " - for stdout, written as fetched (a failed export leaves what came before it).",
+        ),
     ],
     tenant: Annotated[str, typer.Option(help="Only this tenant's events (tenants always get only their own).")] = "",
     start: Annotated[str | None, typer.Option(help=f"Events at or after this time: {INSTANT_FORMS}.")] = None,
