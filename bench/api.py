@@ -24,9 +24,14 @@ import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
+
+if TYPE_CHECKING:  # imported where used: this module's import must not load our packages
+    from clients import AsyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
@@ -205,25 +210,28 @@ async def register_fleet(port: int, operator_token: str, nodes: int) -> str:
         return (await operator.create_tenant("bench")).token
 
 
+async def create_and_cancel(tenant: AsyncClient) -> None:
+    """One pair: allocate a node, then cancel the allocation."""
+    from clients import ResourceExhaustedError
+
+    while True:
+        try:
+            allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
+            break
+        except ResourceExhaustedError:
+            # Every node is still scrubbing: real clients back off the same way.
+            await asyncio.sleep(0.01)
+    await tenant.cancel_allocation(allocation.allocation_id)
+
+
 async def bench_control_plane(
     port: int, server_pid: int, tenant_token: str, seconds: float, concurrency: int
 ) -> Measured:
     """Create+cancel pairs per second through the real client."""
-    from clients import AsyncClient, ResourceExhaustedError
+    from clients import AsyncClient
 
     async with AsyncClient(f"127.0.0.1:{port}", tenant_token) as tenant:
-
-        async def one() -> None:
-            while True:
-                try:
-                    allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
-                    break
-                except ResourceExhaustedError:
-                    # Every node is still scrubbing: real clients back off the same way.
-                    await asyncio.sleep(0.01)
-            await tenant.cancel_allocation(allocation.allocation_id)
-
-        return await _drive(seconds, concurrency, one, server_pid)
+        return await _drive(seconds, concurrency, partial(create_and_cancel, tenant), server_pid)
 
 
 def _start(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseProcess, int]:

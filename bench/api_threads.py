@@ -19,6 +19,7 @@ import sys
 import tempfile
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from pathlib import Path
 
 import grpc
@@ -103,20 +104,10 @@ async def empty_calls(port: int, pid: int, seconds: float, concurrency: int) -> 
 
 
 async def pairs(port: int, pid: int, token: str, seconds: float, concurrency: int) -> None:
-    from clients import AsyncClient, ResourceExhaustedError
+    from clients import AsyncClient
 
     async with AsyncClient(f"127.0.0.1:{port}", token) as tenant:
-
-        async def one() -> None:
-            while True:
-                try:
-                    allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
-                    break
-                except ResourceExhaustedError:
-                    await asyncio.sleep(0.01)  # every node still scrubbing, as in bench/api.py
-            await tenant.cancel_allocation(allocation.allocation_id)
-
-        await measure("create+cancel pairs", pid, one, seconds, concurrency)
+        await measure("create+cancel pairs", pid, partial(api.create_and_cancel, tenant), seconds, concurrency)
 
 
 def main() -> None:
