@@ -185,7 +185,6 @@ class ControlPlane:
             shown = make_url(url).render_as_string(hide_password=True)
             raise StartError(f"cannot open the database {shown}: {error}") from error
         self._store = store
-        self.operator_token_created = await bootstrap_operator(store, config.data_dir)
         page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
 
         wake_releaser, operations_changed = Notifier(), Notifier()
@@ -216,6 +215,9 @@ class ControlPlane:
             self.port = server.add_insecure_port(config.listen)
         except RuntimeError as error:  # grpc's "Failed to bind to address ..."
             raise StartError(f"cannot listen on {config.listen!r}: not a free host:port ({error})") from error
+        # Only once the port is ours: a start that cannot listen must not mint the first operator
+        # token, or the start that can would not say where it is.
+        self.operator_token_created = await bootstrap_operator(store, config.data_dir)
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
         self._workers.start(releaser.run(), name="releaser")

@@ -3,6 +3,7 @@ one again on the same data directory once the cause is fixed."""
 
 from __future__ import annotations
 
+import socket
 from pathlib import Path
 
 import pytest
@@ -40,3 +41,23 @@ async def test_a_data_directory_that_cannot_be_made_is_one_line(tmp_path: Path) 
     for data_dir in (a_file, a_file / "below"):
         with pytest.raises(StartError, match=f"cannot use {data_dir} as the data directory"):
             await ControlPlane(ServerConfig(data_dir=data_dir, listen="127.0.0.1:0")).start()
+
+
+async def test_a_start_that_cannot_listen_mints_no_operator_token(tmp_path: Path, database_url: str) -> None:
+    """The port is taken: no operator token is written, so the start that can listen is the
+    first start, mints it, and says where it is (``gpucloud serve`` prints that path)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        refused = ServerConfig(data_dir=tmp_path, listen=f"127.0.0.1:{port}", database_url=database_url)
+        with pytest.raises(StartError, match="cannot listen"):
+            await ControlPlane(refused).start()
+    assert not (tmp_path / "operator.token").exists()
+    plane = ControlPlane(ServerConfig(data_dir=tmp_path, listen="127.0.0.1:0", database_url=database_url))
+    await plane.start()
+    try:
+        assert plane.operator_token_created == tmp_path / "operator.token"
+        assert plane.operator_token_created.read_text().startswith("gpc_")
+    finally:
+        await plane.stop()
