@@ -41,6 +41,13 @@ def invoice_not_found(tenant_id: str, period: BillingPeriod) -> NotFound:
     )
 
 
+def _no_such_tenant(tenant_id: str) -> NotFound:
+    """The invoice's tenant does not exist. Only an operator gets here (a tenant asks for its
+    own, or is refused by ``resolve_tenant`` first), so naming the tenant probes nothing: it
+    reads as a typo in the parent would in ListAllocations (TENANT_NOT_FOUND)."""
+    return NotFound.of("tenant", tenant_id, field_path="tenant_id")
+
+
 def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) -> str:
     """Whose invoice: the caller's own by default. A tenant naming another tenant gets NOT_FOUND,
     exactly as for a tenant that does not exist, so tenants cannot be probed."""
@@ -76,7 +83,7 @@ class Billing:
         snapshot_us = now_us()
         async with self._store.read() as session:
             if not await repo.tenant_exists(session, tenant_id):
-                raise invoice_not_found(tenant_id, period)
+                raise _no_such_tenant(tenant_id)
             frozen_rows = await repo.finalized_rows(session, tenant_id)
             mine = next((row for row in frozen_rows if row.period == period.name), None)
             if mine is not None:
@@ -97,7 +104,7 @@ class Billing:
             # An unknown tenant is NOT_FOUND for every period, as it is for GetInvoice.
             async with self._store.read() as session:
                 if not await repo.tenant_exists(session, tenant_id):
-                    raise invoice_not_found(tenant_id, period)
+                    raise _no_such_tenant(tenant_id)
             raise FailedPrecondition(
                 reason="PERIOD_NOT_ENDED",
                 message=(f"{period} ends at {rfc3339(period.end_us)}; only a period that has ended can be finalized"),

@@ -131,8 +131,10 @@ class TestScoping:
             with pytest.raises(InvalidArgumentError) as missing:
                 await operator.get_invoice(period)
             assert list(missing.value.field_violations) == ["tenant_id"]
-            with pytest.raises(NotFoundError):
+            with pytest.raises(NotFoundError) as unknown:
                 await operator.get_invoice(period, tenant_id="nobody")
+            assert unknown.value.reason == "TENANT_NOT_FOUND"
+            assert unknown.value.metadata["tenant_id"] == "nobody"
             # Only operators finalize.
             with pytest.raises(PermissionDeniedError):
                 await acme.finalize_invoice(period, tenant_id="acme")
@@ -177,7 +179,7 @@ class TestScoping:
         for period in ("2020-01", "9998-12"):
             with pytest.raises(NotFoundError) as missing:
                 await operator.finalize_invoice(period, tenant_id="nobody")
-            assert missing.value.metadata["field"] == "tenant_id"
+            assert (missing.value.reason, missing.value.metadata["field"]) == ("TENANT_NOT_FOUND", "tenant_id")
         with pytest.raises(FailedPreconditionError) as early:
             await operator.finalize_invoice("9998-12", tenant_id="acme")
         assert early.value.reason == "PERIOD_NOT_ENDED"
