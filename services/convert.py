@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from gpucloud.v1 import allocation_pb2, node_pb2
+from gpucloud.v1 import allocation_pb2, node_pb2, token_pb2
 from services.allocations.states import AllocationState
+from services.auth.principal import Role
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeState
 
@@ -33,3 +34,7 @@ NODE_STATE_FROM_PROTO = {number: state for state, number in NODE_STATE_TO_PROTO.
 
 ALLOCATION_STATE_TO_PROTO = {s: allocation_pb2.AllocationState.Value(f"ALLOCATION_STATE_{s}") for s in AllocationState}
 ALLOCATION_STATE_FROM_PROTO = {number: state for state, number in ALLOCATION_STATE_TO_PROTO.items()}
+
+# Roles' values are lower case (``operator``); the proto's names take the member's name.
+ROLE_TO_PROTO = {r: token_pb2.TokenRole.Value(f"TOKEN_ROLE_{r.name}") for r in Role}
+ROLE_FROM_PROTO = {number: role for role, number in ROLE_TO_PROTO.items()}

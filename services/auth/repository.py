@@ -114,7 +114,7 @@ async def revoke(session: AsyncSession, token_id: str, *, now_us: int) -> TokenI
         return None
     # A token's role never changes, so it may be read before any lock. Operator tokens lock
     # the whole live set first, the target among them, always in one order.
-    live_operators = await lock_live_operators(session) if row.role == Role.OPERATOR else None
+    live_operators = await _lock_live_operators(session) if row.role == Role.OPERATOR else None
     # Read again under the lock: a concurrent revoke may have committed meanwhile.
     await session.refresh(row, with_for_update=True)
     if row.revoked_us is None:
@@ -126,7 +126,7 @@ async def revoke(session: AsyncSession, token_id: str, *, now_us: int) -> TokenI
     return TokenInfo.of(row)
 
 
-async def lock_live_operators(session: AsyncSession) -> list[str]:
+async def _lock_live_operators(session: AsyncSession) -> list[str]:
     """The ids of the operator tokens not revoked, locked on PostgreSQL in id order, so that
     concurrent revokes of two operator tokens queue instead of each leaving the other the last."""
     query = (

@@ -8,10 +8,9 @@ import grpc
 
 from gpucloud.v1 import token_pb2, token_pb2_grpc
 from services.auth.authenticator import Authenticator
-from services.auth.principal import Role
 from services.auth.repository import TokenFilter, TokenInfo
 from services.auth.tokens import split as split_token
-from services.convert import timestamp
+from services.convert import ROLE_FROM_PROTO, ROLE_TO_PROTO, timestamp
 from services.paging import Cursor, PageTokens
 from services.store.engine import Store
 from services.tokens import commands
@@ -19,8 +18,6 @@ from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
-ROLE_TO_PROTO = {r: token_pb2.TokenRole.Value(f"TOKEN_ROLE_{r.name}") for r in Role}
-ROLE_FROM_PROTO = {number: role for role, number in ROLE_TO_PROTO.items()}
 _KNOWN_ROLES = frozenset(ROLE_FROM_PROTO)
 
 
