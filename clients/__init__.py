@@ -33,7 +33,18 @@ from clients.errors import (
     UnavailableError,
 )
 from clients.metrics import MetricsResult, NodeSamples, QueryStats, Series, SeriesSamples, WriteResult
-from clients.models import Allocation, ApiToken, CreatedToken, Gpu, Node, NodeEvent, Operation, Page, Tenant
+from clients.models import (
+    Allocation,
+    ApiToken,
+    CreatedAllocation,
+    CreatedToken,
+    Gpu,
+    Node,
+    NodeEvent,
+    Operation,
+    Page,
+    Tenant,
+)
 from clients.sync_client import Client
 
 __all__ = [
@@ -43,6 +54,7 @@ __all__ = [
     "ApiToken",
     "AsyncClient",
     "Client",
+    "CreatedAllocation",
     "CreatedTenant",
     "CreatedToken",
     "DeadlineExceededError",

@@ -51,6 +51,9 @@ DEFAULT_TIMEOUT = 30.0
 _SAFE = frozenset({grpc.StatusCode.UNAVAILABLE})
 _SAFE_WITH_KEY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 _NEVER: frozenset[grpc.StatusCode] = frozenset()
+# The trailing metadata a create carries when it was answered from its key's record
+# (services/allocations/servicer.py sets it).
+REPLAYED_KEY = "idempotent-replayed"
 # gRPC's own reconnect back-off grows to 120 s: after a restart of a minute, a channel would
 # wait up to a minute more before it tried the server again, failing every retry at once
 # meanwhile. Capped like the retries, it notices the server back within about a second.
@@ -247,9 +250,11 @@ class AsyncClient:
         retry_on: frozenset[grpc.StatusCode] = _SAFE,
         timeout: float | None = None,
         request_id: str | None = None,
+        on_trailers: Callable[[grpc.aio.Metadata | None], None] | None = None,
     ) -> R:
         """Make the call, retrying the codes in ``retry_on`` until the deadline; ``request_id`` is the
-        idempotency key the request carries, put on the error if it fails."""
+        idempotency key the request carries, put on the error if it fails. ``on_trailers`` is given
+        the trailing metadata of the call that succeeded (only callers that ask pay for reading it)."""
         seconds = self.timeout if timeout is None else _seconds(timeout, zero_ok=True)
         # One deadline for the whole call, retries included; read off time.monotonic (the
         # default loop's clock) rather than loop.time(), which needs the running loop again.
@@ -257,7 +262,12 @@ class AsyncClient:
         tries = 0
         while True:
             try:
-                return await method(request, metadata=self._metadata, timeout=max(0.001, deadline - time.monotonic()))
+                call = method(request, metadata=self._metadata, timeout=max(0.001, deadline - time.monotonic()))
+                response = await call
+                if on_trailers is not None:
+                    assert isinstance(call, grpc.aio.Call), "only a stub's own call carries trailers"
+                    on_trailers(await call.trailing_metadata())
+                return response
             except grpc.aio.AioRpcError as error:
                 tries += 1
                 pause = self._retry.delay(tries)
@@ -497,11 +507,13 @@ class AsyncClient:
         tenant_id: str = "",
         request_id: str | None = None,
         timeout: float | None = None,
-    ) -> models.Allocation:
+    ) -> models.CreatedAllocation:
         """Allocate ``node_count`` whole nodes, all or nothing.
 
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
-        retries; pass your own to make a create idempotent across processes or restarts.
+        retries; pass your own to make a create idempotent across processes or restarts. The
+        answer's ``replayed`` is True when the server answered from the record of an earlier call
+        with that key (this call allocated nothing new).
         ``timeout`` bounds the whole call, retries included. Every ``GpucloudError`` it raises
         carries the key it sent as ``.request_id``: when the outcome is unknown
         (``DeadlineExceededError``, ``UnavailableError``), call again with
@@ -517,10 +529,21 @@ class AsyncClient:
             node_count=node_count,
             request_id=key,
         )
+        replayed = False
+
+        def read_replay_mark(trailers: grpc.aio.Metadata | None) -> None:
+            nonlocal replayed
+            replayed = trailers is not None and trailers.get(REPLAYED_KEY) == "true"
+
         response = await self._call(
-            stub.CreateAllocation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout, request_id=key
+            stub.CreateAllocation,
+            request,
+            retry_on=_SAFE_WITH_KEY,
+            timeout=timeout,
+            request_id=key,
+            on_trailers=read_replay_mark,
         )
-        return convert.allocation(response.allocation)
+        return convert.created_allocation(response.allocation, replayed=replayed)
 
     async def get_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Allocation:
         """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""

@@ -133,6 +133,11 @@ def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
     )
 
 
+def created_allocation(message: allocation_pb2.Allocation, *, replayed: bool) -> models.CreatedAllocation:
+    """``allocation`` of a create's answer, with whether the server replayed it from the request's key."""
+    return models.CreatedAllocation(**vars(allocation(message)), replayed=replayed)
+
+
 def operation(message: operations_pb2.Operation) -> models.Operation:
     """The client's ``Operation`` of a cancel-allocation Operation: progress from its CancelAllocationMetadata, the
     Allocation once done, and the error's code and message if it failed."""

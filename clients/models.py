@@ -82,6 +82,16 @@ class Allocation:
 
 
 @dataclass(frozen=True)
+class CreatedAllocation(Allocation):
+    """What ``create_allocation`` answers: the allocation, and whether the server answered it from
+    the record of an earlier call with the same ``request_id`` (``replayed``: an earlier try of
+    the same call whose reply was lost, or another caller that sent the same key), in which case
+    this call allocated nothing new."""
+
+    replayed: bool = False
+
+
+@dataclass(frozen=True)
 class Operation:
     """A long-running operation. ``allocation`` is its response once done."""
 

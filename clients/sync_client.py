@@ -289,9 +289,10 @@ class Client:
         tenant_id: str = "",
         request_id: str | None = None,
         timeout: float | None = None,
-    ) -> models.Allocation:
+    ) -> models.CreatedAllocation:
         """Allocate ``node_count`` whole nodes, all or nothing; retried under one ``request_id`` (made if not
-        given); ``timeout`` bounds the whole call, retries included. Its errors carry the key as ``.request_id``:
+        given; ``replayed`` says the server answered from an earlier call's record); ``timeout`` bounds the
+        whole call, retries included. Its errors carry the key as ``.request_id``:
         after ``DeadlineExceededError`` or ``UnavailableError``, call again with ``request_id=error.request_id``."""
         return self._run(
             self._async.create_allocation(

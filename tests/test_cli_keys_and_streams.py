@@ -59,6 +59,29 @@ async def test_a_refused_create_does_not_suggest_a_retry(control_plane: RunningC
     assert "retry safely" not in output
 
 
+async def test_a_rerun_with_the_same_key_says_it_was_replayed(control_plane: RunningControlPlane) -> None:
+    """The first run allocates; a rerun with its --request-id answers the same allocation and
+    says that nothing new was allocated (in JSON as ``"replayed": true``)."""
+    async with control_plane.client() as operator:
+        await register_ready_nodes(operator, 2)
+        await operator.create_tenant("acme")
+    connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
+    create = [*connect, "allocations", "create", "--gpu-model", "H100", "--tenant", "acme", "--request-id", "k-1"]
+    code, first = await asyncio.to_thread(gpucloud, *create)
+    assert code == 0, first
+    assert "replayed" not in first
+    code, again = await asyncio.to_thread(gpucloud, *create)
+    assert code == 0, again
+    assert "replayed: an earlier call with --request-id k-1 made this allocation" in again
+    code, output = await asyncio.to_thread(gpucloud, *create, "--json")
+    assert code == 0, output
+    document = json.loads(output[output.index("{\n") :])  # after the server's log lines
+    assert document["replayed"] is True
+    async with control_plane.client() as operator:
+        listed = await operator.list_allocations(tenant_id="acme")
+    assert [a.allocation_id for a in listed] == [document["allocation_id"]]
+
+
 async def test_usage_export_to_dash_writes_the_events_to_stdout(control_plane: RunningControlPlane) -> None:
     """``--out -`` streams the JSONL to stdout (and makes no file named "-")."""
     async with control_plane.client() as operator:

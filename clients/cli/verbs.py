@@ -220,7 +220,8 @@ def allocations_create(
 ) -> None:
     """Allocate whole nodes of one GPU model. When the outcome is unknown (the server did not
     answer), the command names the key it sent: run it again with that --request-id to get the
-    allocation the first try may have made instead of a second one."""
+    allocation the first try may have made instead of a second one; such a rerun says it was
+    replayed (JSON: "replayed": true)."""
     if request_id is not None and not request_id:
         # An unset shell variable ("--request-id $RID") must not quietly become a fresh key:
         # the script's retry would then allocate twice.
@@ -229,7 +230,7 @@ def allocations_create(
     key = request_id or new_request_id()
     outcome_unknown = False
 
-    async def create(client: AsyncClient) -> models.Allocation:
+    async def create(client: AsyncClient) -> models.CreatedAllocation:
         nonlocal outcome_unknown
         try:
             return await client.create_allocation(
@@ -250,8 +251,13 @@ def allocations_create(
         raise
     if json_out:
         render.print_json(allocation)
-    else:
-        render.console.print(render.allocations_table([allocation], "Allocated"))
+        return
+    render.console.print(render.allocations_table([allocation], "Allocated"))
+    if allocation.replayed:
+        render.errors.print(
+            Text(f"replayed: an earlier call with --request-id {key} made this allocation; nothing new was allocated"),
+            soft_wrap=True,
+        )
 
 
 @allocations.command("list")

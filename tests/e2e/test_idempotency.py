@@ -36,6 +36,7 @@ async def test_retry_with_same_request_id_returns_first_result(
 
     assert again.allocation_id == first.allocation_id
     assert again.node_ids == first.node_ids
+    assert (first.replayed, again.replayed) == (False, True)
     assert len(first.node_ids) == 2
     assert await count_allocations(operator) == 1
     assert await ready_node_ids(operator) == ready_after_first
@@ -140,6 +141,8 @@ async def test_concurrent_duplicates_create_one_allocation(
     ids = {r.allocation_id for r in results}
     assert len(results) == 50
     assert len(ids) == 1
+    # One call placed the nodes; the client says of every other that it was answered from the key.
+    assert sorted(r.replayed for r in results) == [False] + [True] * 49
     assert {r.node_ids for r in results} == {results[0].node_ids}
     listed = await list_all(operator)
     assert [a.allocation_id for a in listed] == [results[0].allocation_id]
@@ -170,6 +173,7 @@ async def test_idempotency_survives_restart(tmp_path: Path, database_url: str) -
 
     assert again.allocation_id == first.allocation_id
     assert again.node_ids == first.node_ids
+    assert again.replayed
     assert [a.allocation_id for a in allocations] == [first.allocation_id]
     assert len(ready) == 2
 
