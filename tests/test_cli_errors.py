@@ -65,7 +65,20 @@ async def test_a_file_that_cannot_be_written_is_one_line(control_plane: RunningC
     query = ["metrics", "query", "--node", node_id, "--start", "-1h", "--end", "now", "--plot", str(chart)]
     code, output = await asyncio.to_thread(gpucloud, *connect, *query)
     assert code == 2, output
-    assert f"error: --plot {chart}: " in output
+    assert f"error: --plot {chart}: {not_a_directory} is not a directory" in " ".join(output.split())
+    # A directory that does not exist is not made (a mistyped path would leave it behind),
+    # for the export as for the chart, and both are refused before the server is asked.
+    missing = tmp_path / "no-such-dir"
+    code, output = await asyncio.to_thread(gpucloud, *connect, "usage", "export", "--out", str(missing / "u.jsonl"))
+    assert code == 2, output
+    assert f"error: --out {missing / 'u.jsonl'}: no directory {missing}" in " ".join(output.split())
+    assert "wrote" not in output
+    query[-1] = str(missing / "chart.png")
+    code, output = await asyncio.to_thread(gpucloud, *connect, *query)
+    assert code == 2, output
+    assert f"error: --plot {missing / 'chart.png'}: no directory {missing}" in " ".join(output.split())
+    assert "Samples" not in output and "samples" not in output
+    assert not missing.exists()
 
 
 async def test_bad_fields_are_shown_as_the_options_that_set_them(control_plane: RunningControlPlane) -> None:
@@ -110,6 +123,20 @@ async def test_all_pages_continue_from_a_given_page_token(control_plane: Running
     code, output = await asyncio.to_thread(gpucloud, *connect, *listing, "--page-token", "garbage")
     assert code == 2, output
     assert "INVALID_PAGE_TOKEN" in output
+
+
+def test_help_does_not_offer_the_int32_bound_as_a_limit() -> None:
+    """``--nodes`` and ``--gpu`` are checked against int32 locally, but their limits are the
+    server's (1-256 nodes, GPU 0-7): help used to print ``x<=2147483647`` as if it were one."""
+    for command in (["allocations", "create"], ["metrics", "query"], ["metrics", "write"], ["nodes", "list"]):
+        code, output = gpucloud(*command, "--help")
+        assert code == 0, output
+        assert "2147483647" not in output, (command, output)
+    code, output = gpucloud(
+        "--addr", "127.0.0.1:1", "--token", "x", "allocations", "create", "--gpu-model", "H100", "--nodes", "1e3"
+    )
+    assert code == 2, output
+    assert "'1e3' is not an integer" in output
 
 
 def test_a_negative_wait_is_a_usage_error() -> None:

@@ -29,7 +29,7 @@ from accounting.periods import BadPeriod, parse_period
 from clients import billing
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call
+from clients.cli.context import call, refuse_unwritable_path
 from clients.cli.times import INSTANT_FORMS, time_option
 
 EXIT_BAD_INPUT = 2
@@ -369,13 +369,9 @@ def usage_export(
         sys.stdout.flush()
         render.errors.print(f"wrote {count} usage events to stdout", highlight=False)
         return
-    if out.is_dir():
-        # Known before any page is fetched: say so now, not after the whole export.
-        render.fail(f"--out {out}: is a directory; name the file to write")
-        raise typer.Exit(EXIT_BAD_INPUT)
+    refuse_unwritable_path("--out", out)
     # Written to a temporary file beside ``out`` and renamed at the end: whole or not at all.
     try:
-        out.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(prefix=f".{out.name}.", dir=out.parent)
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as stream, progress:

@@ -19,8 +19,22 @@ from clients.errors import GpucloudError, InvalidValueError
 T = TypeVar("T")
 
 DEFAULT_ADDR = "127.0.0.1:50051"
-# The API's counts and indexes are int32: a larger number cannot even be put into a request.
-INT32_MAX = 2**31 - 1
+
+
+def int32(text: str) -> int:
+    """Parse an integer option the API can carry: its counts and indexes are int32, and a
+    larger number cannot even be put into a request. A parser rather than ``max=``, which would
+    print ``x<=2147483647`` in ``--help`` as if it were the limit: the server's own limits
+    (1-256 nodes, GPU index 0-7, ...) are in its answer, naming the field."""
+    try:
+        number = int(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not an integer") from None
+    if not -(2**31) <= number < 2**31:
+        raise typer.BadParameter(f"{number} is out of range: the API carries 32-bit integers")
+    return number
+
+
 # A person waits for the command: it fails fast when the server stays unreachable or keeps
 # answering UNAVAILABLE (6 tries, at most about 1.5 s of back-off in all), rather than
 # retrying until the 30 s deadline as the library's default policy does for programs.
@@ -217,3 +231,17 @@ def _parameter_names(ctx: typer.Context, fields: Iterable[str]) -> dict[str, str
                 found[path] = name
                 break
     return found
+
+
+def refuse_unwritable_path(option: str, path: Path) -> None:
+    """Exit 2 before any call when ``path`` cannot be the file an option names: a directory, or
+    a file in a directory that does not exist (which is not made: a mistyped path must not
+    leave directories behind). Known before a long export or query runs, not after it."""
+    problem = None
+    if path.is_dir():
+        problem = "is a directory; name the file to write"
+    elif not path.parent.is_dir():
+        problem = f"{path.parent} is not a directory" if path.parent.exists() else f"no directory {path.parent}"
+    if problem is not None:
+        render.fail(f"{option} {path}: {problem}")
+        raise typer.Exit(EXIT_USAGE)

@@ -17,7 +17,7 @@ from clients import instants
 from clients import metrics as m
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import INT32_MAX, call, value_error_line
+from clients.cli.context import call, int32, refuse_unwritable_path, value_error_line
 from clients.cli.times import INSTANT_FORMS, duration_option, time_option
 
 metrics = typer.Typer(
@@ -123,9 +123,7 @@ def plot(result: m.MetricsResult, path: Path, title: str) -> None:
 def metrics_query(
     ctx: typer.Context,
     node: Annotated[list[str] | None, typer.Option("--node", help="Node id (repeat for more; none: all).")] = None,
-    gpu: Annotated[
-        list[int] | None, typer.Option("--gpu", max=INT32_MAX, help="GPU index (repeat; none: all).")
-    ] = None,
+    gpu: Annotated[list[int] | None, typer.Option("--gpu", parser=int32, help="GPU index (repeat; none: all).")] = None,
     field: Annotated[list[str] | None, typer.Option("--field", help="Field, e.g. power_w (repeat; none: all).")] = None,
     start: Annotated[str, typer.Option(help=f"Window start: {INSTANT_FORMS}.")] = "-1h",
     end: Annotated[str, typer.Option(help=f"Window end: {INSTANT_FORMS}.")] = "now",
@@ -137,6 +135,8 @@ def metrics_query(
     plot_to: Annotated[Path | None, typer.Option("--plot", help="Also draw the series into this PNG.")] = None,
 ) -> None:
     """Samples (or per-step aggregates) of the selected series in a window."""
+    if plot_to is not None:
+        refuse_unwritable_path("--plot", plot_to)
     try:
         now = datetime.now(UTC)
         window = (time_option("--start", start, now=now), time_option("--end", end, now=now))
@@ -212,7 +212,7 @@ def _assignments(pairs: list[str]) -> dict[str, float]:
 def metrics_write(
     ctx: typer.Context,
     node_id: str,
-    gpu: Annotated[int, typer.Option(max=INT32_MAX, help="GPU index.")],
+    gpu: Annotated[int, typer.Option(parser=int32, help="GPU index.")],
     set_: Annotated[list[str], typer.Option("--set", help="FIELD=NUMBER (repeat).")],
     at: Annotated[str, typer.Option("--time", help=f"The samples' time: {INSTANT_FORMS}.")] = "now",
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of text.")] = False,

@@ -13,12 +13,12 @@ from rich.text import Text
 from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import EXIT_USAGE, INT32_MAX, call
+from clients.cli.context import EXIT_USAGE, call, int32
 from clients.errors import DeadlineExceededError, UnavailableError
 from clients.request_ids import new_request_id
 
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
-PageSize = Annotated[int, typer.Option(max=INT32_MAX, help="Items per page (0: server default).")]
+PageSize = Annotated[int, typer.Option(parser=int32, help="Items per page (0: server default).")]
 PageToken = Annotated[str, typer.Option(help="Continue from a previous page's next_page_token.")]
 AllPages = Annotated[
     bool, typer.Option("--all", help="Follow next_page_token to the end (from --page-token's page, if given).")
@@ -213,7 +213,7 @@ def nodes_burn_in(
 def allocations_create(
     ctx: typer.Context,
     gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
-    nodes_: Annotated[int, typer.Option("--nodes", max=INT32_MAX, help="Whole nodes, all or nothing.")] = 1,
+    nodes_: Annotated[int, typer.Option("--nodes", parser=int32, help="Whole nodes, all or nothing.")] = 1,
     tenant: Annotated[str, typer.Option(help="Operators: the tenant to allocate for.")] = "",
     request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUIDv7.")] = None,
     json_out: JsonFlag = False,
