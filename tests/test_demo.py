@@ -28,6 +28,7 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     for step in range(1, 10):
         assert f"\n{step}. " in output or output.startswith(f"{step}. "), step
     assert "refused as expected: RESOURCE_EXHAUSTED INSUFFICIENT_CAPACITY" in output
+    assert "the same allocation, replayed from its record (nothing new allocated)" in " ".join(output.split())
     assert "Cancel done" in output and "CANCELLED" in output
     assert "Traceback" not in output and "…" not in output
     assert max(len(line) for line in output.splitlines()) <= int(columns)

@@ -101,9 +101,11 @@ async def _walkthrough(plane: ControlPlane) -> None:
         allocation = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
         retry = await tenant.create_allocation(gpu_model="H100", node_count=2, request_id=request_id)
         console.print(render.allocations_table([allocation], "Allocated"))
+        same = retry.allocation_id == allocation.allocation_id
         console.print(
             f"retry with the same request_id returned {retry.allocation_id}: "
-            f"{'the same allocation' if retry.allocation_id == allocation.allocation_id else 'A DIFFERENT ONE (bug)'}"
+            f"{'the same allocation' if same else 'A DIFFERENT ONE (bug)'}"
+            f"{', replayed from its record (nothing new allocated)' if retry.replayed else ''}"
         )
 
         step("5. Ask for more than is free: all or nothing")
