@@ -322,6 +322,14 @@ class AsyncClient:
         response = await self._call(stub.CreateAgentToken, request, retry_on=_NEVER, timeout=timeout)
         return models.CreatedToken(response.token, response.token_id)
 
+    async def create_operator_token(self, *, timeout: float | None = None) -> models.CreatedToken:
+        """Mint another operator token (operators), shown only once: to rotate, switch to it and revoke the old
+        one with ``revoke_token``. Not retried: a retry after a lost reply would mint a second token."""
+        stub = self._stubs().tokens
+        request = token_pb2.CreateOperatorTokenRequest()
+        response = await self._call(stub.CreateOperatorToken, request, retry_on=_NEVER, timeout=timeout)
+        return models.CreatedToken(response.token, response.token_id)
+
     async def list_tokens(
         self,
         *,

@@ -140,6 +140,10 @@ class Client:
         yet. Not retried."""
         return self._run(self._async.create_agent_token(node_id, timeout=timeout))
 
+    def create_operator_token(self, *, timeout: float | None = None) -> models.CreatedToken:
+        """Mint another operator token (operators), shown only once, for rotation. Not retried."""
+        return self._run(self._async.create_operator_token(timeout=timeout))
+
     def list_tokens(
         self,
         *,

@@ -1,4 +1,4 @@
-"""``gpucloud tokens create-agent | list | revoke``: the token shown once, listings without
+"""``gpucloud tokens create-agent | create-operator | list | revoke``: the token shown once, listings without
 secrets, a revoke that says when, and bad values that exit 2 naming their option."""
 
 from __future__ import annotations
@@ -34,6 +34,29 @@ async def test_create_agent_prints_the_token_once_and_it_works(control_plane: Ru
                 leaf_switch="l",
             )
         ).state == "BURN_IN"
+
+
+async def test_create_operator_then_revoke_the_old_one_rotates_the_operator_token(
+    control_plane: RunningControlPlane,
+) -> None:
+    code, output = await run(control_plane, "tokens", "create-operator", "--json")
+    assert code == 0, output
+    created = document(output)
+    assert set(created) == {"token_id", "token"}
+    assert created["token"].startswith(f"gpc_{created['token_id']}_")
+    old_id = control_plane.operator_token.split("_")[1]
+    code, output = await asyncio.to_thread(
+        gpucloud, "--addr", control_plane.address, "--token", created["token"], "tokens", "revoke", old_id
+    )
+    assert code == 0, output
+    code, output = await run(control_plane, "tokens", "list")  # with the old token
+    assert code == 1, output
+    assert "UNAUTHENTICATED" in output
+    code, output = await asyncio.to_thread(
+        gpucloud, "--addr", control_plane.address, "--token", created["token"], "tokens", "create-operator"
+    )
+    assert code == 0, output
+    assert "operator token" in output and "shown once" in output
 
 
 async def test_list_shows_tokens_without_secrets_filtered_and_all_pages(control_plane: RunningControlPlane) -> None:

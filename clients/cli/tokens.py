@@ -1,4 +1,4 @@
-"""``gpucloud tokens ...``: mint agent tokens, list and revoke any token (operator)."""
+"""``gpucloud tokens ...``: mint agent and operator tokens, list and revoke any token (operator)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from clients.cli import render
 from clients.cli.context import call
 from clients.cli.verbs import AllPages, JsonFlag, PageSize, PageToken, show_page
 
-tokens = typer.Typer(help="API tokens: mint agent tokens, list and revoke tokens (operator).", no_args_is_help=True)
+tokens = typer.Typer(
+    help="API tokens: mint agent and operator tokens, list and revoke tokens (operator).", no_args_is_help=True
+)
 
 
 def tokens_table(items: Sequence[models.ApiToken], title: str = "Tokens") -> Table:
@@ -69,6 +71,17 @@ def tokens_create_agent(ctx: typer.Context, node_id: str, json_out: JsonFlag = F
         render.print_json({"node_id": node_id, "token_id": created.token_id, "token": created.token})
         return
     render.console.print(f"agent token {created.token_id} for node {node_id}", highlight=False, markup=False)
+    render.console.print(f"token (shown once): [bold]{created.token}[/bold]")
+
+
+@tokens.command("create-operator")
+def tokens_create_operator(ctx: typer.Context, json_out: JsonFlag = False) -> None:
+    """Mint another operator token and print it once. To rotate: switch to it, then revoke the old one."""
+    created = call(ctx, lambda c: c.create_operator_token())
+    if json_out:
+        render.print_json({"token_id": created.token_id, "token": created.token})
+        return
+    render.console.print(f"operator token {created.token_id}", highlight=False, markup=False)
     render.console.print(f"token (shown once): [bold]{created.token}[/bold]")
 
 

@@ -23,6 +23,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.TenantService/ListTenants": OPERATOR,
     "/gpucloud.v1.TenantService/CreateTenantToken": OPERATOR,
     "/gpucloud.v1.TokenService/CreateAgentToken": OPERATOR,
+    "/gpucloud.v1.TokenService/CreateOperatorToken": OPERATOR,
     "/gpucloud.v1.TokenService/ListTokens": OPERATOR,
     "/gpucloud.v1.TokenService/RevokeToken": OPERATOR,
     "/gpucloud.v1.NodeService/RegisterNode": FLEET,

@@ -1,4 +1,4 @@
-"""Minting agent credentials, listing credentials and revoking them."""
+"""Minting agent and operator credentials, listing credentials and revoking them."""
 
 from __future__ import annotations
 
@@ -20,6 +20,12 @@ async def create_agent_token(store: Store, node_id: str) -> IssuedToken:
     registers it with this token."""
     async with store.write() as session:
         return await repo.issue_token(session, Role.AGENT, node_id=node_id)
+
+
+async def create_operator_token(store: Store) -> IssuedToken:
+    """Mint another operator token: rotation is mint, switch, then revoke the old one."""
+    async with store.write() as session:
+        return await repo.issue_token(session, Role.OPERATOR)
 
 
 async def list_page(store: Store, flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> list[TokenInfo]:

@@ -52,6 +52,13 @@ class TokenServicer(token_pb2_grpc.TokenServiceServicer):
         issued = await commands.create_agent_token(self._store, request.node_id)
         return token_pb2.CreateAgentTokenResponse(token=issued.plaintext, token_id=issued.token_id)
 
+    async def CreateOperatorToken(
+        self, request: token_pb2.CreateOperatorTokenRequest, context: Context
+    ) -> token_pb2.CreateOperatorTokenResponse:
+        """Mint another operator token (in this response only), for rotating the one in use."""
+        issued = await commands.create_operator_token(self._store)
+        return token_pb2.CreateOperatorTokenResponse(token=issued.plaintext, token_id=issued.token_id)
+
     async def ListTokens(self, request: token_pb2.ListTokensRequest, context: Context) -> token_pb2.ListTokensResponse:
         """List tokens newest first, filtered by tenant, node and role."""
         v = Violations()

@@ -1,5 +1,5 @@
-"""TokenService end to end: agent tokens minted over the API, revocation that takes effect at
-once on the serving replica, the last operator token kept, and listings without secrets."""
+"""TokenService end to end: agent and operator tokens minted over the API, revocation that takes
+effect at once on the serving replica, the last operator token kept, and listings without secrets."""
 
 from __future__ import annotations
 
@@ -22,10 +22,7 @@ from clients import (
     UnauthenticatedError,
 )
 from gpucloud.v1 import token_pb2, token_pb2_grpc
-from services.auth import repository as auth_repo
 from services.auth import tokens as token_format
-from services.auth.principal import Role
-from services.store.engine import Store
 from tests.conftest import RunningControlPlane, gpu_uuids
 
 
@@ -39,16 +36,6 @@ async def register(client: AsyncClient, node_id: str) -> str:
 async def operator_token_id(operator: AsyncClient) -> str:
     (only,) = (await operator.list_tokens(role="OPERATOR")).items
     return only.token_id
-
-
-async def insert_operator_token(database_url: str) -> str:
-    """Another operator token, as a restore or a hand-made credential would leave one: no RPC mints them."""
-    store = await Store.open(database_url)
-    try:
-        async with store.write() as session:
-            return await auth_repo.create_token(session, Role.OPERATOR)
-    finally:
-        await store.close()
 
 
 def token_id_of(plaintext: str) -> str:
@@ -163,11 +150,11 @@ async def test_the_last_operator_token_cannot_be_revoked(operator: AsyncClient) 
 
 
 async def test_an_operator_token_may_be_revoked_while_another_remains(
-    control_plane: RunningControlPlane, operator: AsyncClient, database_url: str
+    control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:
     """With two operator tokens one may go, even by its own hand; then the other is the last."""
     own = await operator_token_id(operator)
-    spare = await insert_operator_token(database_url)
+    spare = (await operator.create_operator_token()).token
     async with control_plane.client(spare) as second:
         assert (await second.revoke_token(token_id_of(spare))).revoke_time is not None
         with pytest.raises(UnauthenticatedError):
@@ -177,13 +164,34 @@ async def test_an_operator_token_may_be_revoked_while_another_remains(
     assert refused.value.reason == "LAST_OPERATOR_TOKEN"
 
 
+async def test_an_operator_token_is_rotated_over_the_api(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """CreateOperatorToken, then the old token revoked with the new one: the old is refused
+    at once, the new one runs the fleet and is now the last (not revocable)."""
+    old = await operator_token_id(operator)
+    created = await operator.create_operator_token()
+    assert token_id_of(created.token) == created.token_id != old
+    async with control_plane.client(created.token) as rotated:
+        assert (await rotated.revoke_token(old)).revoke_time is not None
+        with pytest.raises(UnauthenticatedError):
+            await operator.list_tokens()
+        tokens = {t.token_id: t for t in await every_token(rotated, role="OPERATOR")}
+        assert set(tokens) == {old, created.token_id}
+        assert tokens[created.token_id].revoke_time is None
+        with pytest.raises(FailedPreconditionError) as refused:
+            await rotated.revoke_token(created.token_id)
+        assert refused.value.reason == "LAST_OPERATOR_TOKEN"
+        await rotated.create_tenant("acme")  # an operator method, with the new token
+
+
 async def test_two_operators_revoking_each_other_at_once_leave_one_operator_token(
-    control_plane: RunningControlPlane, operator: AsyncClient, database_url: str
+    control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:
     """Each revokes the other's token concurrently: exactly one revoke wins; the other is refused
     (LAST_OPERATOR_TOKEN, or UNAUTHENTICATED when its token was revoked before it was read)."""
     for _ in range(3):
-        spare = await insert_operator_token(database_url)
+        spare = (await operator.create_operator_token()).token
         live = [t for t in await every_token(operator, role="OPERATOR") if t.revoke_time is None]
         (own,) = [t.token_id for t in live if t.token_id != token_id_of(spare)]
         async with control_plane.client(spare) as second:
@@ -315,6 +323,7 @@ async def test_tenants_and_agents_may_call_no_token_method(
         async with control_plane.client(token) as caller:
             calls: list[Awaitable[object]] = [
                 caller.create_agent_token("node-a"),
+                caller.create_operator_token(),
                 caller.list_tokens(),
                 caller.revoke_token(operator_id),
                 caller.revoke_token(token_id_of(token)),
@@ -325,6 +334,7 @@ async def test_tenants_and_agents_may_call_no_token_method(
                 assert denied.value.reason == "ROLE_NOT_ALLOWED"
     assert all(t.revoke_time is None for t in await every_token(operator))
     assert len(await every_token(operator, role="AGENT")) == 1
+    assert len(await every_token(operator, role="OPERATOR")) == 1
 
 
 async def test_revoking_a_pasted_whole_token_never_echoes_its_secret(operator: AsyncClient) -> None:

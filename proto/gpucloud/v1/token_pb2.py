@@ -25,29 +25,33 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpucloud/v1/token.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x01\n\x08\x41piToken\x12\x10\n\x08token_id\x18\x01 \x01(\t\x12$\n\x04role\x18\x02 \x01(\x0e\x32\x16.gpucloud.v1.TokenRole\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"*\n\x17\x43reateAgentTokenRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\";\n\x18\x43reateAgentTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t\"\x84\x01\n\x11ListTokensRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12$\n\x04role\x18\x05 \x01(\x0e\x32\x16.gpucloud.v1.TokenRole\"T\n\x12ListTokensResponse\x12%\n\x06tokens\x18\x01 \x03(\x0b\x32\x15.gpucloud.v1.ApiToken\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\";\n\x13RevokeTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.gpucloud.v1.ApiToken*m\n\tTokenRole\x12\x1a\n\x16TOKEN_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13TOKEN_ROLE_OPERATOR\x10\x01\x12\x15\n\x11TOKEN_ROLE_TENANT\x10\x02\x12\x14\n\x10TOKEN_ROLE_AGENT\x10\x03\x32\x90\x02\n\x0cTokenService\x12_\n\x10\x43reateAgentToken\x12$.gpucloud.v1.CreateAgentTokenRequest\x1a%.gpucloud.v1.CreateAgentTokenResponse\x12M\n\nListTokens\x12\x1e.gpucloud.v1.ListTokensRequest\x1a\x1f.gpucloud.v1.ListTokensResponse\x12P\n\x0bRevokeToken\x12\x1f.gpucloud.v1.RevokeTokenRequest\x1a .gpucloud.v1.RevokeTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpucloud/v1/token.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xc8\x01\n\x08\x41piToken\x12\x10\n\x08token_id\x18\x01 \x01(\t\x12$\n\x04role\x18\x02 \x01(\x0e\x32\x16.gpucloud.v1.TokenRole\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12/\n\x0b\x63reate_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brevoke_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"*\n\x17\x43reateAgentTokenRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\";\n\x18\x43reateAgentTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t\"\x1c\n\x1a\x43reateOperatorTokenRequest\">\n\x1b\x43reateOperatorTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12\x10\n\x08token_id\x18\x02 \x01(\t\"\x84\x01\n\x11ListTokensRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12$\n\x04role\x18\x05 \x01(\x0e\x32\x16.gpucloud.v1.TokenRole\"T\n\x12ListTokensResponse\x12%\n\x06tokens\x18\x01 \x03(\x0b\x32\x15.gpucloud.v1.ApiToken\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"&\n\x12RevokeTokenRequest\x12\x10\n\x08token_id\x18\x01 \x01(\t\";\n\x13RevokeTokenResponse\x12$\n\x05token\x18\x01 \x01(\x0b\x32\x15.gpucloud.v1.ApiToken*m\n\tTokenRole\x12\x1a\n\x16TOKEN_ROLE_UNSPECIFIED\x10\x00\x12\x17\n\x13TOKEN_ROLE_OPERATOR\x10\x01\x12\x15\n\x11TOKEN_ROLE_TENANT\x10\x02\x12\x14\n\x10TOKEN_ROLE_AGENT\x10\x03\x32\xfa\x02\n\x0cTokenService\x12_\n\x10\x43reateAgentToken\x12$.gpucloud.v1.CreateAgentTokenRequest\x1a%.gpucloud.v1.CreateAgentTokenResponse\x12h\n\x13\x43reateOperatorToken\x12\'.gpucloud.v1.CreateOperatorTokenRequest\x1a(.gpucloud.v1.CreateOperatorTokenResponse\x12M\n\nListTokens\x12\x1e.gpucloud.v1.ListTokensRequest\x1a\x1f.gpucloud.v1.ListTokensResponse\x12P\n\x0bRevokeToken\x12\x1f.gpucloud.v1.RevokeTokenRequest\x1a .gpucloud.v1.RevokeTokenResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpucloud.v1.token_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TOKENROLE']._serialized_start=703
-  _globals['_TOKENROLE']._serialized_end=812
+  _globals['_TOKENROLE']._serialized_start=797
+  _globals['_TOKENROLE']._serialized_end=906
   _globals['_APITOKEN']._serialized_start=74
   _globals['_APITOKEN']._serialized_end=274
   _globals['_CREATEAGENTTOKENREQUEST']._serialized_start=276
   _globals['_CREATEAGENTTOKENREQUEST']._serialized_end=318
   _globals['_CREATEAGENTTOKENRESPONSE']._serialized_start=320
   _globals['_CREATEAGENTTOKENRESPONSE']._serialized_end=379
-  _globals['_LISTTOKENSREQUEST']._serialized_start=382
-  _globals['_LISTTOKENSREQUEST']._serialized_end=514
-  _globals['_LISTTOKENSRESPONSE']._serialized_start=516
-  _globals['_LISTTOKENSRESPONSE']._serialized_end=600
-  _globals['_REVOKETOKENREQUEST']._serialized_start=602
-  _globals['_REVOKETOKENREQUEST']._serialized_end=640
-  _globals['_REVOKETOKENRESPONSE']._serialized_start=642
-  _globals['_REVOKETOKENRESPONSE']._serialized_end=701
-  _globals['_TOKENSERVICE']._serialized_start=815
-  _globals['_TOKENSERVICE']._serialized_end=1087
+  _globals['_CREATEOPERATORTOKENREQUEST']._serialized_start=381
+  _globals['_CREATEOPERATORTOKENREQUEST']._serialized_end=409
+  _globals['_CREATEOPERATORTOKENRESPONSE']._serialized_start=411
+  _globals['_CREATEOPERATORTOKENRESPONSE']._serialized_end=473
+  _globals['_LISTTOKENSREQUEST']._serialized_start=476
+  _globals['_LISTTOKENSREQUEST']._serialized_end=608
+  _globals['_LISTTOKENSRESPONSE']._serialized_start=610
+  _globals['_LISTTOKENSRESPONSE']._serialized_end=694
+  _globals['_REVOKETOKENREQUEST']._serialized_start=696
+  _globals['_REVOKETOKENREQUEST']._serialized_end=734
+  _globals['_REVOKETOKENRESPONSE']._serialized_start=736
+  _globals['_REVOKETOKENRESPONSE']._serialized_end=795
+  _globals['_TOKENSERVICE']._serialized_start=909
+  _globals['_TOKENSERVICE']._serialized_end=1287
 # @@protoc_insertion_point(module_scope)

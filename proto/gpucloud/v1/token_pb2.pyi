@@ -132,6 +132,44 @@ class CreateAgentTokenResponse(_message.Message):
 Global___CreateAgentTokenResponse: _TypeAlias = CreateAgentTokenResponse  # noqa: Y015
 
 @_typing.final
+class CreateOperatorTokenRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOperatorTokenRequest: _TypeAlias = CreateOperatorTokenRequest  # noqa: Y015
+
+@_typing.final
+class CreateOperatorTokenResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOKEN_FIELD_NUMBER: _builtins.int
+    TOKEN_ID_FIELD_NUMBER: _builtins.int
+    token: _builtins.str
+    """Bearer token for the operator role. Shown only in this response."""
+    token_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        token: _builtins.str = ...,
+        token_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["token", b"token", "token_id", b"token_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateOperatorTokenResponse: _TypeAlias = CreateOperatorTokenResponse  # noqa: Y015
+
+@_typing.final
 class ListTokensRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -26,8 +26,9 @@ if _version_not_supported:
 
 
 class TokenServiceStub:
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     def __init__(self, channel):
@@ -40,6 +41,11 @@ class TokenServiceStub:
                 '/gpucloud.v1.TokenService/CreateAgentToken',
                 request_serializer=gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenResponse.FromString,
+                _registered_method=True)
+        self.CreateOperatorToken = channel.unary_unary(
+                '/gpucloud.v1.TokenService/CreateOperatorToken',
+                request_serializer=gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenResponse.FromString,
                 _registered_method=True)
         self.ListTokens = channel.unary_unary(
                 '/gpucloud.v1.TokenService/ListTokens',
@@ -54,13 +60,23 @@ class TokenServiceStub:
 
 
 class TokenServiceServicer:
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     def CreateAgentToken(self, request, context):
         """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
         node need not be registered yet: its agent registers it with this token.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateOperatorToken(self, request, context):
+        """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
+        to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
+        token (list the operator tokens and revoke the one nobody holds).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,6 +106,11 @@ def add_TokenServiceServicer_to_server(servicer, server):
                     request_deserializer=gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenResponse.SerializeToString,
             ),
+            'CreateOperatorToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateOperatorToken,
+                    request_deserializer=gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenResponse.SerializeToString,
+            ),
             'ListTokens': grpc.unary_unary_rpc_method_handler(
                     servicer.ListTokens,
                     request_deserializer=gpucloud_dot_v1_dot_token__pb2.ListTokensRequest.FromString,
@@ -109,8 +130,9 @@ def add_TokenServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TokenService:
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     @staticmethod
@@ -130,6 +152,33 @@ class TokenService:
             '/gpucloud.v1.TokenService/CreateAgentToken',
             gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenRequest.SerializeToString,
             gpucloud_dot_v1_dot_token__pb2.CreateAgentTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateOperatorToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.TokenService/CreateOperatorToken',
+            gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenRequest.SerializeToString,
+            gpucloud_dot_v1_dot_token__pb2.CreateOperatorTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -27,8 +27,9 @@ GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class TokenServiceStub:
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     @_typing.overload
@@ -38,6 +39,11 @@ class TokenServiceStub:
     CreateAgentToken: _grpc.UnaryUnaryMultiCallable[_token_pb2.CreateAgentTokenRequest, _token_pb2.CreateAgentTokenResponse]
     """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
     node need not be registered yet: its agent registers it with this token.
+    """
+    CreateOperatorToken: _grpc.UnaryUnaryMultiCallable[_token_pb2.CreateOperatorTokenRequest, _token_pb2.CreateOperatorTokenResponse]
+    """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
+    to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
+    token (list the operator tokens and revoke the one nobody holds).
     """
     ListTokens: _grpc.UnaryUnaryMultiCallable[_token_pb2.ListTokensRequest, _token_pb2.ListTokensResponse]
     """Lists tokens newest first, without their secrets."""
@@ -49,14 +55,20 @@ class TokenServiceStub:
 
 @_typing.type_check_only
 class TokenServiceAsyncStub(TokenServiceStub):
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateAgentToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateAgentTokenRequest, _token_pb2.CreateAgentTokenResponse]  # type: ignore[assignment]
     """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
     node need not be registered yet: its agent registers it with this token.
+    """
+    CreateOperatorToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateOperatorTokenRequest, _token_pb2.CreateOperatorTokenResponse]  # type: ignore[assignment]
+    """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
+    to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
+    token (list the operator tokens and revoke the one nobody holds).
     """
     ListTokens: _aio.UnaryUnaryMultiCallable[_token_pb2.ListTokensRequest, _token_pb2.ListTokensResponse]  # type: ignore[assignment]
     """Lists tokens newest first, without their secrets."""
@@ -67,8 +79,9 @@ class TokenServiceAsyncStub(TokenServiceStub):
     """
 
 class TokenServiceServicer(metaclass=_abc_1.ABCMeta):
-    """Credentials: agent tokens are minted here, any token listed and revoked (operators only).
-    Tenant tokens are minted by TenantService; the first operator token by the server's first start.
+    """Credentials: agent and operator tokens are minted here, any token listed and revoked
+    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
+    server's first start.
     """
 
     @_abc_1.abstractmethod
@@ -79,6 +92,17 @@ class TokenServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_token_pb2.CreateAgentTokenResponse, _abc.Awaitable[_token_pb2.CreateAgentTokenResponse]]:
         """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
         node need not be registered yet: its agent registers it with this token.
+        """
+
+    @_abc_1.abstractmethod
+    def CreateOperatorToken(
+        self,
+        request: _token_pb2.CreateOperatorTokenRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_token_pb2.CreateOperatorTokenResponse, _abc.Awaitable[_token_pb2.CreateOperatorTokenResponse]]:
+        """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
+        to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
+        token (list the operator tokens and revoke the one nobody holds).
         """
 
     @_abc_1.abstractmethod
