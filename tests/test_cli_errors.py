@@ -155,6 +155,16 @@ async def test_values_refused_before_or_by_the_server_name_their_options(control
         (["allocations", "list", "--state", "bogus"], 2, "error: --state: unknown allocation state 'bogus'"),
         (["metrics", "query", "--step", "1m", "--agg", "median"], 2, "error: --agg: unknown aggregation 'median'"),
         (["metrics", "query", "--start", "now", "--end", "-1h"], 2, "error: --end '-1h' must be after --start 'now'"),
+        (
+            ["usage", "export", "--start", "now", "--end", "-1h", "--out", "-"],
+            2,
+            "error: --end '-1h' must be after --start 'now'",
+        ),
+        (
+            ["invoice", "--period", "2026-11", "--finalize"],
+            2,
+            "--finalize needs --tenant (finalizing is for operators)",
+        ),
         (["metrics", "query", "--start", "-1d", "--step", "1ms"], 2, "  --step (step_ms): cuts the window"),
         (["metrics", "write", node_id, "--gpu", "-1", "--set", "power_w=1"], 2, "  --gpu (nodes[0].gpus[0].gpu_index)"),
         (["allocations", "create", "--gpu-model", "H100", "--nodes", str(2**40)], 2, "--nodes"),

@@ -30,7 +30,7 @@ from clients import billing
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import call, refuse_unwritable_path
-from clients.cli.times import INSTANT_FORMS, time_option
+from clients.cli.times import INSTANT_FORMS, require_order, time_option
 
 EXIT_BAD_INPUT = 2
 EXPORT_PAGE_SIZE = 1000
@@ -70,7 +70,7 @@ def online_invoice(
     problem = (
         "--period YYYY-MM is required online"
         if period is None
-        else "--finalize needs --tenant"
+        else "--finalize needs --tenant (finalizing is for operators)"
         if finalize and not tenant
         else None
     )
@@ -193,50 +193,50 @@ def invoice_table(invoice: billing.Invoice) -> Table:
     caption = f"subtotal {invoice.currency} {invoice.subtotal:f}"
     if invoice.adjustments:
         caption += f"   adjustments {invoice.currency} {invoice.adjustments_total:f}"
-    grid = Table(
-        title=f"Invoice {invoice.tenant_id} {invoice.period}  [dim]({state})[/dim]",
-        title_justify="left",
-        header_style="bold",
-        caption=f"{caption}   [bold]total {invoice.currency} {invoice.total:f}[/bold]",
-        caption_justify="right",
-    )
-    for column in ("MODEL", "CLASS", "GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"):
-        grid.add_column(column, justify="left" if column in ("MODEL", "CLASS") else "right")
-    for line in invoice.lines:
-        grid.add_row(
+    grid = render.table(
+        f"Invoice {invoice.tenant_id} {invoice.period}  [dim]({state})[/dim]",
+        ("MODEL", "CLASS", "GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"),
+        invoice.lines,
+        lambda line: [
             line.gpu_model,
             _klass(line.price_class),
             f"{line.gpu_seconds:f}",
             f"{line.gpu_seconds / 3600:.4f}",
             "-" if line.gpu_hour_rate is None else f"{line.gpu_hour_rate:f}",
-            render.money(line.amount, invoice.currency),
-        )
+            Text.from_markup(render.money(line.amount, invoice.currency)),
+        ],
+        right=("GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"),
+        empty="no usage in this period",
+    )
+    render.add_caption(grid, f"{caption}   [bold]total {invoice.currency} {invoice.total:f}[/bold]")
     return grid
 
 
 def adjustments_table(invoice: billing.Invoice) -> Table:
     """Corrections of earlier, finalized periods carried by this invoice."""
-    grid = Table(title="Adjustments for finalized periods", title_justify="left", header_style="bold")
-    for column in ("PERIOD", "MODEL", "CLASS", "GPU-SECONDS", "AMOUNT"):
-        grid.add_column(column, justify="right" if column in ("GPU-SECONDS", "AMOUNT") else "left")
-    for a in invoice.adjustments:
-        grid.add_row(
+    return render.table(
+        "Adjustments for finalized periods",
+        ("PERIOD", "MODEL", "CLASS", "GPU-SECONDS", "AMOUNT"),
+        invoice.adjustments,
+        lambda a: [
             a.adjusted_period,
             a.gpu_model,
             _klass(a.price_class),
             f"{a.gpu_seconds:f}",
-            render.money(a.amount, invoice.currency),
-        )
-    return grid
+            Text.from_markup(render.money(a.amount, invoice.currency)),
+        ],
+        right=("GPU-SECONDS", "AMOUNT"),
+    )
 
 
 def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> Table:
     """The first ``limit`` anomalies (``--json`` has all of them)."""
     columns = ("KIND", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
+    shown = invoice.anomalies[:limit]
     grid = render.table(
         f"Anomalies ({len(invoice.anomalies)})",
         columns,
-        invoice.anomalies[:limit],
+        shown,
         lambda a: [
             a.kind,
             a.gpu_uuid or "",
@@ -246,11 +246,10 @@ def anomalies_table(invoice: billing.Invoice, limit: int = MAX_ANOMALY_ROWS) -> 
             a.detail,
         ],
         right=("SECONDS",),
+        empty=render.ANOMALIES_NOT_SHOWN,
     )
-    if len(invoice.anomalies) > limit:
-        render.add_caption(
-            grid, f"{len(invoice.anomalies) - limit} more not shown: raise --max-anomalies or use --json"
-        )
+    if shown and len(invoice.anomalies) > limit:
+        render.add_caption(grid, f"{len(invoice.anomalies) - limit} more {render.ANOMALIES_NOT_SHOWN}")
     return grid
 
 
@@ -290,12 +289,14 @@ def export_window(start: str | None, end: str | None, invoice_period: str | None
         return None, period_bounds(invoice_period, option="--invoice-period")[1]
     now = datetime.now(UTC)
     try:
-        return tuple(
+        first, last = (
             None if text is None else time_option(option, text, now=now)
             for option, text in (("--start", start), ("--end", end))
         )
+        require_order(first, last, start, end)
     except ValueError as error:
         raise BadOption(str(error)) from None
+    return first, last
 
 
 async def export_events(

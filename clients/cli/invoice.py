@@ -9,6 +9,8 @@ audit an invoice. The online mode (the BillingService) is a separate branch of t
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -18,6 +20,7 @@ from typing import Literal
 import typer
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from accounting import InputError, InvoiceRun, Period, compute_invoices, rate_card
 from accounting.export import decimal_text, invoice_run_to_json
@@ -60,11 +63,23 @@ def compute_offline(inputs: OfflineInputs) -> InvoiceRun:
         period = Period(datetime_to_us(start), datetime_to_us(end))
     except ValueError as error:
         raise UsageProblem(f"--start/--end: {error}") from None
-    events = load_events(inputs.events)
-    # Without --rates, the card the server prices with when started without one.
-    rates = rate_card.load(inputs.rates)
-    outages = load_outages(inputs.outages) if inputs.outages is not None else []
+    with _naming("--events"):
+        events = load_events(inputs.events)
+    with _naming("--rates"):
+        # Without --rates, the card the server prices with when started without one.
+        rates = rate_card.load(inputs.rates)
+    with _naming("--outages"):
+        outages = load_outages(inputs.outages) if inputs.outages is not None else []
     return compute_invoices(events, rates, period, outages, engine=inputs.engine)
+
+
+@contextmanager
+def _naming(option: str) -> Iterator[None]:
+    """Put ``option`` before what a file it names was refused for (``--rates: r.json:1: not JSON``)."""
+    try:
+        yield
+    except InputError as error:
+        raise UsageProblem(f"{option}: {error}") from None
 
 
 def run_invoice_command(
@@ -105,27 +120,25 @@ def _hours(seconds: Decimal) -> str:
 def invoice_table(invoice: Invoice, run: InvoiceRun) -> Table:
     """One tenant's lines, with its credit and total in the caption."""
     period = f"{rfc3339(run.period.start_us)} .. {rfc3339(run.period.end_us)}"
-    grid = Table(
-        title=f"Invoice {invoice.tenant_id}  [dim]{period}[/dim]",
-        title_justify="left",
-        header_style="bold",
-        caption=(
-            f"credited for outages: {decimal_text(invoice.credited_gpu_seconds)} GPU-s   "
-            f"[bold]total {run.currency} {decimal_text(invoice.total)}[/bold]"
-        ),
-        caption_justify="right",
-    )
-    for column in ("MODEL", "CLASS", "GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"):
-        grid.add_column(column, justify="right" if column not in ("MODEL", "CLASS") else "left")
-    for line in invoice.lines:
-        grid.add_row(
+    grid = render.table(
+        f"Invoice {invoice.tenant_id}  [dim]{period}[/dim]",
+        ("MODEL", "CLASS", "GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"),
+        invoice.lines,
+        lambda line: [
             line.gpu_model,
             line.price_class.value,
             decimal_text(line.gpu_seconds),
             _hours(line.gpu_seconds),
             "-" if line.gpu_hour_rate is None else decimal_text(line.gpu_hour_rate),
-            render.money(line.amount, run.currency),
-        )
+            Text.from_markup(render.money(line.amount, run.currency)),
+        ],
+        right=("GPU-SECONDS", "GPU-HOURS", "RATE/GPU-H", "AMOUNT"),
+    )
+    render.add_caption(
+        grid,
+        f"credited for outages: {decimal_text(invoice.credited_gpu_seconds)} GPU-s   "
+        f"[bold]total {run.currency} {decimal_text(invoice.total)}[/bold]",
+    )
     return grid
 
 
@@ -138,10 +151,11 @@ def _event_list(anomaly: Anomaly, shown: int = 3) -> str:
 def anomalies_table(anomalies: tuple[Anomaly, ...], limit: int) -> Table:
     """The first ``limit`` anomalies (all of them are in --json)."""
     columns = ("KIND", "TENANT", "GPU", "ALLOCATION", "SECONDS", "EVENTS", "DETAIL")
+    shown = anomalies[:limit]
     grid = render.table(
         f"Anomalies ({len(anomalies)})",
         columns,
-        anomalies[:limit],
+        shown,
         lambda anomaly: [
             anomaly.kind.value,
             anomaly.tenant_id or "",
@@ -152,9 +166,10 @@ def anomalies_table(anomalies: tuple[Anomaly, ...], limit: int) -> Table:
             anomaly.detail,
         ],
         right=("SECONDS",),
+        empty=render.ANOMALIES_NOT_SHOWN,
     )
-    if len(anomalies) > limit:
-        render.add_caption(grid, f"{len(anomalies) - limit} more not shown: raise --max-anomalies or use --json")
+    if shown and len(anomalies) > limit:
+        render.add_caption(grid, f"{len(anomalies) - limit} more {render.ANOMALIES_NOT_SHOWN}")
     return grid
 
 
@@ -162,17 +177,6 @@ def reconciliation_table(run: InvoiceRun) -> Table:
     """Where every event and second went, and whether the identities hold."""
     rec = run.reconciliation
     problems = rec.imbalances()
-    grid = Table(
-        title="Reconciliation",
-        title_justify="left",
-        header_style="bold",
-        caption="[green]balanced[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]",
-        caption_justify="left",
-    )
-    grid.add_column("EVENTS")
-    grid.add_column("COUNT", justify="right")
-    grid.add_column("SECONDS")
-    grid.add_column("GPU-SECONDS", justify="right")
     events = [
         ("in", rec.events_in),
         ("billed", rec.events_billed),
@@ -190,15 +194,26 @@ def reconciliation_table(run: InvoiceRun) -> Table:
         ("  of which unpriced", rec.unpriced_seconds),
         ("cross-tenant overlap", rec.cross_tenant_overlap_seconds),
     ]
-    for n in range(max(len(events), len(seconds))):
-        left = events[n] if n < len(events) else ("", None)
-        right = seconds[n] if n < len(seconds) else ("", None)
-        grid.add_row(
-            left[0],
-            "" if left[1] is None else str(left[1]),
-            right[0],
-            "" if right[1] is None else decimal_text(right[1]),
+    rows = [
+        (
+            events[n] if n < len(events) else ("", None),
+            seconds[n] if n < len(seconds) else ("", None),
         )
+        for n in range(max(len(events), len(seconds)))
+    ]
+    grid = render.table(
+        "Reconciliation",
+        ("EVENTS", "COUNT", "SECONDS", "GPU-SECONDS"),
+        rows,
+        lambda row: [
+            row[0][0],
+            "" if row[0][1] is None else str(row[0][1]),
+            row[1][0],
+            "" if row[1][1] is None else decimal_text(row[1][1]),
+        ],
+        right=("COUNT", "GPU-SECONDS"),
+    )
+    render.add_caption(grid, "[green]balanced[/green]" if not problems else "[red]" + "; ".join(problems) + "[/red]")
     return grid
 
 

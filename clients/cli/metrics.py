@@ -18,7 +18,7 @@ from clients import metrics as m
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import call, int32, refuse_unwritable_path, value_error_line
-from clients.cli.times import INSTANT_FORMS, duration_option, time_option
+from clients.cli.times import INSTANT_FORMS, duration_option, require_order, time_option
 
 metrics = typer.Typer(
     help="Per-GPU metrics: query them as a table, JSON or a chart; write samples.", no_args_is_help=True
@@ -140,8 +140,7 @@ def metrics_query(
     try:
         now = datetime.now(UTC)
         window = (time_option("--start", start, now=now), time_option("--end", end, now=now))
-        if window[1] <= window[0]:
-            raise ValueError(f"--end {end!r} must be after --start {start!r}")
+        require_order(*window, start, end)
         step_length = duration_option("--step", step) if step else None
         if agg is not None and step_length is None:
             # Without a step the query returns raw samples: an aggregation would be ignored.

@@ -56,6 +56,9 @@ def money(value: Decimal | None, currency: str) -> str:
     return "[yellow]unpriced[/yellow]" if value is None else f"{currency} {value:f}"
 
 
+# What an anomalies table shows in place of rows that --max-anomalies left out.
+ANOMALIES_NOT_SHOWN = "not shown: raise --max-anomalies or use --json"
+
 # What each column costs in borders and padding.
 _COLUMN_FRAME = 3
 # A cell this wide or narrower (a state, a model, a count, a zone) is never folded.
@@ -73,6 +76,7 @@ def table(
     cells: Callable[[T], Sequence[Cell]],
     *,
     right: Collection[str] = (),
+    empty: str = "none",
 ) -> Table:
     """``rows`` as a table whose first column is the id people paste into the next command.
 
@@ -81,11 +85,11 @@ def table(
     and so every id, stays whole; the same without the columns that hold nothing in any row
     (the caption names them); and, when even that does not fit, one record per row, a field per
     line, as psql's expanded display does. No cell is ever cut short or split inside a word.
-    ``right`` names the columns aligned right (numbers).
+    ``right`` names the columns aligned right (numbers); ``empty`` is what stands for no rows.
     """
     lines = [[cell if isinstance(cell, Text) else Text(cell) for cell in cells(row)] for row in rows]
     if not lines:
-        return _nothing(title)
+        return _nothing(title, empty)
     natural = [max([len(name)] + [cell_len(line[index].plain) for line in lines]) for index, name in enumerate(columns)]
     floors = [
         natural[index] if natural[index] <= _SHORT_CELL else _longest_word(name, [line[index] for line in lines])
@@ -134,13 +138,13 @@ def _fits(widths: Sequence[int]) -> bool:
     return sum(widths) + _COLUMN_FRAME * len(widths) + 1 <= console.width
 
 
-def _nothing(title: str) -> Table:
-    """An empty listing: its title, and that there is nothing, rather than a row of headers."""
+def _nothing(title: str, text: str = "none") -> Table:
+    """An empty listing: its title, and that there is nothing (``text``), rather than a row of headers."""
     # As wide as the terminal: a table is only as wide as its cells, and rich folds the title
     # and any caption (a query's stats line) to that width, here the four letters of "none".
     grid = Table(title=title, title_justify="left", show_header=False, box=None, expand=True, pad_edge=False)
     grid.add_column(style="dim")
-    grid.add_row("none")
+    grid.add_row(text)
     return grid
 
 

@@ -71,6 +71,12 @@ def parse_time(text: str, *, now: datetime) -> datetime:
     return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
 
 
+def require_order(first: datetime | None, last: datetime | None, start: str | None, end: str | None) -> None:
+    """ValueError naming both options, as typed, when ``--end`` is not after ``--start``."""
+    if first is not None and last is not None and last <= first:
+        raise ValueError(f"--end {end!r} must be after --start {start!r}")
+
+
 def time_option(option: str, text: str, *, now: datetime) -> datetime:
     """``parse_time`` of an option's value; the ValueError names the option."""
     try:

@@ -17,7 +17,7 @@ from clients.cli.context import EXIT_USAGE, call, int32
 from clients.errors import DeadlineExceededError, UnavailableError
 from clients.request_ids import new_request_id
 
-JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of a table.")]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print JSON instead of tables and text.")]
 PageSize = Annotated[int, typer.Option(parser=int32, help="Items per page (0: server default).")]
 PageToken = Annotated[str, typer.Option(help="Continue from a previous page's next_page_token.")]
 AllPages = Annotated[

@@ -24,8 +24,8 @@ def _files(tmp_path: Path) -> tuple[Path, Path, Path]:
     return events, rates, outages
 
 
-def invoke(*args: str | Path) -> tuple[int, str, str]:
-    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+def invoke(*args: str | Path, columns: int = 200) -> tuple[int, str, str]:
+    result = CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": str(columns)})
     return result.exit_code, result.stdout, result.stderr
 
 
@@ -66,7 +66,7 @@ def test_a_bad_line_exits_2_naming_file_and_line(tmp_path: Path) -> None:
     code, out, err = invoke("invoice", "--events", events, "--rates", rates, *PERIOD_ARGS)
     assert code == 2
     assert out == ""
-    assert err == f"error: {events}:4: time '2025-06-01T00:00:00' has no UTC offset (add Z or +00:00)\n"
+    assert err == f"error: --events: {events}:4: time '2025-06-01T00:00:00' has no UTC offset (add Z or +00:00)\n"
 
 
 def test_bad_rates_and_bad_options_exit_2(tmp_path: Path) -> None:
@@ -157,3 +157,38 @@ def test_a_bad_online_period_or_row_count_is_a_usage_error(tmp_path: Path) -> No
     events, _, _ = _files(tmp_path)
     code, _, _ = invoke("invoice", "--events", events, *PERIOD_ARGS, "--max-anomalies", "-3")
     assert code == 2
+
+
+def test_narrow_tables_cut_no_figure_short_and_zero_anomaly_rows_say_so(tmp_path: Path) -> None:
+    """At 60 and 40 columns the invoice and reconciliation tables fold or turn into records, but
+    every figure is printed whole (they were cut to ``196074…``); with ``--max-anomalies 0`` the
+    anomalies table says the rows are not shown, not "none"."""
+    events = tmp_path / "events.jsonl"
+    many = [e for g in range(300) for e in held(f"g{g}", "acme", "a1", f"GPU-{g:03d}", 0.5, 9.75)]
+    write_events([*many, start("open", "acme", "a2", "GPU-999", 7)], events)
+    for columns in (60, 40):
+        code, out, _ = invoke("invoice", "--events", events, *PERIOD_ARGS, "--max-anomalies", "0", columns=columns)
+        assert code == 0, out
+        assert "…" not in out, out
+        flat = " ".join(out.split())
+        for figure in ("10000800", "2778.0000", "USD 8334.00"):  # 300 GPUs x 9.25 h and one open 3 h
+            assert figure in flat, (columns, figure, out)
+        assert "Anomalies (1)" in flat
+        assert "none" not in flat
+        assert "not shown: raise --max-anomalies or use --json" in flat
+        assert max(len(line) for line in out.splitlines()) <= columns
+
+
+def test_a_file_that_cannot_be_used_is_named_by_its_option(tmp_path: Path) -> None:
+    events, _, _ = _files(tmp_path)
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    cases = [
+        (["--events", tmp_path / "nope.jsonl"], f"error: --events: {tmp_path / 'nope.jsonl'}: cannot read"),
+        (["--events", events, "--rates", bad], f"error: --rates: {bad}:1: not JSON"),
+        (["--events", events, "--outages", bad], f"error: --outages: {bad}:1: not JSON"),
+    ]
+    for args, expected in cases:
+        code, _, err = invoke("invoice", *args, *PERIOD_ARGS)
+        assert code == 2, err
+        assert err.startswith(expected), err
