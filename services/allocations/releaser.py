@@ -23,7 +23,7 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
-from services.store.tx import Deadlock, Tx
+from services.store.tx import Deadlock, Tx, run_in_session
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
 
@@ -49,10 +49,11 @@ class Releaser:
     async def run(self) -> None:
         """Release due allocations until cancelled, waiting between passes until the next scrub is due (at most
         ``POLL_SECONDS``) or a cancel wakes it; a failed pass is logged and retried."""
+        woken = True  # the first pass writes: a start may find a backlog
         while True:
             seen = self._wake.generation
             try:
-                next_due_us = await self.release_due()
+                next_due_us = await (self.release_due() if woken else self.poll())
             except asyncio.CancelledError:
                 raise
             except Deadlock as error:
@@ -65,8 +66,22 @@ class Releaser:
                 next_due_us = None
             delay = POLL_SECONDS if next_due_us is None else max(0.0, (next_due_us - now_us()) / 1e6)
             await self._wake.wait(seen, min(delay, POLL_SECONDS))
+            woken = self._wake.generation != seen
             # Let cancels that arrive together be released together, in one transaction.
             await asyncio.sleep(BATCH_WINDOW_SECONDS)
+
+    async def poll(self) -> int | None:
+        """A pass no cancel of this server asked for (a timer's: a scrub came due, or another
+        replica accepted a cancel): read first, and write only when something is due, so that
+        an idle fleet costs no write transaction (and on SQLite no commit) every second.
+        Returns when the next scrub is due, like ``release_due``."""
+        async with self._store.read() as session:
+            oldest = await run_in_session(session, repo.oldest_cancel_us())
+        if oldest is None:
+            return None
+        if oldest + self._scrub_us > now_us():
+            return oldest + self._scrub_us
+        return await self.release_due()
 
     async def release_due(self) -> int | None:
         """Release every allocation whose scrub is done; return when the next one is due."""
