@@ -15,7 +15,7 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.empty_pb2 import Empty
 
 from services.auth.principal import current_principal, tenant_scope
-from services.errors import FailedPrecondition, InvalidArgument
+from services.errors import FailedPrecondition
 from services.notify import Notifier
 from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
@@ -33,10 +33,12 @@ MAX_WAIT_SECONDS = 300.0
 MAX_DURATION_SECONDS = 315_576_000_000
 
 
-def _operation_id(name: str) -> str:
+def _operation_id(v: Violations, name: str) -> str:
+    """The id in ``name`` (``operations/<id>``); when it is not one, a violation of ``name`` in ``v``."""
     operation_id = repo.id_from_name(name)
     if operation_id is None or not ID_PATTERN.fullmatch(operation_id):
-        raise InvalidArgument.for_field("name", f"{name[:80]!r} is not an operation name ('operations/<id>')")
+        v.add("name", f"{name[:80]!r} is not an operation name ('operations/<id>')")
+        return ""
     return operation_id
 
 
@@ -53,7 +55,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         self, request: operations_pb2.GetOperationRequest, context: Context
     ) -> operations_pb2.Operation:
         """Read an operation by name; another tenant's is NOT_FOUND."""
-        operation_id = _operation_id(request.name)
+        v = Violations()
+        operation_id = _operation_id(v, request.name)
+        v.raise_if_any()
         async with self._store.read() as session:
             row = await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
             return (await self._builder.build_in(session, [row]))[0]
@@ -62,14 +66,17 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         self, request: operations_pb2.WaitOperationRequest, context: Context
     ) -> operations_pb2.Operation:
         """Return once the operation is done or the timeout passes (done=false then)."""
-        operation_id = _operation_id(request.name)
+        v = Violations()
+        operation_id = _operation_id(v, request.name)
         wait = DEFAULT_WAIT_SECONDS
         if request.HasField("timeout"):
             seconds, nanos = request.timeout.seconds, request.timeout.nanos
             if not (0 <= seconds <= MAX_DURATION_SECONDS and 0 <= nanos < 1_000_000_000):
-                raise InvalidArgument.for_field("timeout", "must be a non-negative google.protobuf.Duration")
-            # Anything beyond the cap waits the cap; no need to convert an enormous value.
-            wait = min(seconds + nanos / 1e9, MAX_WAIT_SECONDS)
+                v.add("timeout", "must be a non-negative google.protobuf.Duration")
+            else:
+                # Anything beyond the cap waits the cap; no need to convert an enormous value.
+                wait = min(seconds + nanos / 1e9, MAX_WAIT_SECONDS)
+        v.raise_if_any()
         remaining = context.time_remaining()
         if remaining is not None:
             # Answer before the client's deadline so it gets the state, not DEADLINE_EXCEEDED.
@@ -113,13 +120,17 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
 
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
         """Forget a finished operation; an unfinished one cannot be deleted."""
-        operation_id = _operation_id(request.name)
+        v = Violations()
+        operation_id = _operation_id(v, request.name)
+        v.raise_if_any()
         await self._store.transact(partial(_delete_done, operation_id, tenant_id=tenant_scope(current_principal())))
         return Empty()
 
     async def CancelOperation(self, request: operations_pb2.CancelOperationRequest, context: Context) -> Empty:
         """A cancel-allocation operation is itself the cancel: it cannot be called off."""
-        operation_id = _operation_id(request.name)
+        v = Violations()
+        operation_id = _operation_id(v, request.name)
+        v.raise_if_any()
         async with self._store.read() as session:
             await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
         raise FailedPrecondition(

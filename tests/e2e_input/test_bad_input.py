@@ -682,6 +682,14 @@ async def test_operations_bad_input(world: World) -> None:
             "timeout",
         ),
         invalid(
+            "WaitOperation: bad name and bad timeout, both named at once",
+            o,
+            "WaitOperation",
+            operations_pb2.WaitOperationRequest(name="bogus", timeout=negative),
+            "name",
+            "timeout",
+        ),
+        invalid(
             "WaitOperation: hugely negative timeout",
             o,
             "WaitOperation",
