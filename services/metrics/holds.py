@@ -16,11 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-
 from accounting.intervals import Interval as Span
 from accounting.intervals import intersect, union
-from services.metrics.batch import Float64Array, Int64Array
 from services.metrics.selection import Window
 
 # [start_ms, end_ms)
@@ -74,16 +71,3 @@ def envelope(by_node: Mapping[str, Sequence[Interval]]) -> Window | None:
     if not spans:
         return None
     return Window(min(s for s, _ in spans), max(e for _, e in spans))
-
-
-def clip(
-    timestamps: Int64Array, values: Float64Array, intervals: Sequence[Interval]
-) -> tuple[Int64Array, Float64Array]:
-    """Only the samples (ascending timestamps) that lie in one of the merged ``intervals``."""
-    keep = np.zeros(len(timestamps), dtype=bool)
-    for start, end in intervals:
-        lo, hi = np.searchsorted(timestamps, [start, end], side="left")
-        keep[lo:hi] = True
-    if keep.all():
-        return timestamps, values
-    return timestamps[keep], values[keep]

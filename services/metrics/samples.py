@@ -38,8 +38,8 @@ Matcher = Mapping[str, str | frozenset[str]]
 # What one store read may take, checked while (raw) or before (stepped) it reads, so that a
 # query far over a response's limit (services/metrics/commands.py, 200,000 points) is refused
 # without first building it: memory and the store's one thread stay bounded. Four times the
-# response's limit leaves room for what a tenant's holds clip away and for matched series
-# with no samples in the window.
+# response's limit leaves room for matched series with no samples in the window. A tenant's
+# reads cover only its holds, so samples of other tenants' time count against nothing.
 MAX_SAMPLES_READ = 800_000
 MAX_STEP_VALUES = 800_000
 

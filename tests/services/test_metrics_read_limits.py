@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import tsdb
-from services.metrics import samples
+from services.metrics import reads, samples
 from services.metrics.samples import SampleReader
-from services.metrics.selection import Aggregation, Window
+from services.metrics.selection import Aggregation, Selector, Window
 
 T0 = 1_700_000_000_000
 
@@ -47,3 +47,23 @@ def test_stepped_reads_share_one_budget(store: tsdb.Store, monkeypatch: pytest.M
     with pytest.raises(tsdb.QueryTooLargeError):
         reader.query_range({"node": "n2"}, window, 1000, Aggregation.AVG)
     store.close()
+
+
+def test_a_tenants_raw_read_spends_its_budget_only_inside_its_holds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Held [0, 10) and [90, 100) s, another tenant's 80 s between: the read used to span all of
+    it and clip after, so the other tenant's samples filled the budget (QUERY_TOO_LARGE) and
+    showed in the stats. Only the 20 held samples may count."""
+    opened = tsdb.Store.open(tmp_path / "tsdb")
+    (sid,) = opened.series_ids([{"node": "n1", "field": "p"}])
+    for k in range(100):
+        opened.append([sid], T0 + 1000 * k, np.array([float(k)]))
+    monkeypatch.setattr(samples, "MAX_SAMPLES_READ", 25)
+    holds = {"n1": ((T0, T0 + 10_000), (T0 + 90_000, T0 + 100_000))}
+    reader = SampleReader(opened)
+    (series,) = reads.query_held(reader, Selector(), holds)
+    assert series.values.tolist() == [*map(float, range(10)), *map(float, range(90, 100))]
+    assert series.timestamps_ms.tolist() == [T0 + 1000 * k for k in [*range(10), *range(90, 100)]]
+    assert reader.stats.head_samples == 20
+    opened.close()
