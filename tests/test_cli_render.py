@@ -183,3 +183,13 @@ def test_times_are_shown_in_utc_whatever_zone_they_carry() -> None:
     assert render.when(datetime(2026, 12, 2, 0, 0, tzinfo=plus_one)) == "2026-12-01 23:00:00"
     assert render.when(datetime(2026, 12, 2, 0, 0, tzinfo=UTC)) == "2026-12-02 00:00:00"
     assert render.when(None) == "-"
+
+
+def test_a_terminal_narrower_than_the_column_names_still_shows_every_value(monkeypatch: pytest.MonkeyPatch) -> None:
+    """At 12 columns a record's names and values both fold; the values used to shrink to nothing."""
+    console = Console(width=12, record=True)
+    monkeypatch.setattr(render, "console", console)
+    tenant = models.Tenant("acme", "Acme Research", datetime(2026, 12, 1, tzinfo=UTC))
+    console.print(render.tenants_table([tenant]))
+    values = "".join(line.split("│")[2] for line in console.export_text().splitlines() if line.count("│") == 3)
+    assert "".join(values.split()) == "acmeAcmeResearch2026-12-0100:00:00"

@@ -152,7 +152,9 @@ def _records(title: str, columns: Sequence[str], lines: Sequence[Sequence[Text]]
     """Each row as a block of ``COLUMN value`` lines, blocks separated by a rule."""
     # As wide as the terminal, so that the title and a caption are not folded to the records' width.
     grid = Table(title=title, title_justify="left", show_header=False, expand=True)
-    grid.add_column(style="bold", no_wrap=True)
+    # Both fold: on a terminal too narrow for the longest column name, the names give way
+    # rather than the values (rich would shrink the value column to nothing).
+    grid.add_column(style="bold", overflow="fold")
     grid.add_column(overflow="fold", ratio=1)
     for line in lines:
         for position, (name, cell) in enumerate(zip(columns, line, strict=True)):
