@@ -44,8 +44,9 @@ def query_held(reader: SampleReader, selector: Selector, holds: Holds) -> list[S
 
     A read per hold rather than one over the span from the first hold to the last and clipped
     after: samples from between the holds (another tenant's time on the node) then count
-    neither against the query's read budget (a tenant was refused QUERY_TOO_LARGE for another
-    tenant's samples) nor in its stats, which would tell the tenant they exist."""
+    against no read budget (a tenant was refused QUERY_TOO_LARGE for another tenant's
+    samples). The stats' ``samples_decoded`` and ``bytes_read`` still count the whole chunks
+    the store decodes around a hold's edges."""
     out: list[SeriesData] = []
     for intervals, nodes in _groups(holds).items():
         matcher = tsdb_selector(selector, nodes)
