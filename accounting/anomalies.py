@@ -56,6 +56,22 @@ def duplicate_start(event: UsageEvent, standing_id: str, standing_at_us: int) ->
     )
 
 
+def stop_before_start(start: UsageEvent, stop_id: str, stop_at_us: int) -> Anomaly:
+    """A start that nothing stops, right after a stop with nothing to stop in its allocation and
+    GPU: the stop was stamped before its start (a clock behind). Neither is billed: billing the
+    start to the period's end, every period, would charge for time the release ended."""
+    return Anomaly(
+        AnomalyKind.STOP_BEFORE_START,
+        start.tenant_id,
+        start.gpu_uuid,
+        start.allocation_id,
+        (stop_id, start.event_id),
+        NO_SECONDS,
+        f"stop at {rfc3339(stop_at_us)}, {us_to_seconds(start.at_us - stop_at_us)} s before its start at "
+        f"{rfc3339(start.at_us)} (a clock behind?); not billed",
+    )
+
+
 def stop_without_start(event: UsageEvent) -> Anomaly:
     """A stop with no open start for its allocation and GPU: nothing is billed for it."""
     return Anomaly(

@@ -231,6 +231,7 @@ class _Run:
         statements = [
             queries.REPEATS,
             queries.STEPS,
+            queries.STAMPED_EARLY,
             queries.PAIRS,
             queries.FATES,
             queries.HELD,
@@ -279,7 +280,8 @@ class _Run:
         )
 
     def event_anomalies(self, fates: set[str]) -> list[Anomaly]:
-        """Copies, duplicate starts, orphan stops, zero-length and open pairs in the period.
+        """Copies, duplicate starts, orphan stops, stops before their starts, zero-length and open
+        pairs in the period.
 
         ``fates`` are the fates that occurred (FATE_COUNTS): none, no query for that kind.
         """
@@ -295,6 +297,8 @@ class _Run:
             found.append(anomalies.duplicate_start(self.event(row), row[8], row[9]))
         for row in self.rows(queries.ORPHAN_STOPS) if AnomalyKind.STOP_WITHOUT_START.value in fates else []:
             found.append(anomalies.stop_without_start(self.event(row)))
+        for row in self.rows(queries.STOPS_BEFORE_STARTS) if AnomalyKind.STOP_BEFORE_START.value in fates else []:
+            found.append(anomalies.stop_before_start(self.event(row), row[8], row[9]))
         for row in self.rows(queries.PAIR_ANOMALIES):
             start, stop_id, billed_us = self.event(row), row[8], row[9]
             if stop_id is None:

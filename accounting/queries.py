@@ -84,6 +84,20 @@ FROM raw_events ANTI JOIN repeats USING (seq)
 WINDOW w AS (PARTITION BY tenant, alloc, gpu ORDER BY at_us, is_stop, event_id ROWS UNBOUNDED PRECEDING)
 """
 
+# A stop with nothing to stop right before a start that nothing stops, in one stream: the stop
+# was stamped before its start (a clock behind). Neither is billed (STOP_BEFORE_START). The
+# start right after a stop is its group's opening start (``k`` one more than the stop's).
+STAMPED_EARLY = """
+CREATE TEMP TABLE stamped_early AS
+SELECT s.seq AS stop_seq, o.seq AS start_seq
+FROM steps s
+JOIN steps o ON o.role = 'open' AND o.tenant = s.tenant AND o.alloc = s.alloc AND o.gpu = s.gpu AND o.k = s.k + 1
+WHERE s.role = 'orphan_stop' AND NOT EXISTS (
+    SELECT 1 FROM steps c
+    WHERE c.role = 'close' AND c.tenant = o.tenant AND c.alloc = o.alloc AND c.gpu = o.gpu AND c.k = o.k
+)
+"""
+
 # Each opening start with its run's closing stop (none: never stopped), and step 3: the span
 # [cs, ce) clipped to the period. An empty span lies outside the period (or has zero length).
 # The interval takes its model and price class from its start.
@@ -95,7 +109,7 @@ SELECT o.seq AS rid, o.tenant, o.alloc, o.gpu, o.model, o.tg, o.gm, o.is_spot,
     LEAST(COALESCE(c.at_us, getvariable('p1')), getvariable('p1')) AS ce
 FROM steps o
 LEFT JOIN steps c ON c.role = 'close' AND c.tenant = o.tenant AND c.alloc = o.alloc AND c.gpu = o.gpu AND c.k = o.k
-WHERE o.role = 'open'
+WHERE o.role = 'open' AND o.seq NOT IN (SELECT start_seq FROM stamped_early)
 """
 
 # The fate of every standing event: billed, outside, or the anomaly that keeps it out.
@@ -117,7 +131,11 @@ SELECT event_id, CASE
     WHEN role = 'duplicate_start' THEN 'DUPLICATE_START'
     ELSE 'STOP_WITHOUT_START'
 END
-FROM steps WHERE role IN ('duplicate_start', 'orphan_stop')
+FROM steps WHERE role IN ('duplicate_start', 'orphan_stop') AND seq NOT IN (SELECT stop_seq FROM stamped_early)
+UNION ALL
+-- Both events of a stop stamped before its start go where the start's time puts them.
+SELECT e.event_id, CASE WHEN {IN_PERIOD.format("o.at_us")} THEN 'STOP_BEFORE_START' ELSE 'outside' END
+FROM stamped_early k JOIN steps o ON o.seq = k.start_seq JOIN steps e ON e.seq IN (k.stop_seq, k.start_seq)
 """
 
 # Repeats follow the fate of the copy that stands.
@@ -158,7 +176,14 @@ WHERE d.role = 'duplicate_start' AND {IN_PERIOD.format("d.at_us")}
 """
 
 ORPHAN_STOPS = f"""
-SELECT {_event_columns("s")} FROM steps s WHERE s.role = 'orphan_stop' AND {IN_PERIOD.format("s.at_us")}
+SELECT {_event_columns("s")} FROM steps s
+WHERE s.role = 'orphan_stop' AND {IN_PERIOD.format("s.at_us")} AND s.seq NOT IN (SELECT stop_seq FROM stamped_early)
+"""
+
+STOPS_BEFORE_STARTS = f"""
+SELECT {_event_columns("o")}, s.event_id, s.at_us
+FROM stamped_early k JOIN steps o ON o.seq = k.start_seq JOIN steps s ON s.seq = k.stop_seq
+WHERE {IN_PERIOD.format("o.at_us")}
 """
 
 # Zero-length pairs in the period, and starts never stopped (with the time billed for them).

@@ -172,19 +172,31 @@ def _pair(standing: Sequence[UsageEvent], ledger: _Ledger) -> list[Held]:
         # as zero-length), then event id so the order is total.
         stream.sort(key=lambda e: (e.at_us, e.kind is EventKind.STOP, e.event_id))
         opened: UsageEvent | None = None
+        orphans: list[UsageEvent] = []  # stops while nothing was started
+        # The orphan stop right before ``opened``: its own stop, if nothing else stops it.
+        stamped_early: UsageEvent | None = None
+        previous: UsageEvent | None = None
         for event in stream:
             if event.kind is EventKind.START and opened is not None:
                 anomaly = anomalies.duplicate_start(event, opened.event_id, opened.at_us)
                 ledger.exclude([event], anomaly, event.at_us)
             elif event.kind is EventKind.START:
                 opened = event
+                stamped_early = previous if orphans and orphans[-1] is previous else None
             elif opened is None:
-                ledger.exclude([event], anomalies.stop_without_start(event), event.at_us)
+                orphans.append(event)
             else:
                 held.extend(_close(opened, event, period, ledger))
-                opened = None
-        if opened is not None:
+                opened = stamped_early = None
+            previous = event
+        if opened is not None and stamped_early is not None:
+            orphans.pop()  # no stop came after ``opened``: the last orphan is ``stamped_early``
+            anomaly = anomalies.stop_before_start(opened, stamped_early.event_id, stamped_early.at_us)
+            ledger.exclude([stamped_early, opened], anomaly, opened.at_us)
+        elif opened is not None:
             held.extend(_close(opened, None, period, ledger))
+        for stop in orphans:
+            ledger.exclude([stop], anomalies.stop_without_start(stop), stop.at_us)
     return held
 
 

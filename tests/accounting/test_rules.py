@@ -92,6 +92,31 @@ def test_a_stop_with_no_start_is_reported_and_not_billed(engine: str) -> None:
 
 
 @both_engines
+def test_a_stop_stamped_before_its_start_bills_neither(engine: str) -> None:
+    """A clock behind by a minute stamps the release before the placement: the start, with no
+    stop after it, used to bill to the period's end (and every later period's) while its stop
+    was an orphan. Now both are one STOP_BEFORE_START and nothing is billed for them."""
+    skewed = [start("s", "acme", "a1", "g1", 5), stop("e", "acme", "a1", "g1", 5 - 1 / 60)]
+    result = run(engine, [*skewed, *held("b", "beta", "b1", "g2", 0, 1)])
+    assert [i.tenant_id for i in result.invoices] == ["beta"]
+    (early,) = of_kind(result, AnomalyKind.STOP_BEFORE_START)
+    assert (early.tenant_id, early.allocation_id, early.event_ids) == ("acme", "a1", ("e", "s"))
+    assert "60 s before its start" in early.detail
+    assert kinds(result) == [AnomalyKind.STOP_BEFORE_START]
+    assert result.reconciliation.extra == {"STOP_BEFORE_START": 2}
+    assert result.reconciliation.imbalances() == []
+
+
+@both_engines
+def test_a_stray_stop_before_a_stopped_start_stays_an_orphan(engine: str) -> None:
+    """Only a start that nothing stops takes the stop before it as its own."""
+    events = [stop("x", "acme", "a1", "g1", 1), *held("h", "acme", "a1", "g1", 2, 3)]
+    result = run(engine, events)
+    assert line(result, "acme", "H100", OD).gpu_seconds == Decimal(3600)
+    assert kinds(result) == [AnomalyKind.STOP_WITHOUT_START]
+
+
+@both_engines
 def test_a_start_never_stopped_is_billed_to_the_period_end_and_flagged(engine: str) -> None:
     result = run(engine, [start("open", "acme", "a1", "g1", 7)])
     billed = line(result, "acme", "H100", OD)
