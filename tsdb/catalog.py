@@ -22,6 +22,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tsdb import framing
+from tsdb._fs import write_all
 from tsdb.errors import InvalidArgumentError, TsdbError
 from tsdb.model import Labels
 
@@ -298,9 +299,7 @@ def _write_all(fd: int, data: bytes) -> None:
     """Write every byte or cut the file back to where it was, so no half record is left behind."""
     before = os.fstat(fd).st_size
     try:
-        written = os.write(fd, data)
-        if written != len(data):
-            raise OSError(f"short write: {written} of {len(data)} bytes")
+        write_all(fd, data)
     except OSError as exc:
         os.ftruncate(fd, before)
         raise TsdbError(f"catalog write failed: {exc}") from exc

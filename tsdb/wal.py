@@ -28,7 +28,7 @@ import zstandard
 from numpy.typing import NDArray
 
 from tsdb import framing
-from tsdb._fs import fsync_dir
+from tsdb._fs import fsync_dir, write_all
 from tsdb.errors import WalError
 
 I64 = NDArray[np.int64]
@@ -245,9 +245,7 @@ class Wal:
         assert active is not None
         record = encode_batch(sid_part, n, timestamps, values, self._compressor)
         try:
-            written = os.write(self._fd, record)
-            if written != len(record):
-                raise OSError(f"short write: {written} of {len(record)} bytes")
+            write_all(self._fd, record)
         except OSError as exc:
             # Cut off the partial record so later records never follow garbage.
             try:

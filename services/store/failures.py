@@ -20,7 +20,7 @@ from sqlalchemy import exc
 from services.errors import Aborted, ApiError, Unavailable
 from services.store.tx import Conflict
 from services.store.writer import StorageReplaced, WriterClosed
-from tsdb.errors import WalError
+from tsdb.errors import TsdbError, WalError
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})
@@ -53,8 +53,9 @@ def _sqlite_code(error: BaseException) -> int | None:
 
 
 def _disk_full(error: BaseException) -> bool:
-    """ENOSPC, raised as it is or as the cause of the metrics log's WalError."""
-    cause = error.__cause__ if isinstance(error, WalError) else error
+    """ENOSPC, raised as it is or as the cause of a metrics store's file error (its log's
+    WalError, its catalog's TsdbError)."""
+    cause = error.__cause__ if isinstance(error, TsdbError) else error
     return isinstance(cause, OSError) and cause.errno == errno.ENOSPC
 
 
@@ -95,6 +96,8 @@ def translate(error: BaseException) -> ApiError | None:
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is busy; retry")
     if isinstance(error, StorageReplaced | WalError):
         return _storage_error(str(error))
+    if isinstance(error, TsdbError) and isinstance(error.__cause__, OSError):
+        return _storage_error(str(error))  # a metrics file the disk refused (the catalog's)
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if _server_unreachable(error):

@@ -23,7 +23,7 @@ from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
 from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
 from tests.conftest import backend
-from tsdb.errors import WalError
+from tsdb.errors import TsdbError, WalError
 
 
 def add_tenant(tenant_id: str, *, then_fail: bool = False) -> Tx[str]:
@@ -468,6 +468,21 @@ def test_a_full_disk_under_the_metrics_log_is_storage_full() -> None:
         translated = failures.translate(error)
     assert isinstance(translated, Unavailable)
     assert translated.reason == "STORAGE_FULL"
+
+
+@pytest.mark.parametrize(("code", "reason"), [(errno.ENOSPC, "STORAGE_FULL"), (errno.EIO, "STORAGE_ERROR")])
+def test_a_metrics_file_the_disk_refused_is_unavailable_not_internal(code: int, reason: str) -> None:
+    """The catalog's TsdbError (from its own file write) answers UNAVAILABLE naming the cause."""
+    try:
+        try:
+            raise OSError(code, "the disk refused the write")
+        except OSError as cause:
+            raise TsdbError(f"catalog write failed: {cause}") from cause
+    except TsdbError as error:
+        translated = failures.translate(error)
+    assert isinstance(translated, Unavailable)
+    assert translated.reason == reason
+    assert failures.translate(TsdbError("a bug, not the disk")) is None
 
 
 async def test_a_database_file_deleted_under_the_writer_acknowledges_nothing_more(sqlite_file: str) -> None:
