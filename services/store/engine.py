@@ -177,6 +177,10 @@ class Store:
             try:
                 if commit:
                     await session.commit()
+                    if self._writer is not None:
+                        # Like the writer's commits: one that went to a deleted or replaced
+                        # file is lost, so it must not be acknowledged either.
+                        await asyncio.to_thread(self._writer.ensure_same_file)
             finally:
                 try:
                     await session.close()

@@ -214,6 +214,11 @@ class SqliteWriter:
     def _commit(self, connection: sqlite3.Connection) -> None:
         """COMMIT, then make sure it went to the file at the path (see StorageReplaced)."""
         connection.execute("COMMIT")
+        self.ensure_same_file()
+
+    def ensure_same_file(self) -> None:
+        """Raise StorageReplaced when the path no longer names the file the writer opened (a
+        blocking ``stat``: call it off the event loop)."""
         try:
             now = _identity(self._path)
         except FileNotFoundError:

@@ -22,6 +22,7 @@ from services.store.engine import Store
 from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
 from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
+from services.tenants import commands as tenant_commands
 from tests.conftest import backend
 from tsdb.errors import TsdbError, WalError
 
@@ -483,6 +484,24 @@ def test_a_metrics_file_the_disk_refused_is_unavailable_not_internal(code: int, 
     assert isinstance(translated, Unavailable)
     assert translated.reason == reason
     assert failures.translate(TsdbError("a bug, not the disk")) is None
+
+
+async def test_a_session_commit_to_a_deleted_database_file_is_not_acknowledged(tmp_path: Path) -> None:
+    """``Store.write()`` sessions (tenants, tokens, node registration) commit on a connection of
+    their own: after the file was deleted their commits used to answer OK and be lost."""
+    path = tmp_path / "gone.db"
+    store = await Store.open(f"sqlite+aiosqlite:///{path}")
+    try:
+        await tenant_commands.create(store, "before", "")
+        for suffix in ("", "-wal", "-shm"):
+            await asyncio.to_thread(Path(f"{path}{suffix}").unlink, missing_ok=True)
+        with pytest.raises(StorageReplaced) as raised:
+            await tenant_commands.create(store, "after", "")
+        translated = failures.translate(raised.value)
+        assert isinstance(translated, Unavailable)
+        assert translated.reason == "STORAGE_ERROR"
+    finally:
+        await store.close()
 
 
 async def test_a_database_file_deleted_under_the_writer_acknowledges_nothing_more(sqlite_file: str) -> None:
