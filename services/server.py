@@ -54,7 +54,7 @@ from services.operations.builder import OperationBuilder
 from services.operations.servicer import OperationsServicer
 from services.paging import PageTokens
 from services.store import secrets
-from services.store.engine import Store, UnsupportedDatabaseUrl, sqlite_url
+from services.store.engine import DATABASE_FILE, Store, UnsupportedDatabaseUrl, sqlite_url
 from services.tenants.servicer import TenantServicer
 from services.tokens.servicer import TokenServicer
 from services.workers import Workers
@@ -66,6 +66,18 @@ log = structlog.get_logger(__name__)
 class StartError(RuntimeError):
     """The control plane could not start (address taken, database unreachable); the message
     says what to fix."""
+
+
+def _refuse_lost_database(data_dir: Path) -> None:
+    """StartError when the data directory has run a server (its operator token is there) but its
+    SQLite file is gone: starting would quietly make an empty database beside the old metrics
+    and overwrite the token, and everything the old file held would read as never having been."""
+    database = data_dir / DATABASE_FILE
+    if not database.exists() and (data_dir / OPERATOR_TOKEN_FILE).exists():
+        raise StartError(
+            f"{data_dir} has {OPERATOR_TOKEN_FILE} but no {DATABASE_FILE}: the database was deleted or moved. "
+            f"Restore it, or remove {OPERATOR_TOKEN_FILE} (and tsdb/) to start this data directory afresh"
+        )
 
 
 def _check_listen_address(listen: str) -> None:
@@ -176,6 +188,8 @@ class ControlPlane:
     async def _open_and_serve(self, samples: SampleStore, rates: Rates) -> None:
         config = self.config
         url = config.database_url or sqlite_url(config.data_dir)
+        if config.database_url is None:
+            _refuse_lost_database(config.data_dir)
         try:
             store = await Store.open(url)
         except UnsupportedDatabaseUrl as error:  # refused before any connection

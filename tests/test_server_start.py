@@ -61,3 +61,27 @@ async def test_a_start_that_cannot_listen_mints_no_operator_token(tmp_path: Path
         assert plane.operator_token_created.read_text().startswith("gpc_")
     finally:
         await plane.stop()
+
+
+async def test_a_data_directory_whose_database_was_deleted_is_refused(tmp_path: Path) -> None:
+    """The lifecycle review deleted gpucloud.db under a server: the restart made an empty one and
+    overwrote operator.token, beside the old metrics. Now the start refuses and touches nothing."""
+    config = ServerConfig(data_dir=tmp_path, listen="127.0.0.1:0")
+    plane = ControlPlane(config)
+    await plane.start()
+    await plane.stop()
+    token = (tmp_path / "operator.token").read_text()
+    for suffix in ("", "-wal", "-shm"):
+        (tmp_path / f"gpucloud.db{suffix}").unlink(missing_ok=True)
+    with pytest.raises(StartError, match=r"has operator\.token but no gpucloud\.db: the database was deleted or moved"):
+        await ControlPlane(config).start()
+    assert not (tmp_path / "gpucloud.db").exists()
+    assert (tmp_path / "operator.token").read_text() == token
+    # Starting afresh is removing the token (and the old metrics) on purpose.
+    (tmp_path / "operator.token").unlink()
+    fresh = ControlPlane(config)
+    await fresh.start()
+    try:
+        assert fresh.operator_token_created == tmp_path / "operator.token"
+    finally:
+        await fresh.stop()

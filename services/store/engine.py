@@ -46,9 +46,13 @@ SQLITE_BUSY_TIMEOUT_MS = 10_000
 MIGRATION_LOCK_ID = 0x67707563  # 'gpuc'
 
 
+# The default database's file in the data directory.
+DATABASE_FILE = "gpucloud.db"
+
+
 def sqlite_url(data_dir: Path) -> str:
     """The default database: a SQLite file in the data directory."""
-    return f"sqlite+aiosqlite:///{data_dir / 'gpucloud.db'}"
+    return f"sqlite+aiosqlite:///{data_dir / DATABASE_FILE}"
 
 
 # The async drivers the store runs on, by backend.
