@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 from google.longrunning import operations_pb2
 from google.protobuf.descriptor import EnumDescriptor
@@ -14,6 +14,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from clients import models
 from clients.errors import InvalidValueError
 from gpucloud.v1 import allocation_pb2, node_pb2, tenant_pb2, token_pb2
+
+# An Allocation, or a create's answer that extends it (CreatedAllocation).
+A = TypeVar("A", bound=models.Allocation)
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _ENUMS: dict[str, EnumDescriptor] = {
@@ -120,7 +123,16 @@ def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
 
 def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
     """The client's ``Allocation`` of an Allocation message."""
-    return models.Allocation(
+    return _allocation_as(models.Allocation, message)
+
+
+def created_allocation(message: allocation_pb2.Allocation, *, replayed: bool) -> models.CreatedAllocation:
+    """``allocation`` of a create's answer, with whether the server replayed it from the request's key."""
+    return _allocation_as(models.CreatedAllocation, message, replayed=replayed)
+
+
+def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: Any) -> A:
+    return kind(
         allocation_id=message.allocation_id,
         tenant_id=message.tenant_id,
         gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
@@ -130,12 +142,8 @@ def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
         create_time=optional_time(message, "create_time"),
         cancel_time=optional_time(message, "cancel_time"),
         release_time=optional_time(message, "release_time"),
+        **extra,
     )
-
-
-def created_allocation(message: allocation_pb2.Allocation, *, replayed: bool) -> models.CreatedAllocation:
-    """``allocation`` of a create's answer, with whether the server replayed it from the request's key."""
-    return models.CreatedAllocation(**vars(allocation(message)), replayed=replayed)
 
 
 def operation(message: operations_pb2.Operation) -> models.Operation:
