@@ -67,14 +67,15 @@ def _without_database() -> None:
     gRPC, the interceptor (auth, logging), validation, protobuf conversion and the client."""
     from services.allocations import commands
     from services.allocations.repository import Allocation, AllocationView
+    from services.allocations.requests import Created
     from services.ids import new_id
     from services.operations.repository import Operation
 
     def view(allocation_id: str, state: str) -> AllocationView:
         return AllocationView(Allocation(allocation_id, "bench", "H100", 1, state, created_us=1), ("bench-0000",))
 
-    async def create(store: object, request: object) -> commands.Created:
-        return commands.Created(view(new_id("alloc"), "ACTIVE"), replayed=False)
+    async def create(store: object, request: object) -> Created:
+        return Created(view(new_id("alloc"), "ACTIVE"), replayed=False)
 
     async def cancel(store: object, principal: object, allocation_id: str) -> tuple[Operation, AllocationView]:
         operation = Operation("op-bench", "bench", "x", allocation_id, False, None, 2, None)

@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 
 from services.allocations import commands  # noqa: E402
-from services.allocations.commands import AllocationRequest  # noqa: E402
 from services.allocations.releaser import Releaser  # noqa: E402
+from services.allocations.requests import AllocationRequest  # noqa: E402
 from services.auth.principal import CONTROL_PLANE, Principal, Role  # noqa: E402
 from services.nodes import commands as node_commands  # noqa: E402
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory  # noqa: E402

@@ -14,55 +14,33 @@ claimed after the placement, so that a refusal has written nothing.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
 from functools import partial
-from typing import NamedTuple
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
+from services.allocations.batched import PendingCancel, PendingCreate, cancel_many, create_many
 from services.allocations.placement import Candidate, first_fit
 from services.allocations.repository import Allocation, AllocationFilter, AllocationView
+from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.states import AllocationState
 from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
 from services.errors import Aborted, PermissionDenied, ResourceExhausted
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
-from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor
+from services.store.batch import Batchable
 from services.store.engine import Store
 from services.store.tx import Conflict, Deadlock, Tx, rollback_to, run_in_session, savepoint
 from services.tenants import repository as tenants_repo
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
 
-CREATE_METHOD = "CreateAllocation"
-CANCEL_KIND = "cancel-allocation"
 # Rounds of "lost a race on PostgreSQL, look again" before answering ABORTED.
 _MAX_ATTEMPTS = 5
-
-
-@dataclass(frozen=True)
-class AllocationRequest:
-    """A checked create: for which tenant, how many nodes of which model, and its ``request_id`` ("" for none)."""
-
-    tenant_id: str
-    gpu_model: GpuModel
-    node_count: int
-    request_id: str
-    # Who asked, for the node events (a tenant, or an operator acting for one).
-    actor: str = ""
-
-
-class Created(NamedTuple):
-    """What a create answers: the allocation, and whether it was made by an earlier call with
-    the same ``request_id`` (a replay: this call placed nothing)."""
-
-    view: AllocationView
-    replayed: bool
 
 
 def resolve_tenant(principal: Principal, requested: str) -> str:
@@ -95,8 +73,10 @@ async def create(store: Store, request: AllocationRequest) -> Created:
     lost: Exception | None = None
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
+        # On SQLite, the plain creates of one group run together (batched.py).
+        batch = None if locking else Batchable(create_many, PendingCreate(request, fingerprint, allocation_id))
         try:
-            return await store.transact(partial(_create, request, fingerprint, allocation_id, locking=locking))
+            return await store.transact(partial(_create, request, fingerprint, allocation_id, locking=locking), batch)
         except (Conflict, Aborted) as error:
             # Lost a race (a key, a node, a deadlock) to a concurrent transaction: look again.
             lost = error
@@ -217,7 +197,9 @@ async def cancel(store: Store, principal: Principal, allocation_id: str) -> tupl
     """
     operation_id = new_id("op")
     locking = store.dialect == "postgresql"
-    return await store.transact(partial(_cancel, principal, allocation_id, operation_id, locking=locking))
+    # On SQLite, the plain cancels of one group run together (batched.py).
+    batch = None if locking else Batchable(cancel_many, PendingCancel(principal, allocation_id, operation_id))
+    return await store.transact(partial(_cancel, principal, allocation_id, operation_id, locking=locking), batch)
 
 
 def _cancel(
@@ -241,19 +223,10 @@ def _cancel(
             actor=principal.actor,
             now_us=now,
         )
-        yield from repo.mark_cancelling(allocation_id, now_us=now)
+        yield from repo.mark_cancelling([allocation_id], now_us=now)
         row = dataclasses.replace(row, state=AllocationState.CANCELLING.value, cancel_us=now)
         # Not cancelled yet, so every node it was given is still held, in placement order.
         view = AllocationView(row, tuple(h.node_id for h in held))
-    operation = Operation(
-        operation_id=operation_id,
-        tenant_id=row.tenant_id,
-        kind=CANCEL_KIND,
-        target_id=allocation_id,
-        done=done,
-        error_message=None,
-        created_us=now,
-        done_us=done_us,
-    )
+    operation = cancel_operation(operation_id, row.tenant_id, allocation_id, now_us=now, done=done, done_us=done_us)
     yield from ops_repo.insert(operation)
     return operation, view

@@ -15,7 +15,7 @@ from functools import partial
 import structlog
 
 from services.allocations import repository as repo
-from services.allocations.commands import CANCEL_KIND
+from services.allocations.requests import CANCEL_KIND
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.nodes import repository as nodes_repo

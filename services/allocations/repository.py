@@ -110,10 +110,16 @@ def get_view(allocation_id: str, *, tenant_id: str | None) -> Tx[AllocationView]
 
 def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
     """Store a new allocation and its live assignments, in placement order."""
+    yield from insert_many([(row, node_ids)])
+
+
+def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
+    """Store new allocations and their live assignments, each in placement order: two
+    statements however many there are."""
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
         " :state, :created_us, :cancel_us, :released_us)",
-        {name: getattr(row, name) for name in _FIELDS},
+        rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield Sql(
         "INSERT INTO assignments (allocation_id, node_id, tenant_id, position, assigned_us)"
@@ -126,16 +132,18 @@ def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
                 "position": position,
                 "assigned_us": row.created_us,
             }
+            for row, node_ids in placed
             for position, node_id in enumerate(node_ids)
         ],
     )
 
 
-def mark_cancelling(allocation_id: str, *, now_us: int) -> Tx[None]:
-    """Turn the allocation CANCELLING, cancelled at ``now_us``; its nodes stay assigned until the release."""
+def mark_cancelling(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:
+    """Turn the allocations CANCELLING, cancelled at ``now_us``; their nodes stay assigned until the release."""
+    ids, params = expand("id", allocation_ids)
     yield Sql(
-        "UPDATE allocations SET state = :state, cancel_us = :now WHERE allocation_id = :id",
-        {"state": AllocationState.CANCELLING.value, "now": now_us, "id": allocation_id},
+        f"UPDATE allocations SET state = :state, cancel_us = :now WHERE allocation_id IN ({ids})",
+        {**params, "state": AllocationState.CANCELLING.value, "now": now_us},
     )
 
 
@@ -226,21 +234,58 @@ def idempotency_key(tenant_id: str, method: str, request_id: str) -> Tx[tuple[st
     return None if found[0] is None else (str(found[0]), str(found[1]))
 
 
+def recorded_keys(method: str, keys: Sequence[tuple[str, str]]) -> Tx[set[tuple[str, str]]]:
+    """Which of the (tenant, request_id) ``keys`` of ``method`` are recorded: one query for many."""
+    if not keys:
+        return set()
+    tenants, tenant_params = expand("t", sorted({tenant for tenant, _ in keys}))
+    request_ids, key_params = expand("k", [request_id for _, request_id in keys])
+    result = yield Sql(
+        f"SELECT tenant_id, request_id FROM idempotency_keys WHERE tenant_id IN ({tenants})"
+        f" AND method = :method AND request_id IN ({request_ids})",
+        {**tenant_params, **key_params, "method": method},
+    )
+    # Tenants and ids are matched separately above, so a pair may cross two keys: keep the asked ones.
+    asked = set(keys)
+    return {(str(tenant), str(request_id)) for tenant, request_id in result.rows} & asked
+
+
+@dataclass(frozen=True, slots=True)
+class KeyClaim:
+    """An idempotency key to record, with the request's fingerprint and the result's id."""
+
+    tenant_id: str
+    method: str
+    request_id: str
+    fingerprint: str
+    result_id: str
+
+
 def claim_idempotency_key(
     tenant_id: str, method: str, request_id: str, *, fingerprint: str, result_id: str, now_us: int
 ) -> Tx[None]:
     """Record the key; a concurrent claim of the same key fails with ``Conflict``."""
+    yield from claim_idempotency_keys([KeyClaim(tenant_id, method, request_id, fingerprint, result_id)], now_us=now_us)
+
+
+def claim_idempotency_keys(claims: Sequence[KeyClaim], *, now_us: int) -> Tx[None]:
+    """Record the keys in one statement; a key already recorded fails the whole with ``Conflict``."""
+    if not claims:
+        return
     yield Sql(
         "INSERT INTO idempotency_keys (tenant_id, method, request_id, fingerprint, result_id, created_us)"
         " VALUES (:tenant, :method, :request_id, :fingerprint, :result_id, :now)",
-        {
-            "tenant": tenant_id,
-            "method": method,
-            "request_id": request_id,
-            "fingerprint": fingerprint,
-            "result_id": result_id,
-            "now": now_us,
-        },
+        rows=[
+            {
+                "tenant": claim.tenant_id,
+                "method": claim.method,
+                "request_id": claim.request_id,
+                "fingerprint": claim.fingerprint,
+                "result_id": claim.result_id,
+                "now": now_us,
+            }
+            for claim in claims
+        ],
     )
 
 

@@ -9,9 +9,10 @@ from google.longrunning import operations_pb2
 
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
 from services.allocations import commands
-from services.allocations.commands import AllocationRequest, resolve_tenant
+from services.allocations.commands import resolve_tenant
 from services.allocations.proto import allocation_to_proto
 from services.allocations.repository import AllocationFilter
+from services.allocations.requests import AllocationRequest
 from services.auth.principal import current_principal, tenant_scope
 from services.convert import ALLOCATION_STATE_FROM_PROTO, GPU_MODEL_FROM_PROTO
 from services.notify import Notifier

@@ -148,8 +148,9 @@ class Move:
     node_id: str
     state: NodeState
     event: NodeEvent
-    # Overrides the call's reason for this node's event.
+    # Override the call's reason and actor for this node's event.
     reason: str | None = None
+    actor: str | None = None
 
 
 def apply_many(
@@ -197,7 +198,7 @@ def apply_many(
                 "from_state": m.state.value,
                 "to_state": t.value,
                 "reason": (m.reason or reason)[:256],
-                "actor": actor,
+                "actor": m.actor or actor,
                 "at_us": now_us,
             }
             for m, t in zip(moves, targets, strict=True)

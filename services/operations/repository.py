@@ -81,12 +81,28 @@ def for_target(kind: str, target_id: str) -> Tx[Operation | None]:
     return None if found is None else _operation(found)
 
 
+def targets_with(kind: str, target_ids: Sequence[str]) -> Tx[set[str]]:
+    """Which of ``target_ids`` already have a ``kind`` operation: one query for many."""
+    if not target_ids:
+        return set()
+    ids, params = expand("id", target_ids)
+    result = yield Sql(
+        f"SELECT target_id FROM operations WHERE kind = :kind AND target_id IN ({ids})", {**params, "kind": kind}
+    )
+    return {str(r[0]) for r in result.rows}
+
+
 def insert(row: Operation) -> Tx[None]:
     """Store a new operation."""
+    yield from insert_many([row])
+
+
+def insert_many(rows: Sequence[Operation]) -> Tx[None]:
+    """Store new operations in one statement."""
     yield Sql(
         f"INSERT INTO operations ({_COLUMNS}) VALUES (:operation_id, :tenant_id, :kind, :target_id, :done,"
         " :error_message, :created_us, :done_us)",
-        {name: getattr(row, name) for name in _FIELDS},
+        rows=[{name: getattr(row, name) for name in _FIELDS} for row in rows],
     )
 
 

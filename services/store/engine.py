@@ -33,6 +33,7 @@ from sqlalchemy.pool import NullPool
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.store import sqlite_driver
+from services.store.batch import Batchable
 from services.store.migrations import upgrade_to_head
 from services.store.tx import Tx, run_on_asyncpg
 from services.store.writer import SqliteWriter
@@ -194,15 +195,17 @@ class Store:
 
         return self._owned(end())
 
-    async def transact(self, make: Callable[[], Tx[T]]) -> T:
+    async def transact(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> T:
         """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
 
         Raises what the transaction raises (nothing of it is kept), or ``tx.Conflict`` when a
         constraint refused a write. ``make`` must build the same transaction each time it is
         called: on SQLite a group that has to be undone runs it again (store/writer.py).
+        ``batch``: on SQLite the transaction may run set-based with others of its kind that
+        share its group (store/batch.py); PostgreSQL runs ``make()`` regardless.
         """
         if self._writer is not None:
-            return await self._writer.run(make)
+            return await self._writer.run(make, batch)
         # On its own task, shielded from the caller's cancellation (a deadline, a client gone):
         # cancelled mid-statement, asyncpg can leave the pooled connection inside the
         # transaction (BEGIN sent, its answer unread), and the next transaction on it would be

@@ -20,6 +20,13 @@ clients retry (nothing is acknowledged). One savepoint around the group would ke
 instead, at 2.8% more instructions per create+cancel; with one server per SQLite file, which
 is how the embedded store is meant to be run, the race has nobody to lose to.
 
+Transactions of one kind that share a group can also run as one set-based batch
+(store/batch.py): a transaction queued with a ``Batchable`` is handed, with every other of its
+runner in the group, to that runner at the place of the first of them, and the runner takes
+them in queue order as far as it can; one it cannot take runs alone before the rest are
+offered again. A batch that fails after writing sends the group to its second pass like any
+other transaction, where every transaction runs alone.
+
 Whether the writer limits the server shows in its load, logged as ``sqlite_writer_load`` at
 most once a minute while it works: the share of the time a group was in progress (``busy``),
 transactions per group, and the milliseconds a group spends beginning, running its statements
@@ -47,11 +54,13 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import structlog
 
 from services.store import sqlite_driver
+from services.store.batch import Batchable
 from services.store.tx import Tx, run_on_connection
 
 log = structlog.get_logger(__name__)
@@ -76,7 +85,10 @@ class StorageReplaced(RuntimeError):
 class _Job:
     make: Callable[[], Tx[Any]]
     future: asyncio.Future[Any]
+    batch: Batchable[Any] | None = None
     outcome: tuple[bool, Any] = field(default_factory=lambda: (False, WriterClosed("the transaction was not run")))
+    # Whether this pass has run it (alone or in its batch).
+    ran: bool = False
 
 
 @dataclass(slots=True)
@@ -166,12 +178,14 @@ class SqliteWriter:
         self._pump = self._loop.create_task(self._run_pump(), name="sqlite-writer")
         self._pump.add_done_callback(self._pump_stopped)
 
-    async def run(self, make: Callable[[], Tx[T]]) -> T:
+    async def run(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> T:
         """Run the transaction ``make()`` builds in a write transaction; return its result
-        once committed. ``make`` may be called twice (see the module's docstring)."""
-        return await self.submit(make)
+        once committed. ``make`` may be called twice (see the module's docstring); with
+        ``batch``, the transaction may instead run set-based with others of its kind in the
+        same group (store/batch.py)."""
+        return await self.submit(make, batch)
 
-    def submit(self, make: Callable[[], Tx[T]]) -> asyncio.Future[T]:
+    def submit(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> asyncio.Future[T]:
         """Queue the transaction now; the future resolves once it is committed (or fails).
 
         A caller that cancels the future before its transaction starts drops it from the
@@ -180,7 +194,7 @@ class SqliteWriter:
         if self._closed or self._pump is None or self._pump.done() or self._loop is None:
             raise WriterClosed("the store is closed")
         future: asyncio.Future[T] = self._loop.create_future()
-        self._queue.append(_Job(make, future))
+        self._queue.append(_Job(make, future, batch))
         self._wake.set()
         return future
 
@@ -339,13 +353,58 @@ class SqliteWriter:
 
 
 def _run_optimistically(connection: sqlite3.Connection, group: list[_Job]) -> bool:
-    """Run each transaction with no savepoint; False as soon as one fails after writing."""
+    """Run each transaction with no savepoint, a batch's set-based at the place of its first
+    member; False as soon as one fails after writing."""
+    batches = _batches(group)
     for job in group:
-        changes = connection.total_changes
-        job.outcome = _attempt(connection, job.make)
-        if not job.outcome[0] and connection.total_changes != changes:
+        if job.ran:
+            continue
+        members = batches.pop(job.batch.runner, None) if job.batch is not None else None
+        if not (_run_alone(connection, job) if members is None else _run_batch(connection, members)):
             return False
     return True
+
+
+def _batches(group: list[_Job]) -> dict[Any, list[_Job]]:
+    """The group's batchable jobs by runner, in queue order, where a runner has two or more."""
+    found: dict[Any, list[_Job]] = {}
+    for job in group:
+        job.ran = False
+        if job.batch is not None:
+            found.setdefault(job.batch.runner, []).append(job)
+    return {runner: jobs for runner, jobs in found.items() if len(jobs) > 1}
+
+
+def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
+    """Run one job's own transaction; False when it failed after writing."""
+    changes = connection.total_changes
+    job.outcome = _attempt(connection, job.make)
+    job.ran = True
+    return job.outcome[0] or connection.total_changes == changes
+
+
+def _run_batch(connection: sqlite3.Connection, members: list[_Job]) -> bool:
+    """Run a batch's members in queue order: the prefix its runner takes set-based, the
+    first it does not take alone, then the rest offered again (store/batch.py). False when
+    something failed after writing."""
+    runner = members[0].batch.runner if members[0].batch is not None else None
+    rest = members
+    while runner is not None and len(rest) > 1:
+        changes = connection.total_changes
+        ok, answers = _attempt(connection, partial(runner, [job.batch.item for job in rest if job.batch is not None]))
+        if not ok:
+            if connection.total_changes != changes:
+                return False
+            # Refused before writing (a runner's bug, most likely): the rest run alone.
+            log.warning("sqlite_batch_failed", error=repr(answers), transactions=len(rest))
+            break
+        for job, answer in zip(rest, answers, strict=False):
+            job.outcome, job.ran = (True, answer), True
+        rest = rest[len(answers) :]
+        if rest and not _run_alone(connection, rest[0]):
+            return False
+        rest = rest[1:]
+    return all(_run_alone(connection, job) for job in rest)
 
 
 def _run_with_savepoints(connection: sqlite3.Connection, group: list[_Job]) -> None:

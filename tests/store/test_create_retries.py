@@ -10,15 +10,15 @@ from typing import Any
 import pytest
 
 from services.allocations import commands
-from services.allocations.commands import AllocationRequest
+from services.allocations.requests import AllocationRequest
 from services.errors import Aborted
 from services.nodes.inventory import GpuModel
 from services.store.engine import Store
 from services.store.tx import Conflict, Deadlock, Tx
 
 
-def always_losing(error: Exception) -> Callable[[Callable[[], Tx[Any]]], Any]:
-    async def transact(make: Callable[[], Tx[Any]]) -> Any:
+def always_losing(error: Exception) -> Callable[..., Any]:
+    async def transact(make: Callable[[], Tx[Any]], batch: object = None) -> Any:
         raise error
 
     return transact

@@ -8,15 +8,15 @@ import sqlite3
 from collections import Counter
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import asyncpg
 import pytest
 from sqlalchemy.engine import make_url
 
 from services.allocations import commands
-from services.allocations.commands import AllocationRequest
 from services.allocations.releaser import Releaser
+from services.allocations.requests import AllocationRequest
 from services.auth.principal import CONTROL_PLANE, Principal, Role
 from services.auth.repository import BOOTSTRAP_LOCK_ID, OPERATOR_TOKEN_FILE, bootstrap_operator, create_token
 from services.errors import ResourceExhausted
@@ -24,6 +24,7 @@ from services.nodes import commands as node_commands
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.notify import Notifier
+from services.store.batch import Batchable
 from services.store.engine import Store
 from services.store.tx import Deadlock, Tx
 from services.tenants import commands as tenant_commands
@@ -120,10 +121,10 @@ def count_deadlock_victims(store: Store, monkeypatch: pytest.MonkeyPatch) -> Cal
     victims = 0
     transact = store.transact
 
-    async def counting(make: Callable[[], Tx[T]]) -> T:
+    async def counting(make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> T:
         nonlocal victims
         try:
-            return await transact(make)
+            return await transact(make, batch)
         except Deadlock:
             victims += 1
             raise

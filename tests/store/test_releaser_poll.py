@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from services.allocations import commands
-from services.allocations.commands import AllocationRequest
 from services.allocations.releaser import Releaser
+from services.allocations.requests import AllocationRequest
 from services.auth.principal import CONTROL_PLANE, Principal, Role
 from services.nodes import commands as node_commands
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory

@@ -1,0 +1,47 @@
+"""Transactions that may run set-based with others of their kind in one SQLite group.
+
+The SQLite writer (store/writer.py) commits every transaction waiting in one group. Many of
+them are the same command for different callers (a burst of creates, of cancels), and each
+runs its few statements alone: the Python around a statement and SQLite's own per-statement
+work cost more than the rows they write. A transaction that says what kind of batch it can
+join (``Batchable``) lets the writer hand all of that kind in a group to one runner, which
+reads and writes for all of them with a fixed number of statements.
+
+The runner's contract, which keeps every caller's answer what it would be alone, with the
+batch's transactions run one after another in the order they were queued:
+
+- It answers the longest prefix of its items that it can decide exactly as each item's own
+  transaction would at that place: one answer per item, in order. The writer runs the first
+  item it did not take alone (a replay, a refusal, a duplicate of an earlier item: whatever
+  the plain case is not), then offers the rest to the runner again.
+- It decides by reading before it writes; if it raises after writing, the writer undoes the
+  whole group and runs each transaction alone (its second pass).
+
+A batch runs at the place of its first transaction in the group; the group's transactions of
+other kinds (a release, a token's write) commit with it, after or before it. All of them were
+in flight together, unanswered, so any order among them is one the callers could have seen.
+
+PostgreSQL runs each transaction on its own connection and ignores batches.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from services.store.tx import Tx
+
+Item = TypeVar("Item")
+
+# Items in; out, the answers of the longest prefix the runner could take, in order.
+BatchRunner = Callable[[Sequence[Item]], Tx[list[Any]]]
+
+
+@dataclass(frozen=True, slots=True)
+class Batchable(Generic[Item]):
+    """A transaction's place in a batch: the runner that can run many such items at once
+    (batches are formed per runner), and this transaction's item."""
+
+    runner: BatchRunner[Item]
+    item: Item
