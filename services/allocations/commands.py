@@ -9,6 +9,10 @@ result. On PostgreSQL the key is claimed first: the losers' inserts wait for the
 commit and then fail with a unique violation (``tx.Conflict``), which sends them round the loop
 to find the recorded result. On SQLite, whose writer runs one transaction at a time, the key is
 claimed after the placement, so that a refusal has written nothing.
+
+On SQLite a create or a cancel also offers itself to the set-based runner of its group
+(batched.py), which answers the plain ones exactly as the transactions here would; the
+transactions here remain the rules, and run every request the runner does not take.
 """
 
 from __future__ import annotations
