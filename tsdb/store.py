@@ -366,6 +366,13 @@ class Store:
                     return n
         return self._append_checked(sids, timestamps_ms, values)
 
+    def ensure_wal_present(self) -> None:
+        """Raise WalError when the write-ahead log's file was deleted under the open store (the
+        store's directory removed, say), and refuse every append from then on: an append
+        writes into the open file whether or not a path still names it. A caller that
+        acknowledges writes checks this after ``append``."""
+        self._wal.ensure_present()
+
     def _append_checked(self, sids: ArrayLike, timestamps_ms: ArrayLike, values: ArrayLike) -> int:
         """append() for any batch: validate it whole against the head, then log and insert it."""
         sid_arr = np.asarray(sids)

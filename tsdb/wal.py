@@ -262,6 +262,19 @@ class Wal:
         if active.size >= MAX_FILE_BYTES:
             self.rotate()
 
+    def ensure_present(self) -> None:
+        """Raise WalError if the active file was deleted (its directory removed while the store
+        was open): what is appended to it now reaches no file a restart would read, so nothing
+        more may be acknowledged. One ``fstat``; callers that acknowledge writes call it after
+        ``append``, which leaves it out of its own hot path."""
+        if self.error is not None:
+            raise WalError(f"WAL is unusable after an earlier failure: {self.error}")
+        active = self._active
+        if self._fd >= 0 and active is not None and os.fstat(self._fd).st_nlink == 0:
+            error = WalError(f"WAL file {active.path} was deleted while the store was open; restart it")
+            self.error = error
+            raise error
+
     def sync(self) -> None:
         """fsync everything written so far."""
         with self._lock:

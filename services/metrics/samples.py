@@ -174,7 +174,10 @@ class SampleStore:
         A sample repeating a stored time with an identical value is a retry and is not added again,
         so resending a batch after a lost reply is safe, also once it was sealed into a segment. A
         sample older than the store allows for its series is INVALID_ARGUMENT naming its request
-        field (reason SAMPLES_OUT_OF_ORDER), and nothing of the batch is written.
+        field (reason SAMPLES_OUT_OF_ORDER), and nothing of the batch is written. A log file
+        deleted under the running server (its directory removed) fails this write and every
+        later one (tsdb.WalError, answered UNAVAILABLE STORAGE_ERROR) instead of acknowledging
+        samples no restart would find.
         """
         return await self._run(self._write, batch)
 
@@ -183,11 +186,14 @@ class SampleStore:
         sids = np.asarray(self._store.series_ids([run.labels for run in runs]), dtype=np.int64)
         lengths = [len(run.timestamps_ms) for run in runs]
         try:
-            return self._store.append(
+            added = self._store.append(
                 np.repeat(sids, lengths),
                 np.concatenate([run.timestamps_ms for run in runs]),
                 np.concatenate([run.values for run in runs]),
             )
+            # Not acknowledged if it went into a log file that was deleted (STORAGE_ERROR).
+            self._store.ensure_wal_present()
+            return added
         except tsdb.OutOfOrderError as error:
             by_sid = {int(sid): run for sid, run in zip(sids, runs, strict=True)}
             run = by_sid.get(int(error.series_id), runs[0])

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import math
+import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -13,7 +14,15 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from clients import AsyncClient, InvalidArgumentError, NotFoundError, PermissionDeniedError, ResourceExhaustedError
+from clients import (
+    AsyncClient,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    RetryPolicy,
+    UnavailableError,
+)
 from clients.cli import render
 from clients.cli.app import app
 from clients.cli.metrics import summary_row
@@ -216,6 +225,27 @@ async def test_samples_survive_a_restart(tmp_path: Path, database_url: str) -> N
     async with running_control_plane(tmp_path / "data", database_url) as second, second.client() as operator:
         result = await operator.query_metrics(start=at, end=at + 3, fields=["power_w"])
     assert only(result).values.tolist() == [0.0, 1.0, 2.0]
+
+
+async def test_a_write_after_the_metrics_files_were_deleted_is_not_acknowledged(
+    tmp_path: Path, database_url: str
+) -> None:
+    """The metrics directory removed under a running server (a wrong ``rm -rf``): the next write
+    used to answer OK into a log file nobody would read again. Now it is UNAVAILABLE
+    STORAGE_ERROR, and so is every write after it, until the server is restarted."""
+    at = now_ms() - 5000
+    data_dir = tmp_path / "data"
+    async with running_control_plane(data_dir, database_url) as plane:
+        async with plane.client() as operator:
+            await register_ready_nodes(operator, 1)
+            await operator.write_samples([push("node-000", at, 1.0)])
+        await asyncio.to_thread(shutil.rmtree, data_dir / "tsdb")
+        once = AsyncClient(plane.address, plane.operator_token, timeout=10, retry=RetryPolicy(attempts=1))
+        async with once as operator:
+            for offset in (1, 2):
+                with pytest.raises(UnavailableError) as refused:
+                    await operator.write_samples([push("node-000", at + offset, 2.0)])
+                assert refused.value.reason == "STORAGE_ERROR"
 
 
 # Tenants -----------------------------------------------------------------------------------------

@@ -3,6 +3,7 @@ never stops the store from opening; an acknowledged append survives kill -9 of i
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -11,6 +12,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 import tsdb
 from tests.tsdb.helpers import T0
@@ -171,3 +173,26 @@ def test_every_acknowledged_batch_survives_kill_9(tmp_path: Path) -> None:
             missing = [t for t in acknowledged if t not in stored]
             assert not missing, f"{s.labels} lost acknowledged samples {missing[:5]}"
             np.testing.assert_array_equal(s.values, (s.timestamps - T0) // 1_000)
+
+
+def test_a_log_deleted_under_the_open_store_is_reported_and_refuses_later_appends(tmp_path: Path) -> None:
+    """Removing the store's directory while it is open leaves the log's file descriptor writable:
+    ``append`` still returns, into a file no restart will read. ``ensure_wal_present`` says so,
+    and from then on every append is refused, so a caller that checks never acknowledges a
+    batch that is gone."""
+    path = tmp_path / "store"
+    store = tsdb.Store.open(path, segment_ms=3_600_000)
+    try:
+        sids = store.series_ids(LABELS)
+        store.append(sids, T0, np.ones(len(LABELS)))
+        store.ensure_wal_present()  # the file is there: nothing to say
+        for wal_file in (path / "wal").glob("*.wal"):
+            wal_file.unlink()
+        store.append(sids, T0 + 1_000, np.ones(len(LABELS)))
+        with pytest.raises(tsdb.WalError, match="deleted while the store was open"):
+            store.ensure_wal_present()
+        with pytest.raises(tsdb.WalError, match="unusable"):
+            store.append(sids, T0 + 2_000, np.ones(len(LABELS)))
+    finally:
+        with contextlib.suppress(tsdb.WalError, OSError):
+            store.close()
