@@ -15,6 +15,10 @@ request with the key or the allocation of an earlier one, a cancel repeated or r
 which the writer runs alone before offering the rest again: every rule and every error
 message stays in commands.py. The runners read everything they decide on before they write
 (SQLite's writer holds the one write lock, so nothing changes in between).
+
+The creates of one batch share one creation time (and the start of their usage), as the
+cancels of one batch share one cancel time: they commit together. Among them, the lists'
+order (time, then id) and the releaser's fall to the ids.
 """
 
 from __future__ import annotations

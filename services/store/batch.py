@@ -13,13 +13,16 @@ batch's transactions run one after another in the order they were queued:
 - It answers the longest prefix of its items that it can decide exactly as each item's own
   transaction would at that place: one answer per item, in order. The writer runs the first
   item it did not take alone (a replay, a refusal, a duplicate of an earlier item: whatever
-  the plain case is not), then offers the rest to the runner again.
+  the plain case is not), then offers the rest to the runner again (after two offers in a
+  row that took nothing, the rest run alone: a burst of refusals or replays).
 - It decides by reading before it writes; if it raises after writing, the writer undoes the
   whole group and runs each transaction alone (its second pass).
 
-A batch runs at the place of its first transaction in the group; the group's transactions of
-other kinds (a release, a token's write) commit with it, after or before it. All of them were
-in flight together, unanswered, so any order among them is one the callers could have seen.
+A transaction that is not batchable (a release, a key pruning, an operation's deletion) is a
+barrier: batches hold only what was queued since the last one, and run before it. Between two
+barriers each runner's batch runs at the place of its first transaction, so the batchable
+transactions of different runners must commute (creates take READY nodes and cancels free none:
+neither sees what the other writes).
 
 PostgreSQL runs each transaction on its own connection and ignores batches.
 """

@@ -21,11 +21,11 @@ instead, at 2.8% more instructions per create+cancel; with one server per SQLite
 is how the embedded store is meant to be run, the race has nobody to lose to.
 
 Transactions of one kind that share a group can also run as one set-based batch
-(store/batch.py): a transaction queued with a ``Batchable`` is handed, with every other of its
-runner in the group, to that runner at the place of the first of them, and the runner takes
-them in queue order as far as it can; one it cannot take runs alone before the rest are
-offered again. A batch that fails after writing sends the group to its second pass like any
-other transaction, where every transaction runs alone.
+(store/batch.py): a transaction queued with a ``Batchable`` is handed, with the others of its
+runner queued before the next transaction that is not batchable, to that runner at the place
+of the first of them, and the runner takes them in queue order as far as it can; one it cannot
+take runs alone before the rest are offered again. A batch that fails after writing sends the
+group to its second pass like any other transaction, where every transaction runs alone.
 
 Whether the writer limits the server shows in its load, logged as ``sqlite_writer_load`` at
 most once a minute while it works: the share of the time a group was in progress (``busy``),
@@ -60,7 +60,7 @@ from typing import Any, TypeVar
 import structlog
 
 from services.store import sqlite_driver
-from services.store.batch import Batchable
+from services.store.batch import Batchable, BatchRunner
 from services.store.tx import Tx, run_on_connection
 
 log = structlog.get_logger(__name__)
@@ -353,26 +353,27 @@ class SqliteWriter:
 
 
 def _run_optimistically(connection: sqlite3.Connection, group: list[_Job]) -> bool:
-    """Run each transaction with no savepoint, a batch's set-based at the place of its first
-    member; False as soon as one fails after writing."""
-    batches = _batches(group)
-    for job in group:
-        if job.ran:
-            continue
-        members = batches.pop(job.batch.runner, None) if job.batch is not None else None
-        if not (_run_alone(connection, job) if members is None else _run_batch(connection, members)):
-            return False
-    return True
+    """Run each transaction with no savepoint; False as soon as one fails after writing.
 
-
-def _batches(group: list[_Job]) -> dict[Any, list[_Job]]:
-    """The group's batchable jobs by runner, in queue order, where a runner has two or more."""
-    found: dict[Any, list[_Job]] = {}
+    Batchable transactions are collected by runner up to the next one that is not batchable,
+    which runs alone at its own place once the batches before it have run: nothing moves past
+    it. Between two such, each runner's members run as one batch, the batches in the order of
+    their first members (batches of different runners commute: store/batch.py)."""
+    pending: dict[BatchRunner[Any], list[_Job]] = {}
     for job in group:
         job.ran = False
         if job.batch is not None:
-            found.setdefault(job.batch.runner, []).append(job)
-    return {runner: jobs for runner, jobs in found.items() if len(jobs) > 1}
+            pending.setdefault(job.batch.runner, []).append(job)
+        elif not (_run_batches(connection, pending) and _run_alone(connection, job)):
+            return False
+    return _run_batches(connection, pending)
+
+
+def _run_batches(connection: sqlite3.Connection, pending: dict[BatchRunner[Any], list[_Job]]) -> bool:
+    """Run the batches collected so far, and forget them; False when one failed after writing."""
+    batches = list(pending.items())
+    pending.clear()
+    return all(_run_batch(connection, runner, members) for runner, members in batches)
 
 
 def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
@@ -383,28 +384,43 @@ def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
     return job.outcome[0] or connection.total_changes == changes
 
 
-def _run_batch(connection: sqlite3.Connection, members: list[_Job]) -> bool:
-    """Run a batch's members in queue order: the prefix its runner takes set-based, the
-    first it does not take alone, then the rest offered again (store/batch.py). False when
-    something failed after writing."""
-    runner = members[0].batch.runner if members[0].batch is not None else None
+# A runner that took nothing this many times in a row is offered no more of its batch: the
+# group is made of requests it does not take (a burst of refusals or replays), and each offer
+# would only read what the requests' own transactions read again.
+_DECLINES_BEFORE_ALONE = 2
+
+
+def _run_batch(connection: sqlite3.Connection, runner: BatchRunner[Any], members: list[_Job]) -> bool:
+    """Run a batch's members in queue order: the prefix ``runner`` takes set-based, the first
+    it does not take alone, then the rest offered again (store/batch.py). False when something
+    failed after writing."""
     rest = members
-    while runner is not None and len(rest) > 1:
+    declined = 0
+    while len(rest) > 1 and declined < _DECLINES_BEFORE_ALONE:
         changes = connection.total_changes
-        ok, answers = _attempt(connection, partial(runner, [job.batch.item for job in rest if job.batch is not None]))
+        ok, answers = _attempt(connection, partial(runner, [_item(job) for job in rest]))
         if not ok:
             if connection.total_changes != changes:
                 return False
             # Refused before writing (a runner's bug, most likely): the rest run alone.
             log.warning("sqlite_batch_failed", error=repr(answers), transactions=len(rest))
             break
+        if len(answers) > len(rest):
+            raise RuntimeError(f"a batch runner answered {len(answers)} of {len(rest)} transactions")
         for job, answer in zip(rest, answers, strict=False):
             job.outcome, job.ran = (True, answer), True
+        declined = 0 if answers else declined + 1
         rest = rest[len(answers) :]
         if rest and not _run_alone(connection, rest[0]):
             return False
         rest = rest[1:]
     return all(_run_alone(connection, job) for job in rest)
+
+
+def _item(job: _Job) -> Any:
+    """A batch member's item for its runner."""
+    assert job.batch is not None, "only batchable jobs are batch members"
+    return job.batch.item
 
 
 def _run_with_savepoints(connection: sqlite3.Connection, group: list[_Job]) -> None:

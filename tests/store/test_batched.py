@@ -29,9 +29,11 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from services.allocations import batched, commands
+from services.allocations.releaser import release_batch
 from services.allocations.repository import AllocationView
 from services.allocations.requests import AllocationRequest, Created
 from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.clock import now_us
 from services.errors import ApiError
 from services.nodes import commands as node_commands
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory
@@ -622,6 +624,58 @@ async def test_sixteen_creates_and_cancels_in_a_group_run_few_statements(
         assert group.statements < 16 * alone.statements / 4, (name, alone, group)
         # executemany rows each count here, so the writes of every row remain: still half at most.
         assert group.executions < 16 * alone.executions / 2, (name, alone, group)
+
+
+async def test_a_group_of_refused_creates_costs_little_more_than_the_creates_alone(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A full cluster: every create of the group is refused. The runner, offered the group,
+    takes nothing twice and is offered no more, so the group runs about the statements of
+    its creates alone (a runner offer per create doubled them)."""
+    if store._writer is None:
+        pytest.skip(SQLITE_ONLY)
+    await build_fleet(store, h100=1)
+    await commands.create(store, AllocationRequest("acme", H100, 1, "fills-the-fleet"))
+    async with counting(store, monkeypatch) as alone:
+        with pytest.raises(ApiError):
+            await commands.create(store, AllocationRequest("acme", H100, 1, "refused"))
+    requests = [AllocationRequest("acme", H100, 1, f"refused-{i}") for i in range(16)]
+    async with counting(store, monkeypatch) as group:
+        results = await together(store, [partial(commands.create, store, r) for r in requests])
+    assert all(isinstance(r, ApiError) and r.reason == "INSUFFICIENT_CAPACITY" for r in results), results
+    # Two offers of at most four reads each, on top of the sixteen creates alone.
+    assert group.statements <= 16 * alone.statements + 8, (alone, group)
+
+
+async def test_a_release_queued_between_creates_frees_nodes_for_the_creates_after_it(
+    store: Store, tmp_path: Path
+) -> None:
+    """A transaction that is not batchable (here the releaser's) is a barrier: creates queued
+    after it run after it, and get the nodes it released, as they would one at a time. (The
+    batch used to run every create at the place of the first, before the release.)"""
+    if store._writer is None:
+        pytest.skip(SQLITE_ONLY)
+
+    async def scenario(on: Store, at_once: bool) -> list[object]:
+        await build_fleet(on, h100=2)
+        held = await commands.create(on, AllocationRequest("acme", H100, 1, "held"))
+        await commands.cancel(on, ACME, held.view.row.allocation_id)  # its node is scrubbing
+        scrubbed = now_us() + 10**12  # every cancel's scrub counts as done
+        calls: list[Callable[[], Awaitable[Any]]] = [
+            partial(commands.create, on, AllocationRequest("acme", H100, 1, "before")),
+            partial(on.transact, partial(release_batch, scrubbed_before_us=scrubbed, limit=64, locking=False)),
+            partial(commands.create, on, AllocationRequest("acme", H100, 1, "after")),
+        ]
+        results = await (together(on, calls) if at_once else in_order(calls))
+        # The creates' nodes, and how many allocations the release released.
+        return [
+            r.view.node_ids if isinstance(r, Created) else len(r[0]) if isinstance(r, tuple) else r for r in results
+        ]
+
+    grouped = await scenario(store, at_once=True)
+    async with fresh_store(tmp_path, "in-order") as other:
+        serial = await scenario(other, at_once=False)
+    assert grouped == serial == [("h00",), 1, ("h01",)]
 
 
 # --- A batch that fails after writing (SQLite) --------------------------------------------------
