@@ -24,45 +24,24 @@ order (time, then id) and the releaser's fall to the ids.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from typing import TypeVar
 
 from services.allocations import repository as repo
 from services.allocations.placement import Candidate, first_fit
-from services.allocations.repository import Allocation, AllocationView, KeyClaim
-from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
+from services.allocations.repository import Allocation, AllocationView
+from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, Created
 from services.allocations.states import AllocationState
+from services.allocations.writes import PendingCancel, PendingCreate, record_cancels, record_creates
 from services.auth.principal import Principal, tenant_scope
 from services.clock import now_us
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
-from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.store.tx import Tx
 from services.tenants import repository as tenants_repo
-from services.usage import repository as usage
-from services.usage.repository import UsageKind
 
 T = TypeVar("T")
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCreate:
-    """One create in a batch: the request, its fingerprint and the id it will get."""
-
-    request: AllocationRequest
-    fingerprint: str
-    allocation_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class PendingCancel:
-    """One cancel in a batch: who asks, which allocation, and the id its Operation will get."""
-
-    principal: Principal
-    allocation_id: str
-    operation_id: str
 
 
 def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
@@ -83,46 +62,18 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     for model, count in wanted.items():
         free = yield from nodes_repo.free_nodes(model, limit=count, locking=False, skip_locked=False)
         pools[model] = [Candidate(*n) for n in free]
-    now = now_us()
-    answers: list[Created] = []
-    placed: list[tuple[Allocation, Sequence[str]]] = []
-    claims: list[KeyClaim] = []
-    moves: list[nodes_repo.Move] = []
+    placed: list[tuple[PendingCreate, Sequence[str]]] = []
     for create in plain:
-        request = create.request
-        pool = pools[request.gpu_model]
-        chosen = first_fit(pool, request.node_count)
+        pool = pools[create.request.gpu_model]
+        chosen = first_fit(pool, create.request.node_count)
         if chosen is None:
             break  # alone, it is refused with the count free at its place
         given = set(chosen)
-        pools[request.gpu_model] = [c for c in pool if c.node_id not in given]
-        row = Allocation(
-            allocation_id=create.allocation_id,
-            tenant_id=request.tenant_id,
-            gpu_model=request.gpu_model,
-            node_count=request.node_count,
-            state=AllocationState.ACTIVE.value,
-            created_us=now,
-        )
-        placed.append((row, chosen))
-        if request.request_id:
-            claims.append(
-                KeyClaim(request.tenant_id, CREATE_METHOD, request.request_id, create.fingerprint, create.allocation_id)
-            )
-        actor = request.actor or f"tenant:{request.tenant_id}"
-        moves.extend(
-            nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE, reason=create.allocation_id, actor=actor)
-            for node_id in chosen
-        )
-        answers.append(Created(AllocationView(row, tuple(chosen)), replayed=False))
+        pools[create.request.gpu_model] = [c for c in pool if c.node_id not in given]
+        placed.append((create, chosen))
     if not placed:
-        return answers
-    # The same writes, in the same order, as a create alone (commands._create).
-    yield from repo.claim_idempotency_keys(claims, now_us=now)
-    yield from repo.insert_many(placed)
-    yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now, uncordoned_only=True)
-    yield from usage.record(UsageKind.START, [row.allocation_id for row, _ in placed], at_us=now)
-    return answers
+        return []
+    return (yield from record_creates(placed, now_us=now_us(), claim_keys=True))
 
 
 def cancel_many(pending: Sequence[PendingCancel]) -> Tx[list[tuple[Operation, AllocationView]]]:
@@ -136,43 +87,8 @@ def cancel_many(pending: Sequence[PendingCancel]) -> Tx[list[tuple[Operation, Al
     )
     if not plain:
         return []
-    ids = [cancel.allocation_id for cancel in plain]
-    held = yield from repo.held_nodes(ids, locking=False)
-    nodes: dict[str, list[str]] = {allocation_id: [] for allocation_id in ids}
-    actors = {cancel.allocation_id: cancel.principal.actor for cancel in plain}
-    moves: list[nodes_repo.Move] = []
-    for h in held:
-        nodes[h.allocation_id].append(h.node_id)
-        moves.append(
-            nodes_repo.Move(
-                h.node_id,
-                NodeState(h.node_state),
-                NodeEvent.RELEASE,
-                reason=f"{h.allocation_id} cancelled",
-                actor=actors[h.allocation_id],
-            )
-        )
-    now = now_us()
-    answers: list[tuple[Operation, AllocationView]] = []
-    for cancel in plain:
-        was = rows[cancel.allocation_id]
-        # Built directly: dataclasses.replace costs several microseconds a row.
-        row = Allocation(
-            was.allocation_id,
-            was.tenant_id,
-            was.gpu_model,
-            was.node_count,
-            AllocationState.CANCELLING.value,
-            was.created_us,
-            cancel_us=now,
-        )
-        operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now)
-        answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))
-    # The same writes, in the same order, as a cancel alone (commands._cancel).
-    yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now)
-    yield from repo.mark_cancelling(ids, now_us=now)
-    yield from ops_repo.insert_many([operation for operation, _ in answers])
-    return answers
+    held = yield from repo.held_nodes([cancel.allocation_id for cancel in plain], locking=False)
+    return (yield from record_cancels([(c, rows[c.allocation_id]) for c in plain], held, now_us=now_us()))
 
 
 def _cancellable(row: Allocation | None, principal: Principal) -> bool:

@@ -17,22 +17,21 @@ transactions here remain the rules, and run every request the runner does not ta
 
 from __future__ import annotations
 
-import dataclasses
 from functools import partial
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
-from services.allocations.batched import PendingCancel, PendingCreate, cancel_many, create_many
+from services.allocations.batched import cancel_many, create_many
 from services.allocations.placement import Candidate, first_fit
-from services.allocations.repository import Allocation, AllocationFilter, AllocationView
+from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.states import AllocationState
+from services.allocations.writes import PendingCancel, PendingCreate, record_cancels, record_creates
 from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
 from services.errors import Aborted, PermissionDenied, ResourceExhausted
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
-from services.nodes.transitions import NodeEvent, NodeState
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor
@@ -40,8 +39,6 @@ from services.store.batch import Batchable
 from services.store.engine import Store
 from services.store.tx import Conflict, Deadlock, Tx, rollback_to, run_in_session, savepoint
 from services.tenants import repository as tenants_repo
-from services.usage import repository as usage
-from services.usage.repository import UsageKind
 
 # Rounds of "lost a race on PostgreSQL, look again" before answering ABORTED.
 _MAX_ATTEMPTS = 5
@@ -105,9 +102,9 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     else:
         yield from tenants_repo.require(request.tenant_id)
     now = now_us()
-    claim = None
-    if request.request_id:
-        claim = repo.claim_idempotency_key(
+    if request.request_id and locking:
+        # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
+        yield from repo.claim_idempotency_key(
             request.tenant_id,
             CREATE_METHOD,
             request.request_id,
@@ -115,9 +112,6 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             result_id=allocation_id,
             now_us=now,
         )
-    if claim is not None and locking:
-        # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
-        yield from claim
     if locking:
         yield from savepoint("placement")
     free = yield from nodes_repo.free_nodes(
@@ -145,29 +139,11 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             ),
             metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
         )
-    if claim is not None and not locking:
-        # On SQLite transactions run one at a time, so the key can wait for a placement: a
-        # refusal then has written nothing, and its group needs no second pass (store/writer.py).
-        yield from claim
-    row = Allocation(
-        allocation_id=allocation_id,
-        tenant_id=request.tenant_id,
-        gpu_model=request.gpu_model,
-        node_count=request.node_count,
-        state=AllocationState.ACTIVE.value,
-        created_us=now,
-    )
-    # The live-assignment index refuses a node already held, whatever the code above did.
-    yield from repo.insert(row, chosen)
-    yield from nodes_repo.apply_many(
-        [nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE) for node_id in chosen],
-        reason=allocation_id,
-        actor=request.actor or f"tenant:{request.tenant_id}",
-        now_us=now,
-        uncordoned_only=True,
-    )
-    yield from usage.record(UsageKind.START, [allocation_id], at_us=now)
-    return Created(AllocationView(row, tuple(chosen)), replayed=False)
+    # On SQLite transactions run one at a time, so the key can wait for a placement (claimed
+    # in record_creates): a refusal then has written nothing, and its group needs no second
+    # pass (store/writer.py).
+    pending = PendingCreate(request, fingerprint, allocation_id)
+    return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
 
 
 async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:
@@ -216,21 +192,13 @@ def _cancel(
     now = now_us()
     if row.state == AllocationState.CANCELLED:
         # Its operation was deleted after it finished: answer with a finished one again.
-        done, done_us = True, row.released_us
         view = (yield from repo.views([row]))[0]
-    else:
-        done, done_us = False, None
-        held = yield from repo.held_nodes([allocation_id], locking=locking)
-        yield from nodes_repo.apply_many(
-            [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held],
-            reason=f"{allocation_id} cancelled",
-            actor=principal.actor,
-            now_us=now,
+        operation = cancel_operation(
+            operation_id, row.tenant_id, allocation_id, now_us=now, done=True, done_us=row.released_us
         )
-        yield from repo.mark_cancelling([allocation_id], now_us=now)
-        row = dataclasses.replace(row, state=AllocationState.CANCELLING.value, cancel_us=now)
-        # Not cancelled yet, so every node it was given is still held, in placement order.
-        view = AllocationView(row, tuple(h.node_id for h in held))
-    operation = cancel_operation(operation_id, row.tenant_id, allocation_id, now_us=now, done=done, done_us=done_us)
-    yield from ops_repo.insert(operation)
-    return operation, view
+        yield from ops_repo.insert(operation)
+        return operation, view
+    # Not cancelled yet, so every node it was given is still held, in placement order.
+    held = yield from repo.held_nodes([allocation_id], locking=locking)
+    pending = PendingCancel(principal, allocation_id, operation_id)
+    return (yield from record_cancels([(pending, row)], held, now_us=now))[0]

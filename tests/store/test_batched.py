@@ -21,7 +21,6 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import asyncpg
@@ -32,6 +31,7 @@ from services.allocations import batched, commands
 from services.allocations.releaser import release_batch
 from services.allocations.repository import AllocationView
 from services.allocations.requests import AllocationRequest, Created
+from services.allocations.writes import PendingCreate, record_creates
 from services.auth.principal import CONTROL_PLANE, Principal, Role
 from services.clock import now_us
 from services.errors import ApiError
@@ -44,8 +44,6 @@ from services.store.engine import Store
 from services.store.tx import Sql, Tx, run_on_connection
 from services.store.writer import SqliteWriter
 from services.tenants import commands as tenant_commands
-from services.usage import repository as usage
-from services.usage.repository import UsageKind
 from tests.conftest import PG_ENV
 
 T = TypeVar("T")
@@ -684,7 +682,7 @@ async def test_a_release_queued_between_creates_frees_nodes_for_the_creates_afte
 async def test_a_batch_failing_after_its_writes_is_undone_and_each_runs_alone(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The batch of creates fails at its last write (the usage events), after writing the
+    """The batch of creates fails after its last write (the usage events), having written the
     keys, allocations, assignments and node moves: the writer undoes the group and runs each
     create alone. Every caller still gets its allocation on nodes of its own, an unknown
     tenant still NOT_FOUND, and the database holds exactly those allocations, each node's 8
@@ -694,13 +692,15 @@ async def test_a_batch_failing_after_its_writes_is_undone_and_each_runs_alone(
     await build_fleet(store, h100=12)
     batches: list[int] = []
 
-    def failing_record(kind: UsageKind, allocation_ids: Sequence[str], *, at_us: int) -> Tx[None]:
-        batches.append(len(allocation_ids))
-        yield from usage.record(kind, allocation_ids, at_us=at_us)
+    def failing_record(
+        placed: Sequence[tuple[PendingCreate, Sequence[str]]], *, now_us: int, claim_keys: bool
+    ) -> Tx[list[Created]]:
+        batches.append(len(placed))
+        yield from record_creates(placed, now_us=now_us, claim_keys=claim_keys)
         raise RuntimeError("the batch failed after writing")
 
-    # Only the batch's reference: the creates alone (commands.usage) record for real.
-    monkeypatch.setattr(batched, "usage", SimpleNamespace(record=failing_record))
+    # Only the batch's reference: the creates alone (commands.record_creates) record for real.
+    monkeypatch.setattr(batched, "record_creates", failing_record)
     requests = [AllocationRequest("acme" if i % 2 else "globex", H100, 1 + i % 2, f"f-{i}") for i in range(8)]
     requests.insert(3, AllocationRequest("ghost", H100, 1, "f-ghost"))
     writer = writer_of(store)

@@ -1,0 +1,128 @@
+"""What an accepted create and an accepted cancel write: one request's or a group's.
+
+The one place that says which rows a create or a cancel changes, in which order, shared by
+commands.py (each request in its own transaction) and batched.py (the plain requests of a
+SQLite group together). Each step is a fixed number of statements however many requests it
+writes for; it decides nothing, so everything it is given must already have been checked.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.allocations import repository as repo
+from services.allocations.repository import Allocation, AllocationView, HeldNode, KeyClaim
+from services.allocations.requests import CREATE_METHOD, AllocationRequest, Created, cancel_operation
+from services.allocations.states import AllocationState
+from services.auth.principal import Principal
+from services.nodes import repository as nodes_repo
+from services.nodes.transitions import NodeEvent, NodeState
+from services.operations import repository as ops_repo
+from services.operations.repository import Operation
+from services.store.tx import Tx
+from services.usage import repository as usage
+from services.usage.repository import UsageKind
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCreate:
+    """One create: the request, its fingerprint and the id it will get."""
+
+    request: AllocationRequest
+    fingerprint: str
+    allocation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PendingCancel:
+    """One cancel: who asks, which allocation, and the id its Operation will get."""
+
+    principal: Principal
+    allocation_id: str
+    operation_id: str
+
+
+def record_creates(
+    placed: Sequence[tuple[PendingCreate, Sequence[str]]], *, now_us: int, claim_keys: bool
+) -> Tx[list[Created]]:
+    """Record creates whose nodes were chosen (in placement order): their idempotency keys
+    unless claimed already (``claim_keys``; PostgreSQL claims them before placing), the
+    allocations and their assignments, the nodes READY -> ALLOCATED with their events, and a
+    usage ``start`` per GPU. The live-assignment index refuses a node already held."""
+    rows = [
+        Allocation(
+            allocation_id=create.allocation_id,
+            tenant_id=create.request.tenant_id,
+            gpu_model=create.request.gpu_model,
+            node_count=create.request.node_count,
+            state=AllocationState.ACTIVE.value,
+            created_us=now_us,
+        )
+        for create, _ in placed
+    ]
+    if claim_keys:
+        claims = [
+            KeyClaim(r.tenant_id, CREATE_METHOD, r.request_id, create.fingerprint, create.allocation_id)
+            for create, _ in placed
+            if (r := create.request).request_id
+        ]
+        yield from repo.claim_idempotency_keys(claims, now_us=now_us)
+    yield from repo.insert_many([(row, node_ids) for row, (_, node_ids) in zip(rows, placed, strict=True)])
+    moves = [
+        nodes_repo.Move(
+            node_id,
+            NodeState.READY,
+            NodeEvent.ALLOCATE,
+            reason=create.allocation_id,
+            actor=create.request.actor or f"tenant:{create.request.tenant_id}",
+        )
+        for create, node_ids in placed
+        for node_id in node_ids
+    ]
+    yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us, uncordoned_only=True)
+    yield from usage.record(UsageKind.START, [row.allocation_id for row in rows], at_us=now_us)
+    return [
+        Created(AllocationView(row, tuple(node_ids)), replayed=False)
+        for row, (_, node_ids) in zip(rows, placed, strict=True)
+    ]
+
+
+def record_cancels(
+    accepted: Sequence[tuple[PendingCancel, Allocation]], held: Sequence[HeldNode], *, now_us: int
+) -> Tx[list[tuple[Operation, AllocationView]]]:
+    """Accept cancels of allocations not cancelled yet, given the nodes they hold (by
+    allocation, in placement order): the nodes move on RELEASE with their events, the
+    allocations turn CANCELLING, and each gets its cancel Operation, not done."""
+    nodes: dict[str, list[str]] = {cancel.allocation_id: [] for cancel, _ in accepted}
+    actors = {cancel.allocation_id: cancel.principal.actor for cancel, _ in accepted}
+    moves: list[nodes_repo.Move] = []
+    for h in held:
+        nodes[h.allocation_id].append(h.node_id)
+        moves.append(
+            nodes_repo.Move(
+                h.node_id,
+                NodeState(h.node_state),
+                NodeEvent.RELEASE,
+                reason=f"{h.allocation_id} cancelled",
+                actor=actors[h.allocation_id],
+            )
+        )
+    answers: list[tuple[Operation, AllocationView]] = []
+    for cancel, was in accepted:
+        # Built directly: dataclasses.replace costs several microseconds a row.
+        row = Allocation(
+            was.allocation_id,
+            was.tenant_id,
+            was.gpu_model,
+            was.node_count,
+            AllocationState.CANCELLING.value,
+            was.created_us,
+            cancel_us=now_us,
+        )
+        operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
+        answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))
+    yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us)
+    yield from repo.mark_cancelling([cancel.allocation_id for cancel, _ in accepted], now_us=now_us)
+    yield from ops_repo.insert_many([operation for operation, _ in answers])
+    return answers
