@@ -1,9 +1,10 @@
 """``AsyncClient``: the typed asyncio client of the gpucloud API.
 
 Every call carries a deadline (the client's ``timeout``, 30 s by default, or the call's own
-``timeout=``) and the bearer token. Calls that are safe to repeat are retried on UNAVAILABLE
-with capped exponential back-off and jitter until that deadline, so a server restart shorter
-than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
+``timeout=``) and the bearer token. Calls that are safe to repeat are retried on UNAVAILABLE,
+and on CANCELLED from the server (a call that reached a server as it began to stop, which it
+drops without running), with capped exponential back-off and jitter until that deadline, so a
+server restart shorter than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
 automatically (a UUIDv7: clients/request_ids.py) so that it is safe to repeat too, and is also
 retried on ABORTED, which the server answers while another call with the same key is running;
 its errors carry that key (``error.request_id``) for a retry of the caller's own. Creating
@@ -48,8 +49,12 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 30.0
-_SAFE = frozenset({grpc.StatusCode.UNAVAILABLE})
-_SAFE_WITH_KEY = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+# CANCELLED reaches a caller as an AioRpcError only from the other side: a call that arrived
+# as the server began to stop, which gRPC drops unanswered and unrun. (A call the caller itself
+# cancels, or whose channel it closes, raises asyncio.CancelledError instead; a deadline is
+# DEADLINE_EXCEEDED.) For a call safe to repeat it is UNAVAILABLE by another name.
+_SAFE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
+_SAFE_WITH_KEY = _SAFE | {grpc.StatusCode.ABORTED}
 _NEVER: frozenset[grpc.StatusCode] = frozenset()
 # The trailing metadata a create carries when it was answered from its key's record
 # (services/allocations/servicer.py sets it).
@@ -644,7 +649,7 @@ class AsyncClient:
     async def delete_operation(self, name: str, *, timeout: float | None = None) -> None:
         """Forget a finished operation; one still running is ``FailedPreconditionError``.
 
-        Retried on UNAVAILABLE. A retry that finds the operation gone counts as deleted: the try
+        Retried like every call safe to repeat. A retry that finds the operation gone counts as deleted: the try
         before it may have deleted it and lost only the reply.
         """
         stub = self._stubs().operations
@@ -673,7 +678,7 @@ class AsyncClient:
     ) -> metrics.WriteResult:
         """Write node pushes and columnar series in one all-or-nothing batch.
 
-        Retried on UNAVAILABLE: the store takes a sample repeating a stored time with the same
+        Retried like every call safe to repeat: the store takes a sample repeating a stored time with the same
         value as a retry and does not add it twice.
         """
         stub = self._stubs().metrics

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import socket
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -142,6 +143,14 @@ async def register_ready_nodes(
         await client.complete_burn_in(node_id)
         ids.append(node_id)
     return ids
+
+
+def free_port() -> int:
+    """A loopback port nobody listens on right now (the OS's pick)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
 
 
 def gpucloud_command() -> list[str]:

@@ -5,18 +5,15 @@ from __future__ import annotations
 import asyncio
 import json
 import re
-import socket
 from pathlib import Path
 
-from tests.conftest import RunningControlPlane, register_ready_nodes
+from tests.conftest import RunningControlPlane, free_port, register_ready_nodes
 from tests.test_cli_connection import gpucloud
 
 
 def _closed_address() -> str:
     """A loopback port nobody listens on: every try is refused (UNAVAILABLE)."""
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return f"127.0.0.1:{probe.getsockname()[1]}"
+    return f"127.0.0.1:{free_port()}"
 
 
 def test_an_empty_request_id_is_refused_not_replaced() -> None:

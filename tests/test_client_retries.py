@@ -10,12 +10,14 @@ import pytest
 from google.longrunning import operations_pb2
 from google.protobuf import empty_pb2
 
-from clients import AsyncClient, Client, DeadlineExceededError, InvalidValueError, NotFoundError
+from clients import AsyncClient, Client, DeadlineExceededError, GpucloudError, InvalidValueError, NotFoundError
 from clients.async_client import RetryPolicy
+from gpucloud.v1 import allocation_pb2, node_pb2
 from tests.scripted_server import Behaviour, Start
 
 DELETE = "google.longrunning.Operations/DeleteOperation"
 CREATE = "gpucloud.v1.AllocationService/CreateAllocation"
+CREATE_TENANT = "gpucloud.v1.TenantService/CreateTenant"
 FAST = RetryPolicy(attempts=3, initial_backoff=0.001, max_backoff=0.001)
 
 
@@ -41,6 +43,49 @@ async def test_a_retried_delete_that_finds_the_operation_gone_counts_as_deleted(
     async with AsyncClient(await scripted({DELETE: behaviour}), "token", retry=FAST) as client:
         await client.delete_operation("operations/op-1")
     assert [operations_pb2.DeleteOperationRequest.FromString(r).name for r in seen] == ["operations/op-1"] * 2
+
+
+async def test_a_call_the_server_drops_as_it_stops_is_retried(scripted: Start) -> None:
+    """A server that begins a graceful stop drops calls that reach it then, unrun, with CANCELLED:
+    on a call safe to repeat that is retried like UNAVAILABLE, instead of failing the caller."""
+    behaviour, seen = _answers(grpc.StatusCode.CANCELLED, None)
+    async with AsyncClient(await scripted({DELETE: behaviour}), "token", retry=FAST) as client:
+        await client.delete_operation("operations/op-1")
+    assert len(seen) == 2
+
+
+async def test_a_create_the_server_drops_as_it_stops_is_retried_with_its_key(scripted: Start) -> None:
+    seen: list[allocation_pb2.CreateAllocationRequest] = []
+
+    async def behaviour(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        seen.append(allocation_pb2.CreateAllocationRequest.FromString(request))
+        if len(seen) == 1:
+            await context.abort(grpc.StatusCode.CANCELLED, "scripted CANCELLED")
+        allocation = allocation_pb2.Allocation(
+            allocation_id="alloc-1",
+            tenant_id="acme",
+            gpu_model=node_pb2.GPU_MODEL_H100,
+            node_count=1,
+            state=allocation_pb2.ALLOCATION_STATE_ACTIVE,
+            node_ids=["node-000"],
+        )
+        return allocation_pb2.CreateAllocationResponse(allocation=allocation).SerializeToString()
+
+    async with AsyncClient(await scripted({CREATE: behaviour}), "token", retry=FAST) as client:
+        created = await client.create_allocation(gpu_model="H100", node_count=1)
+    assert created.allocation_id == "alloc-1"
+    assert len(seen) == 2
+    assert seen[0].request_id and seen[1].request_id == seen[0].request_id
+
+
+async def test_a_call_not_safe_to_repeat_is_not_retried_on_cancelled(scripted: Start) -> None:
+    """Creating a tenant acts once: after CANCELLED the caller reads the tenant instead."""
+    behaviour, seen = _answers(grpc.StatusCode.CANCELLED, None)
+    async with AsyncClient(await scripted({CREATE_TENANT: behaviour}), "token", retry=FAST) as client:
+        with pytest.raises(GpucloudError) as caught:
+            await client.create_tenant("acme")
+    assert caught.value.code is grpc.StatusCode.CANCELLED
+    assert len(seen) == 1
 
 
 async def test_a_first_try_that_finds_no_operation_is_not_found(scripted: Start) -> None:

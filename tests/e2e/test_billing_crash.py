@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import socket
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,18 +27,11 @@ from accounting.model import datetime_to_us, us_to_seconds
 from accounting.periods import BillingPeriod, period_of
 from clients import Allocation, AsyncClient
 from clients.cli.app import app
-from tests.conftest import gpucloud_command, register_ready_nodes
+from tests.conftest import free_port, gpucloud_command, register_ready_nodes
 
 GPUS_PER_NODE = 8
 RATES = {"currency": "USD", "gpu_hour": {"H100": {"on_demand": "2.00"}}}
 START_TIMEOUT = 60.0
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 @dataclass
