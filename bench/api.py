@@ -12,8 +12,9 @@ so that drift in a shared machine's speed weighs on both sides alike. The figure
 is the ratio, since machines here are shared and noisy: the goal is creates/s >= 25% of empty
 calls/s on SQLite, judged at the highest concurrency measured (64 by default), where the empty
 calls keep both cores busy and the control plane is bound by its event loop; at 8 in flight a
-pair's rate is the latency of its two durable commits, not a throughput. One round's ratio moves by several points on a shared
-machine, so the default run is 16 s in 8 rounds at each concurrency.
+pair's rate is the latency of its two durable commits, not a throughput. One round's ratio
+moves by several points on a shared machine, so the default run is 16 s in 8 rounds at each
+concurrency.
 """
 
 from __future__ import annotations
