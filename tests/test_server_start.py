@@ -3,7 +3,12 @@ one again on the same data directory once the cause is fixed."""
 
 from __future__ import annotations
 
+import os
+import shutil
 import socket
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -85,3 +90,39 @@ async def test_a_data_directory_whose_database_was_deleted_is_refused(tmp_path: 
         assert fresh.operator_token_created == tmp_path / "operator.token"
     finally:
         await fresh.stop()
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` read-only for this process: by its mode for a user; for root, whom modes do not
+    stop, by the immutable flag (Linux, where CI runs as root)."""
+    if os.geteuid() != 0:
+        mode = path.stat().st_mode
+        path.chmod(0o444)
+        try:
+            yield
+        finally:
+            path.chmod(mode)
+        return
+    if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], check=False).returncode:
+        pytest.skip("root on a file system without `chattr +i`: nothing here can make a file read-only for root")
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(path)], check=True)
+
+
+async def test_a_database_file_the_server_cannot_write_is_refused(tmp_path: Path) -> None:
+    """SQLite opens a file it may not write read-only without a word, and in WAL mode even BEGIN
+    IMMEDIATE succeeds on it: the server said SERVING and answered every write UNAVAILABLE
+    (STORAGE_ERROR). Now the start refuses in one line, and starts once the file is writable."""
+    config = ServerConfig(data_dir=tmp_path, listen="127.0.0.1:0")
+    plane = ControlPlane(config)
+    await plane.start()
+    await plane.stop()
+    refused = pytest.raises(StartError, match=r"gpucloud\.db: the file is read-only for this server")
+    with read_only(tmp_path / "gpucloud.db"), refused:
+        await ControlPlane(config).start()
+    again = ControlPlane(config)
+    await again.start()
+    await again.stop()

@@ -19,6 +19,7 @@ take turns in order instead of polling each other through the busy handler.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -145,14 +146,22 @@ class Store:
             read_engine = write_engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
             writer, write_lock = None, None
         store = cls(url, write_engine, read_engine, writer, write_lock)
-        async with write_engine.begin() as connection:
-            if write_engine.dialect.name == "postgresql":
-                # Replicas starting together must not run the same migration twice; the lock
-                # is held until this transaction commits.
-                await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
-            await connection.run_sync(upgrade_to_head)
-        if writer is not None:
-            await writer.start()
+        try:
+            async with write_engine.begin() as connection:
+                if write_engine.dialect.name == "postgresql":
+                    # Replicas starting together must not run the same migration twice; the lock
+                    # is held until this transaction commits.
+                    await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_ID})")
+                await connection.run_sync(upgrade_to_head)
+            if writer is not None:
+                await writer.start()
+        except BaseException:
+            # A store that cannot serve (a file it may not write, a failed migration) leaves no
+            # pool or writer thread behind; the caller needs the error that stopped it, not one
+            # from closing.
+            with contextlib.suppress(Exception):
+                await store.close()
+            raise
         return store
 
     @asynccontextmanager

@@ -171,6 +171,29 @@ def open_connection(path: str, *, timeout: float, shared: bool = False, create: 
     return connection
 
 
+def check_writable(connection: sqlite3.Connection) -> None:
+    """Raise ``sqlite3.OperationalError`` when SQLite can read the connection's file but never write it.
+
+    SQLite opens a file it may not write read-only without a word, and in WAL mode even
+    ``BEGIN IMMEDIATE`` succeeds on it (its lock lives in the ``-shm`` file): only the first page
+    written fails. A server on such a file would say SERVING and answer every write UNAVAILABLE.
+    So write one page, the header's ``user_version`` set to the value it has, and roll it back.
+    """
+    (version,) = connection.execute("PRAGMA user_version").fetchone()
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        connection.execute(f"PRAGMA user_version = {int(version)}")
+    except sqlite3.OperationalError as error:
+        if error.sqlite_errorcode != sqlite3.SQLITE_READONLY:
+            raise
+        raise sqlite3.OperationalError(
+            "the file is read-only for this server: it reads it but can write nothing"
+        ) from error
+    finally:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+
+
 def create_file(path: str, *, timeout: float) -> None:
     """Create the database file at ``path`` (in WAL mode) if it does not exist yet."""
     open_connection(path, timeout=timeout, create=True).close()

@@ -222,6 +222,11 @@ class SqliteWriter:
 
     def _open(self) -> sqlite3.Connection:
         connection = sqlite_driver.open_connection(self._path, timeout=self._timeout, shared=True)
+        try:
+            sqlite_driver.check_writable(connection)
+        except BaseException:
+            connection.close()
+            raise
         self._identity = _identity(self._path)
         return connection
 
