@@ -310,8 +310,13 @@ def main() -> None:
         )
     judged = max(totals)
     e, p = totals[judged]
-    verdict = "met" if p.rate / e.rate >= GOAL else "NOT met"
-    print(f"goal: creates / empty >= {GOAL:.0%} at {judged} in flight (saturation): {p.rate / e.rate:.1%}, {verdict}")
+    if backend != "sqlite":
+        print(f"goal: creates / empty >= {GOAL:.0%} on SQLite (not judged on {backend})")
+    else:
+        verdict = "met" if p.rate / e.rate >= GOAL else "NOT met"
+        print(f"goal: creates / empty >= {GOAL:.0%} at the most in flight ({judged}): {p.rate / e.rate:.1%}, {verdict}")
+        if judged < 64:
+            print("(judged below 64 in flight: the pairs' rate there is bound by commit latency, not throughput)")
     if len(totals) > 1:
         print("(at fewer in flight the pairs' rate is the latency of two durable commits, not a throughput)")
     print()

@@ -2,9 +2,9 @@
 
 Every call carries a deadline (the client's ``timeout``, 30 s by default, or the call's own
 ``timeout=``) and the bearer token. Calls that are safe to repeat are retried on UNAVAILABLE,
-and on CANCELLED from the server (a call that reached a server as it began to stop, which it
-drops without running), with capped exponential back-off and jitter until that deadline, so a
-server restart shorter than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
+and on CANCELLED from the server (what a server that begins a graceful stop answers a call
+arriving then), with capped exponential back-off and jitter until that deadline, so a server
+restart shorter than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
 automatically (a UUIDv7: clients/request_ids.py) so that it is safe to repeat too, and is also
 retried on ABORTED, which the server answers while another call with the same key is running;
 its errors carry that key (``error.request_id``) for a retry of the caller's own. Creating
@@ -49,10 +49,11 @@ R = TypeVar("R")
 T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 30.0
-# CANCELLED reaches a caller as an AioRpcError only from the other side: a call that arrived
-# as the server began to stop, which gRPC drops unanswered and unrun. (A call the caller itself
-# cancels, or whose channel it closes, raises asyncio.CancelledError instead; a deadline is
-# DEADLINE_EXCEEDED.) For a call safe to repeat it is UNAVAILABLE by another name.
+# CANCELLED reaches a caller as an AioRpcError only from the other side (a call the caller
+# cancels, or whose channel it closes, raises asyncio.CancelledError; a deadline is
+# DEADLINE_EXCEEDED). A grpc.aio server sends it for a call that arrives as it begins a graceful
+# stop, which it drops unrun; a proxy might send it after the call ran. Either way the calls
+# retried on it are those safe to repeat, as on UNAVAILABLE, which may also come after the work.
 _SAFE = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED})
 _SAFE_WITH_KEY = _SAFE | {grpc.StatusCode.ABORTED}
 _NEVER: frozenset[grpc.StatusCode] = frozenset()

@@ -120,9 +120,13 @@ async def test_a_database_file_the_server_cannot_write_is_refused(tmp_path: Path
     plane = ControlPlane(config)
     await plane.start()
     await plane.stop()
-    refused = pytest.raises(StartError, match=r"gpucloud\.db: the file is read-only for this server")
-    with read_only(tmp_path / "gpucloud.db"), refused:
-        await ControlPlane(config).start()
+    refused = ControlPlane(config)
+    with read_only(tmp_path / "gpucloud.db"):
+        try:
+            with pytest.raises(StartError, match=r"gpucloud\.db: the file is read-only for this server"):
+                await refused.start()
+        finally:
+            await refused.stop()  # if it started after all, it must not hold the data directory
     again = ControlPlane(config)
     await again.start()
     await again.stop()

@@ -19,7 +19,6 @@ take turns in order instead of polling each other through the busy handler.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable, Coroutine
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -159,8 +158,10 @@ class Store:
             # A store that cannot serve (a file it may not write, a failed migration) leaves no
             # pool or writer thread behind; the caller needs the error that stopped it, not one
             # from closing.
-            with contextlib.suppress(Exception):
+            try:
                 await store.close()
+            except Exception as error:
+                log.warning("store_open_cleanup_failed", error=repr(error))
             raise
         return store
 

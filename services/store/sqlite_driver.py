@@ -180,11 +180,12 @@ def check_writable(connection: sqlite3.Connection) -> None:
     So write one page, the header's ``user_version`` set to the value it has, and roll it back.
     """
     (version,) = connection.execute("PRAGMA user_version").fetchone()
-    connection.execute("BEGIN IMMEDIATE")
     try:
+        connection.execute("BEGIN IMMEDIATE")
         connection.execute(f"PRAGMA user_version = {int(version)}")
     except sqlite3.OperationalError as error:
-        if error.sqlite_errorcode != sqlite3.SQLITE_READONLY:
+        # The primary code: SQLITE_READONLY_CANTLOCK, _RECOVERY and the rest are read-only too.
+        if error.sqlite_errorcode & 0xFF != sqlite3.SQLITE_READONLY:
             raise
         raise sqlite3.OperationalError(
             "the file is read-only for this server: it reads it but can write nothing"
