@@ -315,10 +315,8 @@ def main() -> None:
     else:
         verdict = "met" if p.rate / e.rate >= GOAL else "NOT met"
         print(f"goal: creates / empty >= {GOAL:.0%} at the most in flight ({judged}): {p.rate / e.rate:.1%}, {verdict}")
-        if judged < 64:
-            print("(judged below 64 in flight: the pairs' rate there is bound by commit latency, not throughput)")
-    if len(totals) > 1:
-        print("(at fewer in flight the pairs' rate is the latency of two durable commits, not a throughput)")
+    if min(totals) < 64:
+        print("(below 64 in flight the pairs' rate is the latency of two durable commits, not a throughput)")
     print()
     print("CPU in ms: server event-loop thread / whole server process; client (this process)")
     print("(steadier than rates on a shared machine):")
