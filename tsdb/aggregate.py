@@ -12,6 +12,12 @@ numpy); rate is the counter increase between consecutive samples inside the wind
 as a reset to zero, so the increase over that pair is the new value) divided by the seconds from
 the first to the last sample in the window; NaN when the window holds fewer than two samples.
 Every aggregate is NaN for a step without samples.
+
+Arithmetic on NaN, infinities and values whose sums or differences overflow gives what IEEE says
+(NaN, an infinity) without numpy's RuntimeWarning: callers run the query under np.errstate, and
+counter_increase (shared with the segment writer) silences its own. A step's position is counted
+from the window start in unsigned 64-bit arithmetic (step_index), so a window wider than int64
+can hold (from near INT64_MIN to positive times) still puts each sample in its step.
 """
 
 from __future__ import annotations
@@ -50,10 +56,21 @@ def needs(agg: str) -> frozenset[str]:
         raise InvalidArgumentError(f"agg must be one of {', '.join(AGGS)}, got {agg!r}") from None
 
 
+def step_index(ts: I64, start: int, step: int) -> I64:
+    """Per time in `ts` (each at or after `start`), the number of its step: ``(t - start) // step``
+    without int64 overflow. The difference fits in uint64 whatever the two times are, and the
+    quotient is below the step count, which the caller has checked fits in int64."""
+    offset = ts.view(np.uint64) - np.uint64(start % 2**64)
+    offset //= np.uint64(step)
+    return offset.view(np.int64)
+
+
 def counter_increase(values: F64, axis: int) -> F64:
     """Per consecutive pair, the counter increase (a drop is a reset to zero). The one rule for
-    counters: queries and the segment writer's pre-aggregates both use it."""
-    delta = np.diff(values, axis=axis)
+    counters: queries and the segment writer's pre-aggregates both use it. Infinities and
+    overflowing differences give NaN or an infinity, as IEEE arithmetic does, without a warning."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        delta = np.diff(values, axis=axis)
     later = values[:, 1:] if values.ndim == 2 else values[1:]
     result: F64 = np.where(delta < 0, later, delta)
     return result
@@ -94,7 +111,7 @@ class Partials:
         n = ts.size
         if n == 0:
             return
-        index = (ts - start) // step
+        index = step_index(ts, start, step)
         starts = np.flatnonzero(np.concatenate(([True], index[1:] != index[:-1])))
         ends = np.append(starts[1:], n)
         rows = positions.size
@@ -123,7 +140,7 @@ class Partials:
         n = ts.size
         if n == 0:
             return
-        key = positions * self.n_steps + (ts - start) // step
+        key = positions * self.n_steps + step_index(ts, start, step)
         boundary = np.concatenate(([True], key[1:] != key[:-1]))
         starts = np.flatnonzero(boundary)
         ends = np.append(starts[1:], n)
@@ -228,7 +245,8 @@ class Partials:
         cross = np.where(first[1:] < last[:-1], first[1:], first[1:] - last[:-1])
         cross[boundary[1:]] = 0.0
         increase = np.add.reduceat(fields["inc"], starts) + np.add.reduceat(np.concatenate(([0.0], cross)), starts)
-        seconds = (tlast[ends - 1] - tfirst[starts]) / 1000.0
+        # The two times share a step, which may be wider than int64 can hold: subtract unsigned.
+        seconds = (tlast[ends - 1].view(np.uint64) - tfirst[starts].view(np.uint64)) / 1000.0
         with np.errstate(divide="ignore", invalid="ignore"):
             rate: F64 = np.where(seconds > 0, increase / seconds, np.nan)
         return rate

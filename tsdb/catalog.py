@@ -1,11 +1,19 @@
 """The label catalog: every series' labels, stored once, append-only, in `catalog.tsc`.
 
 File layout: an 8-byte header (``b"TSC1" | version u16 | reserved u16``) then framed records (see
-tsdb.framing). Each record's payload is UTF-8 JSON ``{"first": <id>, "labels": [{...}, ...]}``: the
-series created by one call, with ids first, first+1, ... Ids are dense from 0, so a record whose
-`first` is not the number of series read so far is corrupt. A torn tail is cut off on open: the
-Store fsyncs the catalog before it writes any WAL record that names a new series, so a series lost
-in a torn tail was never referenced by a durable sample.
+tsdb.framing). Each record's payload is UTF-8 JSON, one of:
+
+- ``{"first": <id>, "labels": [{...}, ...]}``: the series created by one call, with ids first,
+  first+1, ...;
+- ``{"first": <id>, "lost": <n>}``: n ids whose labels were lost (a damaged catalog) while a
+  segment or the WAL still names them. They are reserved, never handed out again, and match no
+  selector: their samples stay stored, unreachable, until retention deletes them.
+
+Ids are dense from 0, so a record whose `first` is not the number of ids read so far is corrupt.
+Reading stops at the first torn, corrupt or unreadable record, and the file is cut back to the
+end of the last good one. The Store fsyncs the catalog before it writes any WAL record that names
+a new series, and reserves on open every id that its state file, a segment or the WAL names
+beyond what the catalog holds (Catalog.reserve), so an id is never given to a second series.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 from tsdb import framing
-from tsdb._fs import write_all
+from tsdb._fs import open_private, write_all
 from tsdb.errors import InvalidArgumentError, TsdbError
 from tsdb.model import Labels
 
@@ -70,10 +78,13 @@ def canonical(labels: Mapping[str, str]) -> LabelKey:
 class Catalog:
     """Labels <-> dense series ids, with postings per (label, value) for selectors."""
 
-    def __init__(self, path: Path, fd: int, labels: list[dict[str, str]]) -> None:
+    def __init__(self, path: Path, fd: int, labels: list[dict[str, str] | None]) -> None:
         self.path = path
         self._fd = fd
-        self._labels = [Labels(item) for item in labels]
+        # A lost id (None in `labels`) holds the shared empty label set and is listed in _lost.
+        self._labels = [_NO_LABELS if item is None else Labels(item) for item in labels]
+        self._lost: set[int] = {sid for sid, item in enumerate(labels) if item is None}
+        self._live: I64 | None = None
         self._index: dict[LabelKey, int] = {}
         self._postings: dict[tuple[str, str], list[int]] = {}
         self._names: set[str] = set()
@@ -82,12 +93,13 @@ class Catalog:
         self._single: dict[int, I64] = {}
         self._order_keys: dict[int, tuple[object, ...]] = {}
         for sid, item in enumerate(labels):
-            self._register(sid, item)
+            if item is not None:
+                self._register(sid, item)
 
     @classmethod
     def open(cls, path: Path) -> tuple[Catalog, CatalogLoad]:
-        """Open (or create) the catalog file, cutting off a torn tail."""
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o644)
+        """Open (or create) the catalog file, cutting off a torn or corrupt tail."""
+        fd = open_private(path, os.O_RDWR | os.O_APPEND)
         try:
             data = _read_all(fd)
             load = CatalogLoad(0, None)
@@ -97,16 +109,19 @@ class Catalog:
                 return cls(path, fd, []), load
             if data[: len(MAGIC)] != MAGIC:
                 raise TsdbError(f"{path} is not a tsdb catalog (bad magic)")
-            labels: list[dict[str, str]] = []
+            labels: list[dict[str, str] | None] = []
             end = framing.ScanEnd(0, False, None)
+            # Just past the last record taken: the scan's own good_end only moves past a record
+            # once the next one is asked for, so it lags one record behind inside the loop.
             good = len(HEADER)
             for offset, payload in framing.scan(data, len(HEADER), end):
-                record = json.loads(bytes(payload))
-                if record.get("first") != len(labels):
-                    end.damaged, end.reason = True, f"record at offset {offset} starts at id {record.get('first')}"
+                try:
+                    created = _parse_record(payload, len(labels))
+                except ValueError as exc:
+                    end.damaged, end.reason = True, f"record at offset {offset} {exc}"
                     break
-                labels.extend({str(k): str(v) for k, v in item.items()} for item in record["labels"])
-                good = end.good_end
+                labels.extend(created)
+                good = offset + framing.FRAME.size + len(payload)
             if end.damaged:
                 load = CatalogLoad(len(data) - good, end.reason)
                 os.ftruncate(fd, good)
@@ -123,11 +138,38 @@ class Catalog:
         self._names.update(labels)
 
     def __len__(self) -> int:
+        """How many ids are taken, lost ones included: the next new series gets this id."""
         return len(self._labels)
 
     def labels(self, sid: int) -> Labels:
-        """The labels of series `sid` (read-only, shared)."""
+        """The labels of series `sid` (read-only, shared; empty for a lost id)."""
         return self._labels[sid]
+
+    def is_lost(self, sid: int) -> bool:
+        """Whether `sid` is reserved with its labels lost."""
+        return sid in self._lost
+
+    def known(self, sids: I64) -> NDArray[np.bool_]:
+        """Per id: whether it names a series with labels (taken and not lost)."""
+        inside: NDArray[np.bool_] = (sids >= 0) & (sids < len(self._labels))
+        if self._lost:
+            inside &= ~np.isin(sids, np.fromiter(self._lost, dtype=np.int64, count=len(self._lost)))
+        return inside
+
+    def reserve(self, next_id: int) -> int:
+        """Take every id below `next_id` that is not yet taken, as lost, durably (a segment or
+        the WAL names them but their labels are gone); returns how many were reserved."""
+        missing = next_id - len(self._labels)
+        if missing <= 0:
+            return 0
+        payload = json.dumps({"first": len(self._labels), "lost": missing}, separators=(",", ":")).encode()
+        _write_all(self._fd, framing.frame(payload))
+        os.fsync(self._fd)
+        self._lost.update(range(len(self._labels), next_id))
+        self._labels.extend([_NO_LABELS] * missing)
+        self._live = None
+        self._selected.clear()
+        return missing
 
     def labels_of(self, sids: list[int]) -> list[Labels]:
         """The labels of many series."""
@@ -154,6 +196,7 @@ class Catalog:
             for labels in created:
                 self._labels.append(Labels(labels))
                 self._register(len(self._labels) - 1, labels)
+            self._live = None
             self._selected.clear()
         return out
 
@@ -221,7 +264,7 @@ class Catalog:
     def _match(self, key: tuple[tuple[str, frozenset[str]], ...]) -> I64:
         """Sorted ids of the series matching a normalised selector (see _selector_key)."""
         if not key:
-            return np.arange(len(self._labels), dtype=np.int64)
+            return self._every()
         if (
             len(key) == len(self._names)
             and all(len(values) == 1 for _, values in key)
@@ -257,6 +300,14 @@ class Catalog:
                 break
         return result
 
+    def _every(self) -> I64:
+        """Every id that names a series (lost ids match no selector, not even {})."""
+        if not self._lost:
+            return np.arange(len(self._labels), dtype=np.int64)
+        if self._live is None:
+            self._live = np.flatnonzero(self.known(np.arange(len(self._labels), dtype=np.int64))).astype(np.int64)
+        return self._live.copy()
+
     def partition_key(self, sid: int) -> tuple[str, str]:
         """(field, node) of a series: a segment's value groups never mix two partitions."""
         labels = self._labels[sid]
@@ -271,6 +322,28 @@ class Catalog:
             rest = tuple(sorted((k, v) for k, v in labels.items() if k not in (NODE, GPU, FIELD)))
             key = self._order_keys[sid] = (_natural(labels.get(NODE, "")), _natural(labels.get(GPU, "")), rest)
         return key
+
+
+_NO_LABELS: Final = Labels()
+
+
+def _parse_record(payload: memoryview, first: int) -> list[dict[str, str] | None]:
+    """The ids a record creates, in order (None for a lost one); ValueError when the record does
+    not parse or does not start at id `first`."""
+    try:
+        record = json.loads(bytes(payload))
+    except ValueError as exc:
+        raise ValueError(f"is not JSON: {exc}") from None
+    if not isinstance(record, dict) or record.get("first") != first:
+        start = record.get("first") if isinstance(record, dict) else None
+        raise ValueError(f"starts at id {start}, expected {first}")
+    lost = record.get("lost")
+    if isinstance(lost, int) and not isinstance(lost, bool) and lost > 0:
+        return [None] * lost
+    items = record.get("labels")
+    if not isinstance(items, list) or not all(isinstance(item, dict) and item for item in items):
+        raise ValueError("has no label sets")
+    return [{str(k): str(v) for k, v in item.items()} for item in items]
 
 
 def _selector_key(selector: Selector) -> tuple[tuple[str, frozenset[str]], ...]:

@@ -107,6 +107,9 @@ class RecoveryReport:
     discarded (counted in records_discarded / samples_discarded where their frames still parse,
     and in bytes_discarded in full). samples_already_sealed counts replayed samples skipped because
     a sealed segment already holds them (a crash between a flush and the WAL truncation).
+    series_ids_reserved counts ids that the state file, a segment or the WAL named but the
+    catalog no longer held (a damaged catalog): they are kept from new series, and their samples
+    are unreachable.
     """
 
     records_replayed: int = 0
@@ -116,6 +119,7 @@ class RecoveryReport:
     bytes_discarded: int = 0
     samples_already_sealed: int = 0
     catalog_bytes_discarded: int = 0
+    series_ids_reserved: int = 0
     wal_files: int = 0
     seconds: float = 0.0
     reason: str | None = None

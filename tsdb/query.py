@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import numpy as np
 from numpy.typing import NDArray
 
-from tsdb.aggregate import Partials
+from tsdb.aggregate import Partials, step_index
 from tsdb.errors import QueryTooLargeError
 from tsdb.head import Head
 from tsdb.model import QueryStats, SegmentInfo
@@ -204,7 +204,8 @@ def read_range(
     stats: QueryStats,
 ) -> None:
     """Add to `partials` every sample of `sids` in [start, end): directory aggregates where a
-    (series, chunk) lies inside one step, decoded blocks elsewhere, and the head."""
+    (series, chunk) lies inside one step, decoded blocks elsewhere, and the head. Step numbers are
+    counted with Python ints or aggregate.step_index, never as an int64 difference from start."""
     n_steps = partials.n_steps
     for reader, chunk, chunk_tmin, chunk_tmax in _chunks_meeting(segments, readers, start, end, stats):
         present, rows = reader.select(chunk, sids)
@@ -219,8 +220,10 @@ def read_range(
             partials.add(present * n_steps + first if n_steps > 1 or first else present, count, tmin, tmax, fields)
             continue
         tmin, tmax = reader.dir_tmin[rows], reader.dir_tmax[rows]
-        first_step = (tmin - start) // step
-        whole = (tmin >= start) & (tmax < end) & (first_step == (tmax - start) // step)
+        inside = (tmin >= start) & (tmax < end)
+        # step_index counts from start: where tmin is before it, `inside` already says no.
+        first_step = step_index(tmin, start, step)
+        whole = inside & (first_step == step_index(tmax, start, step))
         if whole.all():
             stats.chunks_preaggregated += present.size
             partials.add(

@@ -3,8 +3,12 @@
 Series of a chunk whose timestamps are identical share one timestamp group (a node's scrape);
 inside a timestamp group, series are split by (field, node) and cut into value groups of up to 8
 rows, so a group is normally one field across one node's GPUs. The file is written under a
-temporary name, fsynced, renamed into place and the directory fsynced: a reader sees either no
-file or the whole file.
+temporary name (mode 0600), fsynced, renamed into place and the directory fsynced: a reader sees
+either no file or the whole file.
+
+Values may be NaN or infinite, or so large that their differences overflow: the pre-aggregates
+then hold what IEEE arithmetic gives (NaN, an infinity), as the queries that read them define,
+so encoding runs with numpy's overflow and invalid-value warnings silenced.
 """
 
 from __future__ import annotations
@@ -22,7 +26,7 @@ from numpy.typing import NDArray
 from tsdb import codecs
 from tsdb import segment_format as fmt
 from tsdb._codec_common import compress
-from tsdb._fs import fsync_dir
+from tsdb._fs import fsync_dir, open_private
 from tsdb.aggregate import counter_increase
 from tsdb.model import SegmentInfo
 
@@ -168,6 +172,25 @@ def _chunk_bounds(tmin: int, tmax: int, chunk_ms: int | None) -> list[tuple[int,
     return [(start, start + chunk_ms) for start in range(first, tmax + 1, chunk_ms)]
 
 
+def _encode(
+    batch: SeriesBatch, grouping: Grouping, zstd_level: int, tmin: int, tmax: int, chunk_ms: int | None
+) -> _Builder:
+    """Every chunk of `batch` encoded: blobs and tables, not yet the metadata."""
+    builder = _Builder(grouping, zstd_level)
+    for start, end in _chunk_bounds(tmin, tmax, chunk_ms):
+        pieces: list[tuple[int, I64, F64]] = []
+        for sid, ts, values in zip(batch.sids, batch.timestamps, batch.values, strict=True):
+            if chunk_ms is None:
+                pieces.append((sid, ts, values))
+                continue
+            lo, hi = np.searchsorted(ts, (start, end))
+            if hi > lo:
+                pieces.append((sid, ts[lo:hi], values[lo:hi]))
+        if pieces:
+            builder.chunk(pieces)
+    return builder
+
+
 def write_segment(
     directory: Path,
     batch: SeriesBatch,
@@ -184,18 +207,8 @@ def write_segment(
     """Encode `batch` into a new segment file in `directory` (atomically) and describe it."""
     tmin = min(int(ts[0]) for ts in batch.timestamps)
     tmax = max(int(ts[-1]) for ts in batch.timestamps)
-    builder = _Builder(grouping, zstd_level)
-    for start, end in _chunk_bounds(tmin, tmax, chunk_ms):
-        pieces: list[tuple[int, I64, F64]] = []
-        for sid, ts, values in zip(batch.sids, batch.timestamps, batch.values, strict=True):
-            if chunk_ms is None:
-                pieces.append((sid, ts, values))
-                continue
-            lo, hi = np.searchsorted(ts, (start, end))
-            if hi > lo:
-                pieces.append((sid, ts[lo:hi], values[lo:hi]))
-        if pieces:
-            builder.chunk(pieces)
+    with np.errstate(over="ignore", invalid="ignore"):
+        builder = _encode(batch, grouping, zstd_level, tmin, tmax, chunk_ms)
     raw = builder.meta(sources)
     meta = compress(raw, zstd_level)
     n_chunks = len(builder.tables.chunk["tmin"])
@@ -215,7 +228,7 @@ def write_segment(
     final = directory / name
     tmp = directory / (name + fmt.TMP_SUFFIX)
     try:
-        with open(tmp, "wb") as handle:
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_TRUNC), "wb") as handle:
             handle.write(header)
             for blob in builder.blobs:
                 handle.write(blob)

@@ -4,12 +4,18 @@ Layout of a store directory::
 
     LOCK                 flock'ed while a Store has the directory open
     catalog.tsc          labels of every series (tsdb.catalog)
+    state.tss            sealed boundary and next series id (tsdb.state)
     wal/<seq>.wal        write-ahead log (tsdb.wal)
     segments/L<level>_<tmin>_<tmax>_<seq>.tsg   sealed segments (tsdb.segment_format)
+
+Files are 0600 and directories 0700 whatever the umask (tsdb._fs).
 
 Durability: append returns after the batch is written to the WAL (it survives kill -9 from then
 on) and is on disk after the next group-commit fsync (within fsync_interval_ms) or sync(). New
 series reach the catalog file before any WAL record names them, and the catalog is fsynced first.
+The state file is rewritten after a flush moves the sealed boundary and before any WAL file or
+segment is deleted, so what retention deleted is never replayed back, and no id that a segment or
+the WAL names is handed to a new series.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ import structlog
 from numpy.typing import ArrayLike, NDArray
 
 from tsdb import segment_format as fmt
-from tsdb._fs import fsync_dir
+from tsdb._fs import fsync_dir, narrow_files, open_private, private_dir
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, Selector
 from tsdb.errors import (
@@ -39,7 +45,6 @@ from tsdb.errors import (
     QueryTooLargeError,
     StoreClosedError,
     StoreLockedError,
-    TsdbError,
 )
 from tsdb.head import INT64_MIN, FastBatch, Head, Taken
 from tsdb.manifest import Manifest
@@ -48,6 +53,7 @@ from tsdb.options import READER_CACHE, Options
 from tsdb.query import SampleBudget, join_parts, read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
 from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
+from tsdb.state import StateError, StoreState, read_state, write_state
 from tsdb.wal import Wal, encode_sids
 
 I64 = NDArray[np.int64]
@@ -66,6 +72,7 @@ _KNOWN_BATCH_MAX = 1024
 _KNOWN_BATCHES = 4096
 # A flush starts a new WAL file once the active one holds this much.
 WAL_ROTATE_BYTES = 1 << 20
+INT64_MAX = 2**63 - 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -94,6 +101,8 @@ class Store:
         self._seq = 1
         self._known_batches: dict[bytes, _KnownBatch] = {}
         self._next_cut = INT64_MIN
+        # What state.tss holds (None: not written yet in this session).
+        self._state: StoreState | None = None
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -129,9 +138,9 @@ class Store:
             zstd_level=zstd_level,
         )
         root = Path(path)
-        (root / "segments").mkdir(parents=True, exist_ok=True)
-        (root / "wal").mkdir(exist_ok=True)
-        lock_fd = os.open(root / "LOCK", os.O_RDWR | os.O_CREAT, 0o644)
+        for directory in (root, root / "segments", root / "wal"):
+            private_dir(directory)
+        lock_fd = open_private(root / "LOCK", os.O_RDWR)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -159,6 +168,9 @@ class Store:
 
     def _load(self) -> None:
         started = time.perf_counter()
+        narrowed = sum(narrow_files(d) for d in (self.path, self._segment_dir, self.path / "wal"))
+        if narrowed:
+            log.warning("tsdb_file_modes_narrowed", path=str(self.path), files=narrowed, mode="0600")
         for leftover in self._segment_dir.glob(f"*{fmt.TMP_SUFFIX}"):
             # A segment write that never reached its rename: the data is still in the WAL.
             leftover.unlink()
@@ -166,10 +178,24 @@ class Store:
         self.manifest = Manifest(segments)
         self._seq = self.manifest.next_seq()
         self.catalog, catalog_load = Catalog.open(self.path / "catalog.tsc")
+        reasons = [f"catalog: {catalog_load.reason}"] if catalog_load.reason else []
+        try:
+            stored = read_state(self.path)
+        except StateError as exc:
+            log.error("tsdb_state_unreadable", error=str(exc))
+            reasons.append(f"state: {exc}")
+            stored = None
         self.head = Head(ooo_window_ms=self.options.ooo_window_ms, describe=self.catalog.labels)
+        self.head.boundary = max(self._sealed_boundary(segments), stored.sealed_until if stored else INT64_MIN)
+        files, replay = Wal.replay(self.path / "wal", self.catalog.known)
+        # Ids the catalog no longer holds but the state, a segment or the WAL names are taken
+        # for good. Without a state file (a store from before it, or a damaged one) only the
+        # segments themselves can tell which ids they use.
+        next_id = max(replay.max_sid + 1, stored.next_series_id if stored else self._max_segment_sid() + 1)
+        reserved = self.catalog.reserve(next_id)
+        if reserved:
+            reasons.append(f"catalog: {reserved} series ids named by stored samples had lost their labels")
         self.head.ensure_rows(len(self.catalog))
-        self.head.boundary = self._sealed_boundary(segments)
-        files, replay = Wal.replay(self.path / "wal", len(self.catalog))
         already = 0
         if replay.batches:
             already = self.head.load(
@@ -182,11 +208,13 @@ class Store:
             files,
             fsync_interval_ms=self.options.fsync_interval_ms,
         )
+        self._state = stored
+        self._persist_state()
         # Files left by an earlier session that hold no unsealed sample (often just the last active
         # file, empty) go now rather than at the next flush or retention pass.
         self._wal.drop(self._wal.sealed_files(self.head.boundary, everything=False))
         self._closed = False
-        reasons = replay.reasons + ([f"catalog: {catalog_load.reason}"] if catalog_load.reason else [])
+        reasons = replay.reasons + reasons
         self._recovery = RecoveryReport(
             records_replayed=replay.records,
             samples_replayed=self.head.samples,
@@ -195,6 +223,7 @@ class Store:
             bytes_discarded=replay.bytes_discarded + catalog_load.bytes_discarded,
             samples_already_sealed=already,
             catalog_bytes_discarded=catalog_load.bytes_discarded,
+            series_ids_reserved=reserved,
             wal_files=len(files),
             seconds=time.perf_counter() - started,
             reason="; ".join(reasons) or None,
@@ -253,6 +282,33 @@ class Store:
             for file_name, (name, entry) in found.items()
             if file_name not in superseded
         ]
+
+    def _max_segment_sid(self) -> int:
+        """The largest series id any segment holds (-1: none); reads every segment's metadata."""
+        largest = -1
+        for info in self.manifest.segments:
+            try:
+                reader = SegmentReader(info.path)
+            except CorruptSegmentError as exc:
+                log.error("tsdb_corrupt_segment", file=Path(info.path).name, error=str(exc))
+                continue
+            try:
+                if reader.dir_sid.size:
+                    largest = max(largest, int(reader.dir_sid.max()))
+            finally:
+                reader.close()
+        return largest
+
+    def _persist_state(self) -> None:
+        """Make the sealed boundary and the id high-water mark durable (when they moved): called
+        before any WAL file or segment is deleted, so that neither a deleted sample nor a used id
+        can come back on the next open."""
+        if self.catalog.dirty:
+            self.catalog.sync()  # the mark then names no id a crash could drop from the catalog
+        state = StoreState(int(self.head.boundary), len(self.catalog))
+        if state != self._state:
+            write_state(self.path, state)
+            self._state = state
 
     def _sealed_boundary(self, segments: list[SegmentInfo]) -> int:
         """The newest `sealed_until` among the segment headers."""
@@ -320,7 +376,7 @@ class Store:
     def labels(self, series_id: int) -> dict[str, str]:
         """A copy of the labels of a series."""
         self._check_open()
-        if not 0 <= series_id < len(self.catalog):
+        if not 0 <= series_id < len(self.catalog) or self.catalog.is_lost(series_id):
             raise InvalidArgumentError(f"no series with id {series_id}")
         return dict(self.catalog.labels(series_id))
 
@@ -397,7 +453,7 @@ class Store:
         known = self._known_batches.get(key) if key is not None else None
         unique: bool | None = True
         if known is None:
-            if int(sid_arr.min()) < 0 or int(sid_arr.max()) >= len(self.catalog):
+            if not self.catalog.known(sid_arr).all():
                 raise InvalidArgumentError("sids must be ids returned by series_id/series_ids")
             unique = self.head.unique(sid_arr)
             if unique and key is not None and len(self._known_batches) < _KNOWN_BATCHES:
@@ -455,10 +511,11 @@ class Store:
         return sids[keep], ts[keep], vals[keep]
 
     def _cut_after_append(self) -> None:
-        """Seal what an append completed; a failure is logged, not raised (the batch is stored)."""
+        """Seal what an append completed; a failure is logged, not raised: the batch is stored,
+        and an append either happens whole or raises with nothing changed."""
         try:
             self._maybe_flush()
-        except (OSError, TsdbError) as exc:
+        except Exception as exc:
             # The batch itself is in the WAL and the head: report it as added. Sealing is retried
             # a quarter window later (and flush() raises the error to whoever calls it).
             self._next_cut = self.head.max_ts + self.options.segment_ms // 4
@@ -525,6 +582,7 @@ class Store:
             # they hold only sealed samples; replay skips sealed samples in any file that remains.
             if force or self._wal.active_size >= WAL_ROTATE_BYTES:
                 self._wal.rotate()
+            self._persist_state()
             self._wal.drop(self._wal.sealed_files(head.boundary, everything=force and not head.samples))
         self._next_cut = INT64_MIN
         return written
@@ -662,6 +720,8 @@ class Store:
         WAL files whose samples are all sealed, then (with max_bytes) the oldest segments until
         every byte of the store (segments, WAL, catalog) fits. No surviving file is touched."""
         self._check_open()
+        # A deleted segment may be the last record of the sealed boundary: make it durable first.
+        self._persist_state()
         report = RetentionReport()
         doomed: list[SegmentInfo] = []
         if self.options.retention_ms is not None:
@@ -769,14 +829,30 @@ class Store:
         start, end = self._window(start_ms, end_ms)
         if isinstance(step_ms, bool) or not isinstance(step_ms, int | np.integer) or step_ms <= 0:
             raise InvalidArgumentError(f"step_ms must be a positive int, got {step_ms!r}")
-        step = int(step_ms)
-        limit = None if max_cells is None else _PARTIALS_PER_VALUE * max_cells
-        partials = Partials(-(-(end - start) // step), needs(agg), limit=limit)
+        # A step longer than the window is one step cut at end_ms: the same as a step of the
+        # window's length, which fits in uint64 however far apart start and end are.
+        step = min(int(step_ms), end - start)
+        n_steps = -(-(end - start) // step)
+        needed = needs(agg)
         sids = self.catalog.select(selector)
+        # A partial aggregate's key is series position x steps + step: it must fit in int64.
+        if n_steps * max(int(sids.size), 1) > INT64_MAX:
+            message = (
+                f"step_ms {step} cuts the window into {n_steps} steps for {sids.size} series: too many"
+                " to number; use a longer step or a shorter window"
+            )
+            if max_cells is not None:  # one series with samples would pass the caller's limit
+                raise QueryTooLargeError(message, matched=n_steps, limit=max_cells)
+            raise InvalidArgumentError(message)
+        limit = None if max_cells is None else _PARTIALS_PER_VALUE * max_cells
+        partials = Partials(n_steps, needed, limit=limit)
         segments = self.manifest.overlapping(start, end) if sids.size else []
         stats = self._stats(segments)
-        read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
-        with_samples = partials.with_samples()
+        # NaN and infinities propagate as IEEE arithmetic says (docs/tsdb.md): numpy's warnings
+        # about them (invalid value in minimum, overflow in a sum) say nothing the answer does not.
+        with np.errstate(over="ignore", invalid="ignore"):
+            read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
+            with_samples = partials.with_samples()
         cells = int(with_samples.size) * partials.n_steps
         if max_cells is not None and cells > max_cells:
             raise QueryTooLargeError(
@@ -785,12 +861,15 @@ class Store:
                 matched=cells,
                 limit=max_cells,
             )
-        values, present = partials.combine(with_samples.size, agg)
+        with np.errstate(over="ignore", invalid="ignore"):
+            values, present = partials.combine(with_samples.size, agg)
         sids = sids[with_samples]
-        # Every series shares one read-only array of step starts.
-        starts = start + step * np.arange(partials.n_steps, dtype=np.int64)
+        # Every series shares one read-only array of step starts. Each start lies in int64, but
+        # step x k may not (a window from near INT64_MIN): unsigned arithmetic wraps back into it.
+        offsets = np.uint64(step) * np.arange(partials.n_steps, dtype=np.uint64)
+        starts = (np.uint64(start % 2**64) + offsets).view(np.int64)
         starts.setflags(write=False)
         kept = sids[present].tolist()
         rows = list(values[present]) if not present.all() else list(values)
         series = list(map(Series, self.catalog.labels_of(kept), kept, itertools.repeat(starts), rows))
-        return RangeResult(series, stats, step, agg)
+        return RangeResult(series, stats, int(step_ms), agg)

@@ -18,6 +18,7 @@ import os
 import struct
 import threading
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final
@@ -28,7 +29,7 @@ import zstandard
 from numpy.typing import NDArray
 
 from tsdb import framing
-from tsdb._fs import fsync_dir, write_all
+from tsdb._fs import fsync_dir, open_private, write_all
 from tsdb.errors import WalError
 
 I64 = NDArray[np.int64]
@@ -84,6 +85,8 @@ class Replay:
     samples_discarded: int = 0
     bytes_discarded: int = 0
     reasons: list[str] = field(default_factory=list)
+    # The largest series id any intact record names, known or not (-1: none).
+    max_sid: int = -1
 
 
 def encode_sids(sids: I64) -> bytes:
@@ -168,8 +171,9 @@ class Wal:
             self._thread.start()
 
     @staticmethod
-    def replay(directory: Path, known_series: int) -> tuple[list[WalFile], Replay]:
-        """Read every WAL file in order; cut each at its first torn or corrupt record."""
+    def replay(directory: Path, known: Callable[[I64], NDArray[np.bool_]]) -> tuple[list[WalFile], Replay]:
+        """Read every WAL file in order; cut each at its first torn or corrupt record. Samples of
+        series ids that `known` refuses (their labels are not in the catalog) are left out."""
         directory.mkdir(parents=True, exist_ok=True)
         decompressor = zstandard.ZstdDecompressor()
         out = Replay()
@@ -196,9 +200,12 @@ class Wal:
                         end.good_end, end.damaged, end.reason = offset, True, f"record at offset {offset}: {exc}"
                         break
                     out.records += 1
-                    unknown = batch.sids >= known_series
+                    if batch.sids.size:
+                        out.max_sid = max(out.max_sid, int(batch.sids.max()))
+                    unknown = ~known(batch.sids)
                     if unknown.any():
-                        # Only possible after an OS crash that lost catalog pages but kept WAL pages.
+                        # Only possible when the catalog lost records the WAL still names (an OS
+                        # crash that kept WAL pages but not catalog pages, a damaged catalog).
                         out.samples_discarded += int(unknown.sum())
                         out.reasons.append(f"{path.name}: {int(unknown.sum())} samples name unknown series")
                         keep = ~unknown
@@ -229,7 +236,7 @@ class Wal:
 
     def _start_file(self, seq: int) -> None:
         path = self.directory / f"{seq:012d}{SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fd = open_private(path, os.O_WRONLY | os.O_EXCL | os.O_APPEND)
         os.write(fd, HEADER)
         os.fsync(fd)
         fsync_dir(self.directory)

@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 import tsdb.store
-from tsdb import catalog, framing, options, segment_format, wal
+from tsdb import catalog, framing, options, segment_format, state, wal
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "tsdb.md").read_text()
 
@@ -20,7 +20,7 @@ def test_fixed_sizes_in_the_docs_match_the_code() -> None:
     assert f"holds {tsdb.store.WAL_ROTATE_BYTES >> 20} MiB" in DOC
     assert f"zstd level\n{options.COMPACT_ZSTD_LEVEL} or higher" in DOC
     assert framing.FRAME.format == "<II"
-    for magic in (segment_format.MAGIC, segment_format.FOOTER_MAGIC, wal.MAGIC, catalog.MAGIC):
+    for magic in (segment_format.MAGIC, segment_format.FOOTER_MAGIC, wal.MAGIC, catalog.MAGIC, state.MAGIC):
         assert f'"{magic.decode()}"' in DOC
 
 
