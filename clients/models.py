@@ -67,8 +67,8 @@ class NodeEvent:
 
 @dataclass(frozen=True)
 class Allocation:
-    """A tenant's hold on whole nodes of one GPU model. ``release_time`` is when its last node was released,
-    where billing for it ends."""
+    """A tenant's hold on whole nodes of one GPU model. Billing for it ends at ``cancel_time``, when its
+    cancel was accepted; ``release_time`` is when its last node came back from the scrub."""
 
     allocation_id: str
     tenant_id: str

@@ -17,7 +17,9 @@ message stays in commands.py. The runners read everything they decide on before 
 (SQLite's writer holds the one write lock, so nothing changes in between).
 
 The creates of one batch share one creation time (and the start of their usage), as the
-cancels of one batch share one cancel time: they commit together. Among them, the lists'
+cancels of one batch share one cancel time (and the stop of their usage): they commit
+together. Each runner reads the clock after everything it decides on, inside the writer's
+transaction, so nothing that committed before it is stamped later. Among them, the lists'
 order (time, then id) and the releaser's fall to the ids.
 """
 

@@ -13,6 +13,12 @@ claimed after the placement, so that a refusal has written nothing.
 On SQLite a create or a cancel also offers itself to the set-based runner of its group
 (batched.py), which answers the plain ones exactly as the transactions here would; the
 transactions here remain the rules, and run every request the runner does not take.
+
+A transaction reads the clock only once it holds the rows it changes. On PostgreSQL a create
+may wait for a duplicate holding its key and for other transactions' node locks, and a cancel
+for its nodes' locks; whatever commits on those nodes meanwhile (a release, a cordon) must be
+stamped before what this transaction writes on them, or a node's events run out of order and
+the next tenant's hold begins before the previous one's ended.
 """
 
 from __future__ import annotations
@@ -101,7 +107,6 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             return Created((yield from repo.get_view(recorded_id, tenant_id=request.tenant_id)), replayed=True)
     else:
         yield from tenants_repo.require(request.tenant_id)
-    now = now_us()
     if request.request_id and locking:
         # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
         yield from repo.claim_idempotency_key(
@@ -110,7 +115,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             request.request_id,
             fingerprint=fingerprint,
             result_id=allocation_id,
-            now_us=now,
+            now_us=now_us(),
         )
     if locking:
         yield from savepoint("placement")
@@ -139,6 +144,9 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             ),
             metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
         )
+    # Stamped now that the chosen nodes are locked: a release of one of them that committed
+    # while this create waited (for the key, for a lock) is earlier than this hand-over.
+    now = now_us()
     # On SQLite transactions run one at a time, so the key can wait for a placement (claimed
     # in record_creates): a refusal then has written nothing, and its group needs no second
     # pass (store/writer.py).
@@ -170,7 +178,8 @@ async def list_page(
 
 
 async def cancel(store: Store, principal: Principal, allocation_id: str) -> tuple[Operation, AllocationView]:
-    """Accept a cancel: the allocation turns CANCELLING and its nodes start scrubbing.
+    """Accept a cancel: the allocation turns CANCELLING, its nodes start scrubbing, and the
+    tenant's hold of them ends (its usage stops) at this acceptance.
 
     Returns the cancel Operation, which the releaser completes once every node is released,
     and the allocation as it is now. Cancelling again returns the same Operation, done or not.
@@ -189,16 +198,16 @@ def _cancel(
     existing = yield from ops_repo.for_target(CANCEL_KIND, allocation_id)
     if existing is not None:
         return existing, (yield from repo.views([row]))[0]
-    now = now_us()
     if row.state == AllocationState.CANCELLED:
         # Its operation was deleted after it finished: answer with a finished one again.
         view = (yield from repo.views([row]))[0]
         operation = cancel_operation(
-            operation_id, row.tenant_id, allocation_id, now_us=now, done=True, done_us=row.released_us
+            operation_id, row.tenant_id, allocation_id, now_us=now_us(), done=True, done_us=row.released_us
         )
         yield from ops_repo.insert(operation)
         return operation, view
     # Not cancelled yet, so every node it was given is still held, in placement order.
     held = yield from repo.held_nodes([allocation_id], locking=locking)
+    # Stamped once the nodes are locked: after anything that committed on them meanwhile.
     pending = PendingCancel(principal, allocation_id, operation_id)
-    return (yield from record_cancels([(pending, row)], held, now_us=now))[0]
+    return (yield from record_cancels([(pending, row)], held, now_us=now_us()))[0]

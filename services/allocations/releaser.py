@@ -1,5 +1,9 @@
 """Finishes cancelled allocations: scrubs their nodes, releases them, completes the Operation.
 
+The tenant's hold (its billing, its access to the nodes' metrics) ended when the cancel was
+accepted (writes.record_cancels); the scrub and any outage before the release are the
+provider's time, so a release writes no usage event of its own.
+
 Level-triggered: every pass re-reads which allocations are CANCELLING, so a restart, a missed
 wake-up or a second replica never strands one. A node's scrub (GPU reset, disk wipe, removal
 of tenant keys and fabric membership) is performed by its agent on a real fleet; until agents
@@ -25,7 +29,6 @@ from services.operations import repository as ops_repo
 from services.store.engine import Store
 from services.store.tx import Deadlock, Tx, run_in_session
 from services.usage import repository as usage
-from services.usage.repository import UsageKind
 
 log = structlog.get_logger(__name__)
 
@@ -106,9 +109,11 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
     """
     due = yield from repo.lock_cancels_due(scrubbed_before_us=scrubbed_before_us, limit=limit, locking=locking)
     if due:
-        now = now_us()
         ids = due
         held = yield from repo.held_nodes(ids, locking=locking)
+        # Stamped once the nodes are locked: after anything that committed on them meanwhile
+        # (an operator's drain), and before any create that takes them next.
+        now = now_us()
         drained = yield from nodes_repo.drain_pending([h.node_id for h in held])
         moves = [
             nodes_repo.Move(
@@ -120,8 +125,10 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
             for h in held
         ]
         yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
-        # Billing stops here, when the nodes are back: not at the cancel request.
-        yield from usage.record(UsageKind.STOP, ids, at_us=now)
+        # The cancel stopped the usage. Only an allocation whose cancel was accepted before
+        # cancels wrote the stops has none yet: it gets them at its cancel time, as it would
+        # have then; one that has them gets no second.
+        yield from usage.record_missing_stops(ids, recorded_us=now)
         yield from repo.finish_cancel(ids, now_us=now)
         yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
     oldest = yield from repo.oldest_cancel_us()

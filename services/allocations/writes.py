@@ -92,8 +92,10 @@ def record_cancels(
     accepted: Sequence[tuple[PendingCancel, Allocation]], held: Sequence[HeldNode], *, now_us: int
 ) -> Tx[list[tuple[Operation, AllocationView]]]:
     """Accept cancels of allocations not cancelled yet, given the nodes they hold (by
-    allocation, in placement order): the nodes move on RELEASE with their events, the
-    allocations turn CANCELLING, and each gets its cancel Operation, not done."""
+    allocation, in placement order): the nodes move on RELEASE with their events, a usage
+    ``stop`` per GPU ends the tenant's hold at ``now_us`` (the scrub that follows is the
+    provider's time), the allocations turn CANCELLING, and each gets its cancel Operation,
+    not done."""
     nodes: dict[str, list[str]] = {cancel.allocation_id: [] for cancel, _ in accepted}
     actors = {cancel.allocation_id: cancel.principal.actor for cancel, _ in accepted}
     moves: list[nodes_repo.Move] = []
@@ -123,6 +125,10 @@ def record_cancels(
         operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
         answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))
     yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us)
-    yield from repo.mark_cancelling([cancel.allocation_id for cancel, _ in accepted], now_us=now_us)
+    cancelled = [cancel.allocation_id for cancel, _ in accepted]
+    # The tenant loses the nodes now, in the transaction that accepts the cancel: billing and
+    # its reading of the nodes' metrics end here, whatever happens to the scrub.
+    yield from usage.record(UsageKind.STOP, cancelled, at_us=now_us)
+    yield from repo.mark_cancelling(cancelled, now_us=now_us)
     yield from ops_repo.insert_many([operation for operation, _ in answers])
     return answers

@@ -1,9 +1,10 @@
 """Rules of tenant visibility: a tenant reads a node's metrics only for the time it held the node.
 
 The hold comes from the usage events billing reads (a ``start`` per GPU at placement, a
-``stop`` at release), so a tenant sees exactly the time it is billed for: from the placement to
-the release, scrub included. A start without a stop is a hold that lasts until now. A stop
-without a start is an anomaly billing reports; it grants nothing here.
+``stop`` when the cancel is accepted), so a tenant sees exactly the time it is billed for: from
+the placement to the cancel. The scrub after it is the provider's time, and what the node
+reports then is not the tenant's to read. A start without a stop is a hold that lasts until
+now. A stop without a start is an anomaly billing reports; it grants nothing here.
 
 Times: usage events are microseconds, samples milliseconds. A hold [start_us, stop_us) becomes
 [ceil(start_us / 1000), ceil(stop_us / 1000)) in ms, which keeps exactly the samples whose

@@ -1,9 +1,10 @@
 """Writes usage events inside the transaction of the state change that causes them.
 
-Placement writes a ``start`` per GPU of every node it hands over; the releaser writes a
-``stop`` per GPU when the nodes come back. The event id is ``<allocation>/<gpu>/<kind>``: a
-transaction that is replayed or retried writes the same ids, and the primary key refuses a
-second copy, so a GPU is never billed twice for one hold.
+Placement writes a ``start`` per GPU of every node it hands over; accepting a cancel writes a
+``stop`` per GPU, since the tenant loses the nodes then (their scrub, and the release after it,
+are the provider's time). The event id is ``<allocation>/<gpu>/<kind>``: a transaction that is
+replayed or retried writes the same ids, and the primary key refuses a second copy, so a GPU is
+never billed twice for one hold.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ class UsageKind(StrEnum):
 def record(kind: UsageKind, allocation_ids: Sequence[str], *, at_us: int) -> Tx[None]:
     """One event of ``kind`` at ``at_us`` for every GPU of every node the allocations hold.
 
-    Placement calls it after writing the assignments, the releaser before ending them. One
+    Placement calls it after writing the assignments, a cancel before they end. One
     INSERT ... SELECT: the rows never travel through Python.
     """
     if not allocation_ids:
@@ -41,4 +42,25 @@ def record(kind: UsageKind, allocation_ids: Sequence[str], *, at_us: int) -> Tx[
         " JOIN gpus g ON g.node_id = a.node_id"
         f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL",
         {**params, "kind": kind.value, "at": at_us, "source": CONTROL_PLANE_SOURCE},
+    )
+
+
+def record_missing_stops(allocation_ids: Sequence[str], *, recorded_us: int) -> Tx[None]:
+    """A ``stop`` at its allocation's cancel time for every GPU the cancelled allocations still
+    hold that has none: what an allocation whose cancel was accepted before cancels wrote
+    stops lacks. A GPU whose stop exists gets no second one."""
+    if not allocation_ids:
+        return
+    ids, params = expand("id", allocation_ids)
+    event_id = "a.allocation_id || '/' || g.gpu_uuid || '/' || :kind"
+    yield Sql(
+        "INSERT INTO usage_events (event_id, tenant_id, allocation_id, node_id, gpu_uuid, gpu_model, kind, at_us,"
+        " source, recorded_us)"
+        f" SELECT {event_id}, al.tenant_id, a.allocation_id, a.node_id,"
+        " g.gpu_uuid, al.gpu_model, :kind, al.cancel_us, :source, :recorded"
+        " FROM assignments a JOIN allocations al ON al.allocation_id = a.allocation_id"
+        " JOIN gpus g ON g.node_id = a.node_id"
+        f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL AND al.cancel_us IS NOT NULL"
+        f" AND NOT EXISTS (SELECT 1 FROM usage_events u WHERE u.event_id = {event_id})",
+        {**params, "kind": UsageKind.STOP.value, "source": CONTROL_PLANE_SOURCE, "recorded": recorded_us},
     )

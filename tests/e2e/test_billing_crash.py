@@ -1,5 +1,6 @@
 """THE crash test: SIGKILL the control plane right after a cancel is accepted, restart it on the
-same data, and the invoice still bills every GPU exactly from its start to its stop.
+same data a while later, and the invoice still bills every GPU exactly from its start to its
+stop: the cancel's acceptance, since the scrub and the outage are the provider's time.
 
 The control plane runs as a real subprocess (``gpucloud serve``), so the kill is a real one:
 no shutdown hook runs, in-flight work is lost, and only what reached the database survives.
@@ -146,6 +147,8 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
             first.process.send_signal(signal.SIGKILL)
         assert cancel.done is False
         assert first.process.wait(timeout=30) == -signal.SIGKILL
+        # The outage lasts: none of it may be billed to the tenant, who gave the node back.
+        await asyncio.sleep(1.0)
 
         second = await start_server(data_dir, database_url, rates, log, scrub_seconds=0.05)
         servers.append(second)
@@ -160,15 +163,17 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
 
         # What the API itself said about each allocation is the truth the invoice must match.
         assert all(a.state == "CANCELLED" and a.release_time is not None for a in final)
-        # The operations and the allocations agree on when billing stopped.
+        # The operations and the allocations agree on when the nodes came back.
         assert all(op.done for op in finished)
         assert [op.release_time for op in finished] == [a.release_time for a in final]
-        released = [(a, a.release_time) for a in final if a.release_time is not None]
-        assert len(released) == len(final)
+        # Billing stopped when each cancel was accepted, before the scrub (and the outage).
+        cancelled = [(a, a.cancel_time) for a in final if a.cancel_time is not None]
+        assert len(cancelled) == len(final)
+        assert all(cancel_time < a.release_time for a, cancel_time in cancelled if a.release_time)
         expected = sum(
             (
-                us_to_seconds(datetime_to_us(release) - datetime_to_us(a.create_time)) * GPUS_PER_NODE * a.node_count
-                for a, release in released
+                us_to_seconds(datetime_to_us(stop) - datetime_to_us(a.create_time)) * GPUS_PER_NODE * a.node_count
+                for a, stop in cancelled
             ),
             Decimal(0),
         )
@@ -181,7 +186,7 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         assert last.events_billed + last.events_outside_period == len(events)
         assert last.events_in_anomalies == 0
 
-        # No duplicate, nothing missing: one start at create and one stop at release per GPU.
+        # No duplicate, nothing missing: one start at create and one stop at the cancel per GPU.
         gpus_held = sum(a.node_count for a in final) * GPUS_PER_NODE
         assert gpus_held == len(node_ids) * GPUS_PER_NODE
         assert len({e.event_id for e in events}) == len(events) == 2 * gpus_held
@@ -191,7 +196,7 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         for e in events:
             allocation = by_allocation[e.allocation_id]
             assert e.node_id in allocation.node_ids
-            moment = allocation.create_time if e.kind == "START" else allocation.release_time
+            moment = allocation.create_time if e.kind == "START" else allocation.cancel_time
             assert e.event_time == moment
 
         # The audit round trip, through the command line: export, recompute offline, compare.

@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from pathlib import Path
 
 import pytest
 
+from accounting.model import datetime_to_us, us_to_seconds
+from accounting.periods import period_of
 from clients import Allocation, AsyncClient, NotFoundError, ResourceExhaustedError
+from clients.metrics import NodeSamples
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane, start_control_plane
 
 
@@ -182,3 +188,53 @@ async def test_released_nodes_can_be_allocated_again(control_plane: RunningContr
     for node_id in again.node_ids:
         node = await operator.get_node(node_id)
         assert (node.state, node.allocation_id) == ("ALLOCATED", again.allocation_id)
+
+
+def _ms(moment: datetime | None) -> int:
+    assert moment is not None
+    return (moment - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(milliseconds=1)
+
+
+async def _past(moment: datetime | None) -> int:
+    """Wait until the wall clock is a few ms past ``moment``; now, in ms."""
+    await asyncio.sleep(max(0, _ms(moment) + 6 - time.time_ns() // 1_000_000) / 1000)
+    now = time.time_ns() // 1_000_000
+    assert now > _ms(moment)
+    return now
+
+
+async def test_the_tenant_stops_paying_and_seeing_the_node_when_its_cancel_is_accepted(
+    tmp_path: Path, database_url: str
+) -> None:
+    """While the nodes scrub (the provider's time), the tenant is billed only up to the cancel's
+    acceptance, its usage log already has the stops, and it reads no sample written since."""
+    async with (
+        running_control_plane(tmp_path / "d", database_url, scrub_seconds=30) as plane,
+        plane.client() as operator,
+    ):
+        await register_ready_nodes(operator, 1)
+        token = (await operator.create_tenant("acme")).token
+        async with plane.client(token) as tenant:
+            allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
+            node_id = allocation.node_ids[0]
+            held_at = await _past(allocation.create_time)
+            await operator.write_samples([NodeSamples(node_id, held_at, {0: {"power_w": 1.0}})])
+            accepted = await tenant.cancel_allocation(allocation.allocation_id)
+            cancelled = await tenant.get_allocation(allocation.allocation_id)
+            scrubbing_at = await _past(cancelled.cancel_time)
+            await operator.write_samples([NodeSamples(node_id, scrubbing_at, {0: {"power_w": 2.0}})])
+            assert not (await tenant.get_operation(accepted.name)).done
+            assert (await operator.get_node(node_id)).state == "SCRUBBING"
+
+            seen = await tenant.query_metrics(start=held_at - 1000, end=scrubbing_at + 1000, node_ids=[node_id])
+            stops = [e async for e in tenant.iter_usage_events() if e.kind == "STOP"]
+            assert allocation.create_time is not None and cancelled.cancel_time is not None
+            periods = sorted({period_of(datetime_to_us(t)) for t in (allocation.create_time, cancelled.cancel_time)})
+            invoices = [await tenant.get_invoice(p.name) for p in periods]
+
+    assert [s.timestamps_ms.tolist() for s in seen.series] == [[held_at]]
+    assert len(stops) == 8 and {e.event_time for e in stops} == {cancelled.cancel_time}
+    held = datetime_to_us(cancelled.cancel_time) - datetime_to_us(allocation.create_time)
+    billed = sum((line.gpu_seconds for invoice in invoices for line in invoice.lines), Decimal(0))
+    assert billed == us_to_seconds(held) * 8
+    assert [a for invoice in invoices for a in invoice.anomalies] == []

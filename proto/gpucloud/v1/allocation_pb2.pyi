@@ -76,7 +76,9 @@ class Allocation(_message.Message):
     def cancel_time(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
     def release_time(self) -> _timestamp_pb2.Timestamp:
-        """When the last node was released: billing for the allocation ends here."""
+        """When the last node was released (scrubbed and back in the pool). Billing ended earlier,
+        at cancel_time: the scrub is the provider's time.
+        """
 
     def __init__(
         self,

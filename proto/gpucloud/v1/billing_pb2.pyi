@@ -53,7 +53,7 @@ class _UsageEventKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_UsageE
     USAGE_EVENT_KIND_START: _UsageEventKind.ValueType  # 1
     """A GPU handed to a tenant's allocation: billing starts."""
     USAGE_EVENT_KIND_STOP: _UsageEventKind.ValueType  # 2
-    """The GPU taken back (released after scrub): billing stops."""
+    """The GPU taken back from the tenant (its allocation's cancel accepted): billing stops."""
 
 class UsageEventKind(_UsageEventKind, metaclass=_UsageEventKindEnumTypeWrapper): ...
 
@@ -61,7 +61,7 @@ USAGE_EVENT_KIND_UNSPECIFIED: UsageEventKind.ValueType  # 0
 USAGE_EVENT_KIND_START: UsageEventKind.ValueType  # 1
 """A GPU handed to a tenant's allocation: billing starts."""
 USAGE_EVENT_KIND_STOP: UsageEventKind.ValueType  # 2
-"""The GPU taken back (released after scrub): billing stops."""
+"""The GPU taken back from the tenant (its allocation's cancel accepted): billing stops."""
 Global___UsageEventKind: _TypeAlias = UsageEventKind  # noqa: Y015
 
 @_typing.final

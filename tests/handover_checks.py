@@ -1,0 +1,72 @@
+"""What must hold of the records a node leaves as it passes from tenant to tenant.
+
+Read straight from the database, to the microsecond: every node's events are in time order
+(the order of ``event_seq``, in which they committed), and on every GPU the usage intervals
+(a start to its stop, or to the end of time when none) of different allocations never overlap,
+so billing never charges two holds for one instant and no tenant's metrics window opens
+before the previous one's closed.
+"""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+from sqlalchemy import text
+
+from services.store.engine import Store
+
+OPEN = 2**63 - 1
+
+
+@dataclass(frozen=True)
+class OutOfOrder:
+    """A node event stamped before the event committed ahead of it."""
+
+    node_id: str
+    before: tuple[str, int]
+    after: tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """Two allocations' usage intervals on one GPU that share time."""
+
+    gpu_uuid: str
+    first: tuple[str, int, int]
+    second: tuple[str, int, int]
+
+
+async def node_events_out_of_order(store: Store) -> list[OutOfOrder]:
+    """Each node event whose time is earlier than its predecessor's on the same node."""
+    async with store.read() as session:
+        connection = await session.connection()
+        rows = (
+            await connection.execute(text("SELECT node_id, event, at_us FROM node_events ORDER BY node_id, event_seq"))
+        ).all()
+    found: list[OutOfOrder] = []
+    for (prev_node, prev_event, prev_at), (node, event, at) in itertools.pairwise(rows):
+        if node == prev_node and at < prev_at:
+            found.append(OutOfOrder(str(node), (str(prev_event), int(prev_at)), (str(event), int(at))))
+    return found
+
+
+async def usage_overlaps(store: Store) -> list[Overlap]:
+    """Each pair of consecutive allocations' intervals on one GPU that overlap."""
+    async with store.read() as session:
+        connection = await session.connection()
+        rows = (await connection.execute(text("SELECT allocation_id, gpu_uuid, kind, at_us FROM usage_events"))).all()
+    spans: dict[tuple[str, str], list[int]] = {}
+    for allocation_id, gpu_uuid, kind, at_us in rows:
+        span = spans.setdefault((str(gpu_uuid), str(allocation_id)), [OPEN, OPEN])
+        span[0 if kind == "start" else 1] = int(at_us)
+    by_gpu: dict[str, list[tuple[int, int, str]]] = {}
+    for (gpu_uuid, allocation_id), (start, stop) in spans.items():
+        by_gpu.setdefault(gpu_uuid, []).append((start, stop, allocation_id))
+    found: list[Overlap] = []
+    for gpu_uuid, intervals in by_gpu.items():
+        intervals.sort()
+        for (start, stop, allocation), (next_start, next_stop, next_allocation) in itertools.pairwise(intervals):
+            if next_start < stop:
+                found.append(Overlap(gpu_uuid, (allocation, start, stop), (next_allocation, next_start, next_stop)))
+    return found

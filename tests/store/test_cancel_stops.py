@@ -1,0 +1,95 @@
+"""A cancel ends the tenant's usage when it is accepted; the release after the scrub adds none.
+
+On SQLite and PostgreSQL: the stops are written with the cancel, the release writes no second
+copy, and an allocation whose cancel was accepted without stops (by a version that wrote them
+at the release) gets them at its cancel time when it is released.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from sqlalchemy import text
+
+from services.allocations import commands
+from services.allocations import repository as repo
+from services.allocations.releaser import Releaser
+from services.allocations.requests import AllocationRequest
+from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.clock import now_us
+from services.nodes import commands as node_commands
+from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel, GpuSpec, Inventory
+from services.nodes.transitions import NodeEvent, NodeState
+from services.notify import Notifier
+from services.store.engine import Store
+from services.store.tx import Tx
+from services.tenants import commands as tenant_commands
+
+TENANT = Principal("t", Role.TENANT, tenant_id="acme")
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Store]:
+    """A store with tenant acme and one READY node, n1, of 8 GPUs."""
+    opened = await Store.open(database_url)
+    try:
+        await tenant_commands.create(opened, "acme", "")
+        gpus = tuple(GpuSpec(f"GPU-n1-{i}", i) for i in range(8))
+        await node_commands.register(opened, CONTROL_PLANE, Inventory("n1", GpuModel.H100, gpus, "z", "r", "l"))
+        await node_commands.complete_burn_in(opened, CONTROL_PLANE, "n1", passed=True, detail="")
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def stops(store: Store) -> list[tuple[str, int, int]]:
+    async with store.read() as session:
+        connection = await session.connection()
+        rows = await connection.execute(
+            text("SELECT event_id, at_us, recorded_us FROM usage_events WHERE kind = 'stop' ORDER BY event_id")
+        )
+        return [(str(r[0]), int(r[1]), int(r[2])) for r in rows.all()]
+
+
+async def release(store: Store) -> None:
+    await Releaser(store, scrub_seconds=0, wake=Notifier(), done=Notifier()).release_due()
+
+
+async def test_the_stops_come_with_the_cancel_and_the_release_adds_none(store: Store) -> None:
+    view = (await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1"))).view
+    _, cancelled = await commands.cancel(store, TENANT, view.row.allocation_id)
+    accepted = await stops(store)
+    assert len(accepted) == 8
+    assert {at for _, at, _ in accepted} == {cancelled.row.cancel_us}
+    # A repeated cancel replays the operation and writes nothing.
+    await commands.cancel(store, TENANT, view.row.allocation_id)
+    await release(store)
+    released = (await commands.get(store, TENANT, view.row.allocation_id)).row
+    assert released.state == "CANCELLED"
+    assert released.released_us is not None and released.cancel_us is not None
+    assert released.released_us > released.cancel_us
+    assert await stops(store) == accepted
+
+
+def cancel_without_stops(allocation_id: str, *, at_us: int) -> Tx[None]:
+    """What accepting a cancel wrote when the stops waited for the release: the nodes on
+    RELEASE, the allocation CANCELLING, no usage event."""
+    held = yield from repo.held_nodes([allocation_id], locking=False)
+    moves = [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held]
+    yield from nodes_repo.apply_many(moves, reason="cancelled", actor="tenant:acme", now_us=at_us)
+    yield from repo.mark_cancelling([allocation_id], now_us=at_us)
+
+
+async def test_a_cancel_accepted_without_stops_gets_them_at_its_cancel_time(store: Store) -> None:
+    view = (await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1"))).view
+    cancel_us = now_us()
+    await store.transact(lambda: cancel_without_stops(view.row.allocation_id, at_us=cancel_us))
+    assert await stops(store) == []
+    await release(store)
+    released = (await commands.get(store, TENANT, view.row.allocation_id)).row
+    assert released.state == "CANCELLED" and released.released_us is not None
+    written = await stops(store)
+    assert len(written) == 8
+    assert {(at, recorded) for _, at, recorded in written} == {(cancel_us, released.released_us)}
