@@ -7,7 +7,9 @@ arriving then), with capped exponential back-off and jitter until that deadline,
 restart shorter than the deadline fails none of them. ``create_allocation`` gets a ``request_id``
 automatically (a UUIDv7: clients/request_ids.py) so that it is safe to repeat too, and is also
 retried on ABORTED, which the server answers while another call with the same key is running;
-its errors carry that key (``error.request_id``) for a retry of the caller's own. Creating
+its errors carry that key (``error.request_id``) for a retry of the caller's own. Any call the
+server refused unrun at a bound on concurrent calls (RESOURCE_EXHAUSTED with a RetryInfo) is
+sent again after the delay it advises, within the same deadline. Creating
 tenants and tokens, and node state transitions, are not retried: a repeat after a lost reply
 would be refused or act twice. Revoking a token is idempotent, and retried.
 """
@@ -26,6 +28,7 @@ from typing import Any, TypeVar
 import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
+from google.rpc import error_details_pb2, status_pb2
 
 from clients import billing, convert, instants, metrics, models
 from clients.errors import GpucloudError, InternalError, InvalidValueError, from_rpc_error
@@ -64,6 +67,9 @@ REPLAYED_KEY = "idempotent-replayed"
 # wait up to a minute more before it tried the server again, failing every retry at once
 # meanwhile. Capped like the retries, it notices the server back within about a second.
 _CHANNEL_OPTIONS = (("grpc.initial_reconnect_backoff_ms", 100), ("grpc.max_reconnect_backoff_ms", 1000))
+# The largest answer the client takes: the server's bound on a metrics query's answer (16 MiB,
+# docs/api.md), so that it never refuses an answer the server may send. gRPC's default is 4 MiB.
+DEFAULT_MAX_RECEIVE_BYTES = 16 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -138,9 +144,10 @@ class _Stubs:
     billing: billing_pb2_grpc.BillingServiceAsyncStub
 
     @classmethod
-    def on_new_channel(cls, address: str, loop: asyncio.AbstractEventLoop) -> _Stubs:
+    def on_new_channel(cls, address: str, loop: asyncio.AbstractEventLoop, max_receive_bytes: int) -> _Stubs:
         """Open an insecure (plaintext) channel to ``address`` on ``loop`` and make every stub on it."""
-        channel = grpc.aio.insecure_channel(address, options=_CHANNEL_OPTIONS)
+        options = (*_CHANNEL_OPTIONS, ("grpc.max_receive_message_length", max_receive_bytes))
+        channel = grpc.aio.insecure_channel(address, options=options)
         return cls(
             channel,
             loop,
@@ -182,6 +189,20 @@ def _seconds(timeout: object, *, zero_ok: bool) -> float:
     raise InvalidValueError("timeout", f"timeout must be a finite number of seconds, {least}, not {timeout!r}")
 
 
+def _advised_delay(error: grpc.aio.AioRpcError) -> float | None:
+    """The seconds a RESOURCE_EXHAUSTED's RetryInfo advises to wait, or None: the server sends one
+    only with a call it refused unrun, at a bound on concurrent calls (docs/api.md)."""
+    if error.code() != grpc.StatusCode.RESOURCE_EXHAUSTED:
+        return None
+    for key, value in error.trailing_metadata() or ():
+        if key == "grpc-status-details-bin" and isinstance(value, bytes):
+            for detail in status_pb2.Status.FromString(value).details:
+                info = error_details_pb2.RetryInfo()
+                if detail.Unpack(info):
+                    return max(0.0, info.retry_delay.ToTimedelta().total_seconds())
+    return None
+
+
 def _error(
     error: grpc.aio.AioRpcError, request: Any, seconds: float, tries: int, request_id: str | None
 ) -> GpucloudError:
@@ -211,11 +232,19 @@ class AsyncClient:
         *,
         timeout: float = DEFAULT_TIMEOUT,
         retry: RetryPolicy | None = None,
+        max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
     ) -> None:
         """``timeout`` is each call's default deadline in seconds (more than 0), retries included; the channel opens
-        on first use. InvalidValueError for a timeout that is not a positive, finite number."""
+        on first use. ``max_receive_bytes`` is the largest answer taken (a larger one is RESOURCE_EXHAUSTED with no
+        reason). InvalidValueError for a timeout that is not a positive, finite number, or a size under 1."""
         self.address = address
         self.timeout = _seconds(timeout, zero_ok=False)
+        if isinstance(max_receive_bytes, bool) or not isinstance(max_receive_bytes, int) or max_receive_bytes < 1:
+            raise InvalidValueError(
+                "max_receive_bytes",
+                f"max_receive_bytes must be a whole number of bytes, 1 or more, not {max_receive_bytes!r}",
+            )
+        self._max_receive_bytes = max_receive_bytes
         self._metadata = (("authorization", f"Bearer {token}"),)
         self._retry = retry or RetryPolicy()
         # Created on first use so it binds to the loop the caller runs in (grpc#32480).
@@ -245,7 +274,7 @@ class AsyncClient:
             # A grpc.aio channel works only on the loop it was made on (grpc#32480): the channel
             # of an earlier asyncio.run() would raise "Event loop is closed". The old one is
             # dropped rather than closed, for the reason close() gives.
-            self._channel_stubs = stubs = _Stubs.on_new_channel(self.address, loop)
+            self._channel_stubs = stubs = _Stubs.on_new_channel(self.address, loop, self._max_receive_bytes)
         return stubs
 
     async def _call(
@@ -276,11 +305,15 @@ class AsyncClient:
                 return response
             except grpc.aio.AioRpcError as error:
                 tries += 1
-                pause = self._retry.delay(tries)
+                advised = _advised_delay(error)
+                # A call refused at a bound on concurrent calls was not run: any call may be sent
+                # again, after the delay the server advised (and a jitter, not to come back in step).
+                pause = self._retry.delay(tries) + (advised or 0.0)
+                retryable = error.code() in retry_on or advised is not None
                 # Give up when the next try could not start before the deadline: the last error
                 # (UNAVAILABLE and its reason) says more than a DEADLINE_EXCEEDED would.
                 out_of_time = time.monotonic() + pause >= deadline
-                if error.code() not in retry_on or self._retry.gives_up_after(tries) or out_of_time:
+                if not retryable or self._retry.gives_up_after(tries) or out_of_time:
                     raise _error(error, request, seconds, tries, request_id) from None
                 await asyncio.sleep(pause)
 

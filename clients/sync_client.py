@@ -16,7 +16,14 @@ from datetime import timedelta
 from typing import Any, TypeVar
 
 from clients import billing, instants, metrics, models
-from clients.async_client import DEFAULT_TIMEOUT, AsyncClient, CreatedTenant, RetryPolicy, next_page_token
+from clients.async_client import (
+    DEFAULT_MAX_RECEIVE_BYTES,
+    DEFAULT_TIMEOUT,
+    AsyncClient,
+    CreatedTenant,
+    RetryPolicy,
+    next_page_token,
+)
 
 T = TypeVar("T")
 
@@ -79,11 +86,18 @@ class Client:
     """
 
     def __init__(
-        self, address: str, token: str, *, timeout: float = DEFAULT_TIMEOUT, retry: RetryPolicy | None = None
+        self,
+        address: str,
+        token: str,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        max_receive_bytes: int = DEFAULT_MAX_RECEIVE_BYTES,
     ) -> None:
-        """Start the client's event-loop thread; ``timeout`` and ``retry`` are as for ``AsyncClient``."""
+        """Start the client's event-loop thread; ``timeout``, ``retry`` and ``max_receive_bytes`` are as for
+        ``AsyncClient``."""
         # First, so that a bad timeout leaves no thread behind.
-        self._async = AsyncClient(address, token, timeout=timeout, retry=retry)
+        self._async = AsyncClient(address, token, timeout=timeout, retry=retry, max_receive_bytes=max_receive_bytes)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=_run_loop, args=(self._loop,), name="gpucloud-client", daemon=True)
         self._thread.start()

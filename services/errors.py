@@ -4,6 +4,12 @@ Rules and repositories raise these; the server's error interceptor turns them in
 ``google.rpc.Status`` with one ``ErrorInfo`` (the stable ``reason``) and, for bad input, a
 ``BadRequest`` naming every field at fault.
 
+What an error says goes back to a caller, and often into a terminal or a log, so every error
+scrubs itself when it is made: the secret of any API token in its message, metadata or field
+violations is replaced by ``<redacted>`` (a caller who pasted a token into an id field must
+not have it echoed), and each text is cut to a bounded length (a field of megabytes must not
+be echoed whole).
+
     ApiError
     ├── InvalidArgument       bad input, whatever the state of the system
     ├── NotFound              no such object, or not visible to the caller
@@ -22,6 +28,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+
+from services.auth.tokens import redact
 
 
 class Code(StrEnum):
@@ -55,24 +63,38 @@ class ApiError(Exception):
     message: str
     metadata: Mapping[str, str] = field(default_factory=dict)
     code: Code = field(init=False, default=Code.FAILED_PRECONDITION)
+    # Seconds after which the same call may succeed, sent as a google.rpc.RetryInfo; None: no advice.
+    retry_delay: float | None = field(default=None, kw_only=True)
+
+    def __post_init__(self) -> None:
+        # The one place every error passes: nothing it says may carry a secret or be unbounded.
+        self.message = shown(self.message, MAX_MESSAGE)
+        self.metadata = {key: shown(value, MAX_METADATA_VALUE) for key, value in self.metadata.items()}
 
     def __str__(self) -> str:
         return f"{self.code}: {self.reason}: {self.message}"
 
 
-# What one INVALID_ARGUMENT reports, at most. Its message, ErrorInfo and BadRequest all travel
-# in response headers, which gRPC refuses past 8-16 KB (the client then sees a bare
-# RESOURCE_EXHAUSTED and loses every detail), so a request with a thousand bad fields is
-# answered with the first few, each cut short, and the count of the rest.
+# What one error says, at most. Its message, ErrorInfo and BadRequest all travel in response
+# headers, which gRPC refuses past 8-16 KB (the client then sees a bare RESOURCE_EXHAUSTED and
+# loses every detail), so a request with a thousand bad fields is answered with the first few,
+# each cut short, and the count of the rest.
 MAX_REPORTED_VIOLATIONS = 10
 MAX_VIOLATIONS_IN_MESSAGE = 3
 MAX_FIELD_PATH = 80
 MAX_DESCRIPTION = 160
+MAX_MESSAGE = 1024
+MAX_METADATA_VALUE = 1024
 
 
 def cut(text: str, limit: int) -> str:
     """``text``, or its first ``limit - 3`` characters and "..." when it is longer."""
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def shown(text: str, limit: int) -> str:
+    """``text`` as an error may show it: any token's secret redacted, then cut to ``limit`` characters."""
+    return cut(redact(text), limit)
 
 
 @dataclass(eq=False)
@@ -82,6 +104,13 @@ class InvalidArgument(ApiError):
     violations: tuple[FieldViolation, ...] = ()
     code: Code = field(init=False, default=Code.INVALID_ARGUMENT)
 
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        self.violations = tuple(
+            FieldViolation(shown(v.field, MAX_FIELD_PATH), shown(v.description, MAX_DESCRIPTION))
+            for v in self.violations[:MAX_REPORTED_VIOLATIONS]
+        )
+
     @classmethod
     def for_fields(
         cls, violations: Sequence[FieldViolation], *, total: int | None = None, reason: str = "INVALID_FIELD"
@@ -90,7 +119,7 @@ class InvalidArgument(ApiError):
         as many as given); reports at most ``MAX_REPORTED_VIOLATIONS``, each cut short."""
         total = len(violations) if total is None else total
         reported = tuple(
-            FieldViolation(cut(v.field, MAX_FIELD_PATH), cut(v.description, MAX_DESCRIPTION))
+            FieldViolation(shown(v.field, MAX_FIELD_PATH), shown(v.description, MAX_DESCRIPTION))
             for v in violations[:MAX_REPORTED_VIOLATIONS]
         )
         message = "; ".join(f"{v.field}: {v.description}" for v in reported[:MAX_VIOLATIONS_IN_MESSAGE])

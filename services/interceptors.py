@@ -1,9 +1,11 @@
 """The one server interceptor: authenticate, authorize, log, and map domain errors.
 
 For every RPC it resolves the bearer token to a Principal (UNAUTHENTICATED when it cannot),
-checks the method's roles in services/auth/policy.py (PERMISSION_DENIED), runs the handler
-with the principal and log context bound, turns an ApiError into a rich ``google.rpc.Status``
-and writes one log line: method, code, duration, request id, tenant.
+checks the method's roles in services/auth/policy.py (PERMISSION_DENIED), admits the call
+within the caller's bounds on calls in flight (services/limits.py: RESOURCE_EXHAUSTED with a
+RetryInfo beyond them), runs the handler with the principal and log context bound, turns an
+ApiError into a rich ``google.rpc.Status`` and writes one log line: method, code, duration,
+request id, tenant.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any, cast
 import grpc
 import structlog
 from google.protobuf.any_pb2 import Any as AnyProto
+from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import DecodeError
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
@@ -24,7 +27,9 @@ from services.auth import policy
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, set_current_principal
 from services.errors import ApiError, Internal, InvalidArgument, PermissionDenied
+from services.limits import CallLimiter, CallLimits
 from services.store import failures
+from services.validation import loggable_request_id
 
 log = structlog.get_logger("gpucloud.rpc")
 
@@ -35,7 +40,8 @@ Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
 
 
 def to_status(error: ApiError) -> grpc.Status:
-    """A gRPC status with one ErrorInfo and, for bad input, a BadRequest of every field."""
+    """A gRPC status with one ErrorInfo, for bad input a BadRequest of every field, and a RetryInfo
+    when the error says when to try again."""
     info = error_details_pb2.ErrorInfo(reason=error.reason, domain=ERROR_DOMAIN, metadata=dict(error.metadata))
     details = [_pack(info)]
     if isinstance(error, InvalidArgument) and error.violations:
@@ -46,6 +52,10 @@ def to_status(error: ApiError) -> grpc.Status:
             ]
         )
         details.append(_pack(bad_request))
+    if error.retry_delay is not None:
+        delay = Duration()
+        delay.FromNanoseconds(round(error.retry_delay * 1e9))
+        details.append(_pack(error_details_pb2.RetryInfo(retry_delay=delay)))
     status = status_pb2.Status(code=code_pb2.Code.Value(error.code), message=error.message, details=details)
     converted: grpc.Status = rpc_status.to_status(status)
     return converted
@@ -60,8 +70,10 @@ def _pack(message: Any) -> AnyProto:
 class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
     """Authenticates, authorizes, logs and maps the errors of every unary RPC (see the module docstring)."""
 
-    def __init__(self, authenticator: Authenticator) -> None:
+    def __init__(self, authenticator: Authenticator, limiter: CallLimiter | None = None) -> None:
         self._authenticator = authenticator
+        # Bounds each caller's calls in flight (services/limits.py); the defaults when not given.
+        self._limiter = limiter or CallLimiter(CallLimits())
         # The wrapped handler of each method, built once: the servicer's handler for a method
         # is the same object on every call, and building a handler per call showed in profiles.
         self._wrapped: dict[str, tuple[grpc.RpcMethodHandler[Any, Any], grpc.RpcMethodHandler[Any, Any]]] = {}
@@ -97,7 +109,9 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
     def _wrap(self, method: str, inner: Handler) -> Handler:
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
             started = time.perf_counter()
-            request_id = getattr(request, "request_id", "") or ""
+            # Nothing of the body is read before the caller is known, and only a well-formed key
+            # is logged: a stranger's 4 MB request_id, or a token pasted into it, is not.
+            request_id: str | None = None
             principal: Principal | None = None
             code = "OK"
             # No clear_contextvars() first: grpc.aio runs every call in a task of its own, whose
@@ -108,11 +122,13 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                 _authorize(method, principal)
                 if type(request) is Undecodable:
                     raise request.as_error(method)
+                request_id = loggable_request_id(getattr(request, "request_id", ""))
                 set_current_principal(principal)
                 structlog.contextvars.bind_contextvars(
-                    tenant=principal.tenant_id, node=principal.node_id, request_id=request_id or None
+                    tenant=principal.tenant_id, node=principal.node_id, request_id=request_id
                 )
-                return await inner(request, context)
+                with self._limiter.admit(method, principal):
+                    return await inner(request, context)
             except ApiError as error:
                 code = error.code
                 await context.abort_with_status(to_status(error))
@@ -139,7 +155,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                     method=method,
                     code=code,
                     duration_ms=round((time.perf_counter() - started) * 1000, 2),
-                    request_id=request_id or None,
+                    request_id=request_id,
                     tenant=principal.tenant_id if principal else None,
                     role=principal.role.value if principal else None,
                     # Public (never the secret): which credential acted, for an audit or a revoke.

@@ -43,15 +43,19 @@ from services.auth.authenticator import Authenticator
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
 from services.billing.commands import Billing
 from services.billing.servicer import BillingServicer
+from services.data_dir import OpenDataDirectory, make_private
 from services.interceptors import ControlPlaneInterceptor
+from services.limits import CallLimiter, CallLimits
 from services.metrics.commands import Metrics
 from services.metrics.maintenance import Maintenance
 from services.metrics.samples import SampleStore
+from services.metrics.series_limits import SeriesLimits
 from services.metrics.servicer import MetricsServicer
 from services.nodes.servicer import NodeServicer
 from services.notify import Notifier
 from services.operations.builder import OperationBuilder
 from services.operations.servicer import OperationsServicer
+from services.operations.watch import OperationWatch
 from services.paging import PageTokens
 from services.store import secrets
 from services.store.engine import DATABASE_FILE, Store, UnsupportedDatabaseUrl, sqlite_url
@@ -90,6 +94,10 @@ def _check_listen_address(listen: str) -> None:
         raise StartError(f"cannot listen on {listen!r}: give host:port with a port 0-65535 (0: any free one)")
 
 
+# gRPC's bound on calls that arrived but that Python has not picked up yet: far past any burst,
+# so that the server's own bounds, which answer and log, are the ones that refuse.
+GRPC_PENDING_CALLS = 1_000_000
+
 SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     token_pb2.DESCRIPTOR.services_by_name["TokenService"].full_name,
@@ -120,6 +128,25 @@ class ServerConfig:
     metrics_retention_seconds: float | None = 30 * 86_400.0
     # How often the maintenance worker seals the head into segments and applies retention.
     metrics_maintenance_seconds: float = 60.0
+    # The most metrics series one node, and the whole store, may hold (services/metrics/series_limits.py);
+    # a write that would create more is RESOURCE_EXHAUSTED. Each series costs memory while the server runs.
+    metrics_max_series_per_node: int = SeriesLimits.per_node
+    metrics_max_series: int = SeriesLimits.total
+    # Bounds on calls in flight at once (services/limits.py, docs/api.md): per tenant, for its
+    # long polls and heavy reads, and every caller's together; beyond one, RESOURCE_EXHAUSTED.
+    tenant_max_calls: int = CallLimits.tenant_calls
+    tenant_max_waits: int = CallLimits.tenant_waits
+    tenant_max_heavy_calls: int = CallLimits.tenant_heavy_calls
+    max_calls_in_flight: int = CallLimits.calls_in_flight
+
+    def call_limits(self) -> CallLimits:
+        """The bounds on concurrent calls; ValueError for one under 1."""
+        return CallLimits(
+            tenant_calls=self.tenant_max_calls,
+            tenant_waits=self.tenant_max_waits,
+            tenant_heavy_calls=self.tenant_max_heavy_calls,
+            calls_in_flight=self.max_calls_in_flight,
+        )
 
 
 # googleapis-common-protos ships no types for its grpc code: the registration function, typed here.
@@ -160,19 +187,32 @@ class ControlPlane:
         config = self.config
         _check_listen_address(config.listen)
         try:
-            config.data_dir.mkdir(parents=True, exist_ok=True)
+            # 0700 whatever the umask; one that others may use is refused (services/data_dir.py).
+            make_private(config.data_dir)
+        except OpenDataDirectory as error:
+            raise StartError(str(error)) from None
         except OSError as error:
             why = error.strerror or error
             raise StartError(f"cannot use {config.data_dir} as the data directory: {why}") from error
         # A bad rate card fails the start before anything is opened.
         rates = rate_card.load(config.rates_path)
+        try:
+            config.call_limits()
+        except ValueError as error:
+            raise StartError(f"unusable bounds on concurrent calls: {error}") from error
         # The metrics store first: its directory lock is what tells a second server on this
         # data directory to stop, before it touches the database.
         retention = config.metrics_retention_seconds
         metrics_dir = config.metrics_dir or config.data_dir / "tsdb"
         try:
+            series_limits = SeriesLimits(config.metrics_max_series_per_node, config.metrics_max_series)
+        except ValueError as error:
+            raise StartError(f"unusable metrics series limits: {error}") from error
+        try:
             samples = await SampleStore.open(
-                metrics_dir, retention_ms=None if retention is None else int(retention * 1000)
+                metrics_dir,
+                retention_ms=None if retention is None else int(retention * 1000),
+                series_limits=series_limits,
             )
         except StoreLockedError as error:
             raise StartError(f"{metrics_dir} is in use by another gpucloud server ({error})") from error
@@ -202,12 +242,20 @@ class ControlPlane:
         page_tokens = PageTokens(await secrets.get_or_create(store, secrets.PAGE_TOKEN_KEY))
 
         wake_releaser, operations_changed = Notifier(), Notifier()
+        limits = config.call_limits()
         builder = OperationBuilder()
         authenticator = Authenticator(store)
         server = grpc.aio.server(
-            interceptors=[ControlPlaneInterceptor(authenticator)],
-            # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
-            options=[("grpc.so_reuseport", 0)],
+            interceptors=[ControlPlaneInterceptor(authenticator, CallLimiter(limits))],
+            options=[
+                # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
+                ("grpc.so_reuseport", 0),
+                # gRPC's queue of calls not yet handed to Python cancels some calls past 1,000
+                # queued and all past 3,000, unlogged and as CANCELLED, which callers read as a
+                # graceful stop. The server's own bounds (services/limits.py) refuse instead.
+                ("grpc.server.max_pending_requests", GRPC_PENDING_CALLS),
+                ("grpc.server.max_pending_requests_hard_limit", GRPC_PENDING_CALLS),
+            ],
         )
         # Kept before binding, so that a failed start stops it too (an unstopped grpc server
         # complains when it is collected after its loop has closed).
@@ -218,7 +266,8 @@ class ControlPlane:
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, builder, wake_releaser), server
         )
-        _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operations_changed), server)
+        operation_watch = OperationWatch(store, builder, operations_changed)
+        _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)
         billing = BillingServicer(Billing(store, rates), page_tokens)
         billing_pb2_grpc.add_BillingServiceServicer_to_server(billing, server)
         metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(Metrics(store, samples)), server)
@@ -236,6 +285,7 @@ class ControlPlane:
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
         self._workers.start(releaser.run(), name="releaser")
         self._workers.start(KeyJanitor(store).run(), name="idempotency-janitor")
+        self._workers.start(operation_watch.run(), name="operation-watch")
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
         self._workers.start(maintenance.run(), name="metrics-maintenance")
         self.metrics_maintenance = maintenance

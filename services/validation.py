@@ -2,12 +2,16 @@
 
 Each check appends to a list of violations instead of raising, so one error names every bad
 field of a request at once. ``Violations.raise_if_any`` turns the list into INVALID_ARGUMENT.
+
+Every string check refuses a value that holds an API token's secret, saying so without
+showing it: a credential pasted into the wrong field is neither stored nor echoed back.
 """
 
 from __future__ import annotations
 
 import re
 
+from services.auth.tokens import contains_secret
 from services.errors import MAX_REPORTED_VIOLATIONS, FieldViolation, InvalidArgument, cut
 from services.paging import Cursor, PageTokens
 
@@ -19,6 +23,25 @@ MAX_PAGE_SIZE = 1000
 # google.protobuf.Timestamp's range: 0001-01-01T00:00:00Z to 9999-12-31T23:59:59.999999999Z.
 TIMESTAMP_MIN_SECONDS = -62_135_596_800
 TIMESTAMP_MAX_SECONDS = 253_402_300_799
+# What a field holding a token is told: never the value, which would echo the secret.
+A_SECRET = "holds an API token, secret included (not shown); a credential goes only in the authorization metadata"
+
+
+def request_id_problem(value: str) -> str | None:
+    """What is wrong with ``value`` as an idempotency key (optional, at most 64 printable ASCII
+    characters, no spaces, no token), or None when nothing is."""
+    if contains_secret(value):
+        return A_SECRET
+    if len(value) > MAX_REQUEST_ID:
+        return f"is {len(value)} characters long; the limit is {MAX_REQUEST_ID}"
+    if not (value.isascii() and value.isprintable()) or " " in value:
+        return "must be printable ASCII without spaces (a UUID is recommended)"
+    return None
+
+
+def loggable_request_id(value: str) -> str | None:
+    """``value`` when it is a well-formed idempotency key, else None: all a log may show of it."""
+    return value if value and request_id_problem(value) is None else None
 
 
 class Violations:
@@ -65,31 +88,32 @@ class Violations:
             if required:
                 self.add(field_path, "is required")
             return
-        if not ID_PATTERN.fullmatch(value):
+        if contains_secret(value):
+            self.add(field_path, A_SECRET)
+        elif not ID_PATTERN.fullmatch(value):
             self.add(
                 field_path,
                 f"{cut(value, 80)!r} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
             )
 
     def text(self, field_path: str, value: str, *, max_length: int = MAX_TEXT, required: bool = False) -> None:
-        """Free text: printable, at most ``max_length`` characters."""
+        """Free text: printable, at most ``max_length`` characters, no token."""
         if not value:
             if required:
                 self.add(field_path, "is required")
             return
-        if len(value) > max_length:
+        if contains_secret(value):
+            self.add(field_path, A_SECRET)
+        elif len(value) > max_length:
             self.add(field_path, f"is {len(value)} characters long; the limit is {max_length}")
         elif not value.isprintable():
             self.add(field_path, "contains control characters")
 
     def request_id(self, field_path: str, value: str) -> None:
-        """An idempotency key: optional, at most 64 printable ASCII characters, no spaces."""
-        if not value:
-            return
-        if len(value) > MAX_REQUEST_ID:
-            self.add(field_path, f"is {len(value)} characters long; the limit is {MAX_REQUEST_ID}")
-        elif not (value.isascii() and value.isprintable()) or " " in value:
-            self.add(field_path, "must be printable ASCII without spaces (a UUID is recommended)")
+        """An idempotency key: optional, at most 64 printable ASCII characters, no spaces, no token."""
+        problem = request_id_problem(value) if value else None
+        if problem is not None:
+            self.add(field_path, problem)
 
     def enum(self, field_path: str, value: int, known: frozenset[int], *, required: bool = True) -> None:
         """A proto enum value: known to this server, and not *_UNSPECIFIED when required."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from services import limits
 from services.nodes.transitions import TRANSITIONS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
@@ -28,6 +29,7 @@ def test_api_guide_lists_exactly_the_error_reasons_in_the_code() -> None:
         for reason in re.findall(r'reason(?:: str)? ?= ?"([A-Z][A-Z_]+)"', path.read_text())
     }
     in_code |= {f"{kind}_NOT_FOUND" for kind in ("TENANT", "NODE", "ALLOCATION", "OPERATION")}
+    in_code |= {reason.value for reason in limits.Reason}
     table = [line for line in (DOCS / "api.md").read_text().splitlines() if line.startswith("| ")]
     documented = {reason for line in table for reason in re.findall(r"`([A-Z][A-Z_]+)`", line.split("|")[2])}
     assert documented == in_code

@@ -8,10 +8,16 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import re
 import secrets
 from dataclasses import dataclass
 
 PREFIX = "gpc"
+# A token inside any text: the prefix, the 16 hex digits of its public id, then at least one
+# character of its secret. A token cut short still shows part of its secret, so it counts too;
+# the id alone shows nothing. (No other text of the API has this shape: ids have no '_'.)
+_IN_TEXT = re.compile(rf"{PREFIX}_([0-9A-Fa-f]{{16}})_[0-9A-Za-z_-]+")
+REDACTED = "<redacted>"
 
 
 @dataclass(frozen=True)
@@ -36,6 +42,18 @@ def split(plaintext: str) -> tuple[str, str] | None:
     if len(parts) != 3 or parts[0] != PREFIX or not parts[1] or not parts[2]:
         return None
     return parts[1], parts[2]
+
+
+def contains_secret(text: str) -> bool:
+    """Whether ``text`` holds a token's secret, whole or in part (a token pasted where it does not belong)."""
+    return PREFIX in text and _IN_TEXT.search(text) is not None
+
+
+def redact(text: str) -> str:
+    """``text`` with the secret of every token in it replaced by ``<redacted>``; each token's public id stays."""
+    if PREFIX not in text:  # the common case, without a regex scan
+        return text
+    return _IN_TEXT.sub(rf"{PREFIX}_\1_{REDACTED}", text)
 
 
 def matches(secret: str, stored_sha256: str) -> bool:

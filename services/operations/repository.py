@@ -55,7 +55,13 @@ def get_row(operation_id: str, *, tenant_id: str | None) -> Tx[Operation]:
     """The operation, NOT_FOUND when it does not exist or belongs to another tenant."""
     result = yield Sql(f"SELECT {_COLUMNS} FROM operations WHERE operation_id = :id", {"id": operation_id})
     found = result.first()
-    if found is None or (tenant_id is not None and found[1] != tenant_id):
+    return visible(operation_id, None if found is None else _operation(found), tenant_id=tenant_id)
+
+
+def visible(operation_id: str, row: Operation | None, *, tenant_id: str | None) -> Operation:
+    """``row``, the operation read for ``operation_id``, if a caller confined to ``tenant_id``
+    (None: any) may see it; NOT_FOUND when there is none or it is another tenant's, alike."""
+    if row is None or (tenant_id is not None and row.tenant_id != tenant_id):
         name = name_of(operation_id)
         # Named as the API names it (operations/<id>), in the message and the metadata alike.
         raise NotFound(
@@ -63,7 +69,7 @@ def get_row(operation_id: str, *, tenant_id: str | None) -> Tx[Operation]:
             message=f"operation {name!r} not found",
             metadata={"name": name, "field": "name"},
         )
-    return _operation(found)
+    return row
 
 
 def delete(operation_id: str) -> Tx[None]:
@@ -90,6 +96,20 @@ def targets_with(kind: str, target_ids: Sequence[str]) -> Tx[set[str]]:
         f"SELECT target_id FROM operations WHERE kind = :kind AND target_id IN ({ids})", {**params, "kind": kind}
     )
     return {str(r[0]) for r in result.rows}
+
+
+# Operations asked about in one ``done_among`` statement at most (bind parameters per statement).
+_DONE_CHUNK = 512
+
+
+def done_among(operation_ids: Sequence[str]) -> Tx[list[Operation]]:
+    """Those of ``operation_ids`` that are done (any tenant): one statement per 512 ids."""
+    found: list[Operation] = []
+    for start in range(0, len(operation_ids), _DONE_CHUNK):
+        ids, params = expand("id", operation_ids[start : start + _DONE_CHUNK])
+        result = yield Sql(f"SELECT {_COLUMNS} FROM operations WHERE done = TRUE AND operation_id IN ({ids})", params)
+        found += [_operation(r) for r in result.rows]
+    return found
 
 
 def insert(row: Operation) -> Tx[None]:

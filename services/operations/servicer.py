@@ -6,6 +6,7 @@ tenant's operation is NOT_FOUND. Operations stay readable after they are done.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from functools import partial
 from typing import Any
@@ -16,9 +17,9 @@ from google.protobuf.empty_pb2 import Empty
 
 from services.auth.principal import current_principal, tenant_scope
 from services.errors import FailedPrecondition
-from services.notify import Notifier
 from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
+from services.operations.watch import OperationWatch
 from services.paging import Cursor, PageTokens
 from services.store.engine import Store
 from services.store.tx import Tx, run_in_session
@@ -29,8 +30,19 @@ Context = grpc.aio.ServicerContext[Any, Any]
 COLLECTION = repo.NAME_PREFIX.rstrip("/")
 DEFAULT_WAIT_SECONDS = 30.0
 MAX_WAIT_SECONDS = 300.0
+# The most a wait answers before the caller's deadline (see answer_within).
+ANSWER_MARGIN_SECONDS = 0.5
 # google.protobuf.Duration's documented range: +-10,000 years.
 MAX_DURATION_SECONDS = 315_576_000_000
+
+
+def answer_within(wait: float, remaining: float | None) -> float:
+    """Seconds a wait of ``wait`` may last when the caller's deadline is ``remaining`` seconds away
+    (None: no deadline): it answers a tenth of the time left early, at most ``ANSWER_MARGIN_SECONDS``,
+    so that the answer, sent from a busy server, still arrives before the deadline."""
+    if remaining is None:
+        return wait
+    return max(0.0, min(wait, remaining - min(remaining / 10, ANSWER_MARGIN_SECONDS)))
 
 
 def _operation_id(v: Violations, name: str) -> str:
@@ -45,11 +57,11 @@ def _operation_id(v: Violations, name: str) -> str:
 class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     """google.longrunning.Operations over the stored operations; a tenant sees only its own."""
 
-    def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, changed: Notifier) -> None:
+    def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, watch: OperationWatch) -> None:
         self._store = store
         self._tokens = page_tokens
         self._builder = builder
-        self._changed = changed
+        self._watch = watch
 
     async def GetOperation(
         self, request: operations_pb2.GetOperationRequest, context: Context
@@ -65,7 +77,8 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     async def WaitOperation(
         self, request: operations_pb2.WaitOperationRequest, context: Context
     ) -> operations_pb2.Operation:
-        """Return once the operation is done or the timeout passes (done=false then)."""
+        """Return once the operation is done or the timeout passes (done=false then), and in any
+        case a little before the caller's deadline (``answer_within``)."""
         v = Violations()
         operation_id = _operation_id(v, request.name)
         wait = DEFAULT_WAIT_SECONDS
@@ -77,21 +90,27 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
                 # Anything beyond the cap waits the cap; no need to convert an enormous value.
                 wait = min(seconds + nanos / 1e9, MAX_WAIT_SECONDS)
         v.raise_if_any()
-        remaining = context.time_remaining()
-        if remaining is not None:
-            # Answer before the client's deadline so it gets the state, not DEADLINE_EXCEEDED.
-            wait = min(wait, max(0.0, remaining - 0.05))
-        deadline = time.monotonic() + min(wait, MAX_WAIT_SECONDS)
+        deadline = time.monotonic() + answer_within(wait, context.time_remaining())
         scope = tenant_scope(current_principal())
-        while True:
-            seen = self._changed.generation
-            async with self._store.read() as session:
-                row = await run_in_session(session, repo.get_row(operation_id, tenant_id=scope))
-                left = deadline - time.monotonic()
-                if row.done or left <= 0:
-                    return (await self._builder.build_in(session, [row]))[0]
-            # Woken when any operation completes here; the periodic re-read covers other replicas.
-            await self._changed.wait(seen, min(left, 0.5))
+        # Watched before the read, so that a completion after it is not missed; after the read,
+        # this call touches the database no more (the watch reads for every waiter).
+        with self._watch.watching(operation_id) as watched:
+            if watched.known is None:
+                async with self._store.read() as session:
+                    row = await run_in_session(session, repo.get_row(operation_id, tenant_id=scope))
+                    current = (await self._builder.build_in(session, [row]))[0]
+                if row.done:
+                    return current
+                watched.known = (row, current)
+            else:
+                # Read by another waiter and not done since: visible to this caller or not alike.
+                row, current = watched.known
+                repo.visible(operation_id, row, tenant_id=scope)
+            left = deadline - time.monotonic()
+            if left > 0:
+                await asyncio.wait([watched.finished], timeout=left)
+            finished = watched.finished
+            return finished.result() if finished.done() and not finished.cancelled() else current
 
     async def ListOperations(
         self, request: operations_pb2.ListOperationsRequest, context: Context

@@ -90,7 +90,11 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
 
 
 class Store:
-    """The control plane's database: a write and a read session factory over one schema."""
+    """The control plane's database: a write and a read session factory over one schema.
+
+    Its engines hide statement parameters from the errors they raise: those errors are logged
+    and shown at start, and the parameters hold the page-token signing key, token digests and
+    callers' values."""
 
     def __init__(
         self,
@@ -129,8 +133,12 @@ class Store:
             # One writer connection: SQLite has one write lock anyway, and queueing on the pool
             # is cheaper and fairer than spinning on busy_timeout.
             creator = sqlite_driver.connector(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
-            write_engine = create_async_engine(url, async_creator=creator, pool_size=1, max_overflow=0, pool_timeout=60)
-            read_engine = create_async_engine(url, async_creator=creator, pool_size=4, max_overflow=4)
+            write_engine = create_async_engine(
+                url, async_creator=creator, pool_size=1, max_overflow=0, pool_timeout=60, hide_parameters=True
+            )
+            read_engine = create_async_engine(
+                url, async_creator=creator, pool_size=4, max_overflow=4, hide_parameters=True
+            )
             _configure_sqlite(write_engine, immediate=True)
             _configure_sqlite(read_engine, immediate=False)
             write_lock: asyncio.Lock | None = asyncio.Lock()
@@ -138,7 +146,7 @@ class Store:
                 parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, lock=write_lock
             )
         else:
-            write_engine = create_async_engine(url, pool_size=10, max_overflow=10)
+            write_engine = create_async_engine(url, pool_size=10, max_overflow=10, hide_parameters=True)
             _replace_closed_connections(write_engine)
             # Same pool; a read is one snapshot, as on SQLite: at PostgreSQL's default READ
             # COMMITTED each statement would see a newer state than the one before it.

@@ -19,6 +19,7 @@ It plugs into SQLAlchemy's aiosqlite dialect through ``create_async_engine(async
 
 from __future__ import annotations
 
+import os
 import sqlite3
 import time
 from collections.abc import Callable, Iterable
@@ -195,8 +196,26 @@ def check_writable(connection: sqlite3.Connection) -> None:
             connection.execute("ROLLBACK")
 
 
+# The database holds token digests, the page-token signing key and every tenant's data.
+PRIVATE_FILE = 0o600
+
+
 def create_file(path: str, *, timeout: float) -> None:
-    """Create the database file at ``path`` (in WAL mode) if it does not exist yet."""
+    """Create the database file at ``path`` (in WAL mode), mode 0600, if it does not exist yet.
+
+    SQLite would create it 0644 less the umask, readable by everyone on most systems. Made
+    here first, empty (which SQLite reads as an empty database), it is 0600 whatever the umask;
+    SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the same mode.
+    """
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
+    except FileExistsError:
+        pass  # an existing database keeps the mode its owner gave it
+    else:
+        try:
+            os.fchmod(descriptor, PRIVATE_FILE)  # the umask may have taken the owner's write too
+        finally:
+            os.close(descriptor)
     open_connection(path, timeout=timeout, create=True).close()
 
 
