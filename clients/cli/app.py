@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -72,6 +73,20 @@ def serve(
             help=f"On SIGTERM or Ctrl-C, how long calls in flight get to finish, 0-{MAX_GRACE_SECONDS:g} s (an hour)."
         ),
     ] = 2.0,
+    tenant_max_calls: Annotated[
+        int | None, typer.Option(help="Calls one tenant may have in flight; beyond, RESOURCE_EXHAUSTED.")
+    ] = None,
+    tenant_max_waits: Annotated[int | None, typer.Option(help="WaitOperation calls one tenant may have in flight.")] = (
+        None
+    ),
+    tenant_max_heavy_calls: Annotated[
+        int | None, typer.Option(help="Invoice and metrics queries one tenant may have in flight.")
+    ] = None,
+    max_calls_in_flight: Annotated[
+        int | None, typer.Option(help="Calls in flight from every caller together (operators and agents: +25%).")
+    ] = None,
+    metrics_max_series_per_node: Annotated[int | None, typer.Option(help="Metrics series one node may hold.")] = None,
+    metrics_max_series: Annotated[int | None, typer.Option(help="Metrics series the whole store may hold.")] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
     ),
@@ -79,7 +94,8 @@ def serve(
         LogFormat, typer.Option(case_sensitive=False, help="auto: console on a terminal, else JSON lines.")
     ] = LogFormat.AUTO,
 ) -> None:
-    """Run a control plane until interrupted."""
+    """Run a control plane until interrupted. The bounds on calls and series default to those in
+    docs/api.md ("Concurrent calls", "Metrics"); one under 1 is refused at start."""
     for option, seconds, most in (
         ("--scrub-seconds", scrub_seconds, MAX_SCRUB_SECONDS),
         ("--grace-seconds", grace_seconds, MAX_GRACE_SECONDS),
@@ -93,6 +109,14 @@ def serve(
     from clients.cli.serve import serve as run_server
     from services.server import ServerConfig, StartError
 
+    bounds: dict[str, Any] = {
+        "tenant_max_calls": tenant_max_calls,
+        "tenant_max_waits": tenant_max_waits,
+        "tenant_max_heavy_calls": tenant_max_heavy_calls,
+        "max_calls_in_flight": max_calls_in_flight,
+        "metrics_max_series_per_node": metrics_max_series_per_node,
+        "metrics_max_series": metrics_max_series,
+    }
     config = ServerConfig(
         data_dir=data_dir,
         listen=listen,
@@ -101,6 +125,8 @@ def serve(
         rates_path=rates,
         grace_seconds=grace_seconds,
     )
+    # Only the bounds given: the others keep the server's defaults, stated once, in ServerConfig.
+    config = dataclasses.replace(config, **{name: bound for name, bound in bounds.items() if bound is not None})
     try:
         asyncio.run(run_server(config, log_level=log_level, log_format=log_format))
     except InputError as error:  # a bad --rates file: say where, not a traceback
