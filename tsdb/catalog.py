@@ -21,7 +21,7 @@ from __future__ import annotations
 import json
 import os
 from collections import OrderedDict
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, cast
@@ -178,6 +178,20 @@ class Catalog:
 
     def ids(self, items: Iterable[Mapping[str, str]]) -> I64:
         """Ids of the given label sets, creating the missing ones in one catalog record (not yet fsynced)."""
+        ids, new = self.resolve(items)
+        if new:
+            self.create(new)
+        return ids
+
+    def lookup(self, items: Iterable[Mapping[str, str]]) -> I64:
+        """Ids of the given label sets, -1 where the catalog has none; creates nothing."""
+        index = self._index
+        return np.fromiter((index.get(canonical(labels), -1) for labels in items), dtype=np.int64)
+
+    def resolve(self, items: Iterable[Mapping[str, str]]) -> tuple[I64, list[LabelKey]]:
+        """Ids of the given label sets, changing nothing: a missing one gets the id ``create``
+        would give it (``len(self)`` on, in order of first appearance), and is listed, once, in
+        the second part of the answer."""
         keys = [canonical(labels) for labels in items]
         out = np.empty(len(keys), dtype=np.int64)
         new: dict[LabelKey, int] = {}
@@ -188,17 +202,33 @@ class Catalog:
                 if sid is None:
                     sid = new[key] = len(self._labels) + len(new)
             out[i] = sid
-        if new:
-            created = [dict(key) for key in new]
-            payload = json.dumps({"first": len(self._labels), "labels": created}, separators=(",", ":")).encode()
-            _write_all(self._fd, framing.frame(payload))
-            self._dirty = True
-            for labels in created:
-                self._labels.append(Labels(labels))
-                self._register(len(self._labels) - 1, labels)
-            self._live = None
-            self._selected.clear()
-        return out
+        return out, list(new)
+
+    def create(self, keys: Sequence[LabelKey]) -> None:
+        """Create the series of ``keys`` (from ``resolve``, with nothing created since) under ids
+        ``len(self)`` on, in one catalog record (not yet fsynced)."""
+        created = [dict(key) for key in keys]
+        payload = json.dumps({"first": len(self._labels), "labels": created}, separators=(",", ":")).encode()
+        _write_all(self._fd, framing.frame(payload))
+        self._dirty = True
+        for labels in created:
+            self._labels.append(Labels(labels))
+            self._register(len(self._labels) - 1, labels)
+        self._live = None
+        self._selected.clear()
+
+    def count(self, selector: Selector) -> int:
+        """How many series match `selector` (see select), without listing them when it is {} or
+        names one label's exact value."""
+        if not isinstance(selector, Mapping):
+            raise InvalidArgumentError(f"selector must be a mapping of label to value(s), got {selector!r}")
+        if not selector:
+            return len(self._labels) - len(self._lost)
+        if len(selector) == 1:
+            ((name, value),) = selector.items()
+            if isinstance(name, str) and name and isinstance(value, str):
+                return len(self._postings.get((name, value), ()))
+        return int(self.select(selector).size)
 
     @property
     def dirty(self) -> bool:

@@ -16,7 +16,8 @@ class OutOfOrderError(TsdbError, ValueError):
 
     `series_id`, `labels`, `timestamp_ms` and `newest_ms` name the first offending sample and the
     newest time its series already holds, or, when `behind_boundary`, the sealed boundary it fell
-    behind (a store-wide time: the series itself may hold nothing).
+    behind (a store-wide time: the series itself may hold nothing). `series_id` is -1 for a
+    series that a refused Store.append_labelled would have created.
     """
 
     def __init__(

@@ -22,7 +22,7 @@ Order rules for a sample at time t of series s:
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Final
 
@@ -100,7 +100,9 @@ class Taken:
 class Head:
     """Per-series sorted sample buffers plus the bookkeeping of what is sealed."""
 
-    def __init__(self, *, ooo_window_ms: int, describe: Callable[[int], dict[str, str]]) -> None:
+    def __init__(self, *, ooo_window_ms: int, describe: Callable[[int], tuple[int, Mapping[str, str]]]) -> None:
+        """`describe(sid)` names a series in a refusal: the id to report (-1 for one that does not
+        exist yet) and its labels."""
         self.ooo_window_ms = ooo_window_ms
         self._describe = describe
         self.ts = np.full((0, _INITIAL_CAPACITY), INT64_MAX, dtype=np.int64)
@@ -177,10 +179,12 @@ class Head:
         return bool((self._mark[sids] == index).all())
 
     def _reject(self, sid: int, t: int, newest: int, rejected: int, why: str) -> OutOfOrderError:
-        labels = dict(self._describe(sid))
+        series_id, described = self._describe(sid)
+        labels = dict(described)
+        name = f"series {series_id}" if series_id >= 0 else "new series"
         return OutOfOrderError(
-            f"{rejected} sample(s) rejected; first: series {sid} {labels} at {t} ms: {why}",
-            series_id=sid,
+            f"{rejected} sample(s) rejected; first: {name} {labels} at {t} ms: {why}",
+            series_id=series_id,
             labels=labels,
             timestamp_ms=t,
             newest_ms=newest,

@@ -25,7 +25,7 @@ import fcntl
 import itertools
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
@@ -38,7 +38,7 @@ from numpy.typing import ArrayLike, NDArray
 from tsdb import segment_format as fmt
 from tsdb._fs import fsync_dir, narrow_files, open_private, private_dir
 from tsdb.aggregate import Partials, needs
-from tsdb.catalog import Catalog, Selector
+from tsdb.catalog import Catalog, LabelKey, Selector
 from tsdb.errors import (
     CorruptSegmentError,
     InvalidArgumentError,
@@ -103,6 +103,8 @@ class Store:
         self._next_cut = INT64_MIN
         # What state.tss holds (None: not written yet in this session).
         self._state: StoreState | None = None
+        # The series an append_labelled in progress would create, under ids len(catalog) on.
+        self._pending: Sequence[LabelKey] = ()
 
     # ---- lifecycle ------------------------------------------------------------------------
 
@@ -185,7 +187,7 @@ class Store:
             log.error("tsdb_state_unreadable", error=str(exc))
             reasons.append(f"state: {exc}")
             stored = None
-        self.head = Head(ooo_window_ms=self.options.ooo_window_ms, describe=self.catalog.labels)
+        self.head = Head(ooo_window_ms=self.options.ooo_window_ms, describe=self._describe)
         self.head.boundary = max(self._sealed_boundary(segments), stored.sealed_until if stored else INT64_MIN)
         files, replay = Wal.replay(self.path / "wal", self.catalog.known)
         # Ids the catalog no longer holds but the state, a segment or the WAL names are taken
@@ -367,11 +369,30 @@ class Store:
         return int(self.series_ids([labels])[0])
 
     def series_ids(self, labels: Iterable[Mapping[str, str]]) -> I64:
-        """Ids of many series at once (one catalog record for all the new ones)."""
+        """Ids of many series at once (one catalog record for all the new ones), created now,
+        whatever becomes of a later append (append_labelled creates them only with a taken batch)."""
         self._check_open()
         ids = self.catalog.ids(labels)
         self.head.ensure_rows(len(self.catalog))
         return ids
+
+    def lookup(self, labels: Iterable[Mapping[str, str]]) -> I64:
+        """Ids of the series with exactly these labels, -1 where there is none; creates nothing."""
+        self._check_open()
+        return self.catalog.lookup(labels)
+
+    def series_count(self, selector: Selector) -> int:
+        """How many series match a selector (see query); {} counts every series."""
+        self._check_open()
+        return self.catalog.count(selector)
+
+    def _describe(self, sid: int) -> tuple[int, Mapping[str, str]]:
+        """How a refusal names series `sid`: its id and labels, or -1 and the labels of a series
+        the append_labelled in progress would create."""
+        taken = len(self.catalog)
+        if sid < taken:
+            return sid, self.catalog.labels(sid)
+        return -1, dict(self._pending[sid - taken])
 
     def labels(self, series_id: int) -> dict[str, str]:
         """A copy of the labels of a series."""
@@ -422,6 +443,54 @@ class Store:
                     return n
         return self._append_checked(sids, timestamps_ms, values)
 
+    def append_labelled(
+        self,
+        labels: Sequence[Mapping[str, str]],
+        series: ArrayLike,
+        timestamps_ms: ArrayLike,
+        values: ArrayLike,
+        *,
+        admit: Callable[[list[int]], None] | None = None,
+    ) -> int:
+        """Add samples named by labels: sample i belongs to the series labelled
+        ``labels[series[i]]``, at timestamps_ms[i] (or one timestamp for all) with values[i].
+
+        Like append, but series the store does not hold yet are created only if the whole batch
+        is taken: a refused batch (OutOfOrderError, InvalidArgumentError) leaves the catalog as it
+        was. The new series' catalog record is written, and fsynced, just before the WAL record
+        that names them. A new series holds no sample, so only the sealed boundary can refuse
+        one (OutOfOrderError with series_id -1). Every label set must have at least one sample.
+
+        ``admit``, when the batch has new series, is called with their positions in ``labels``
+        (the first of each, ascending) before the batch is checked: whatever it raises refuses
+        the batch, with nothing changed. It may read the store (a caller's limit on series).
+        """
+        self._check_open()
+        sids, new = self.catalog.resolve(labels)
+        index = np.asarray(series)
+        if index.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"series must be integer indices into labels, got {index.dtype}")
+        index = index.reshape(-1)
+        if index.size and (int(index.min()) < 0 or int(index.max()) >= sids.size):
+            raise InvalidArgumentError(f"series indices must lie in [0, {sids.size}) for {sids.size} label sets")
+        index = index.astype(np.intp, copy=False)
+        unused = np.flatnonzero(np.bincount(index, minlength=sids.size) == 0)
+        if unused.size:
+            raise InvalidArgumentError(f"labels[{int(unused[0])}] has no samples: a series is created with its first")
+        sample_sids = sids[index]
+        if not new:
+            return self.append(sample_sids, timestamps_ms, values)
+        if admit is not None:
+            fresh = np.flatnonzero(sids >= len(self.catalog))
+            _, first = np.unique(sids[fresh], return_index=True)
+            admit(np.sort(fresh[first]).tolist())
+        self.head.ensure_rows(len(self.catalog) + len(new))
+        self._pending = new
+        try:
+            return self._append_checked(sample_sids, timestamps_ms, values, new_series=new)
+        finally:
+            self._pending = ()
+
     def ensure_wal_present(self) -> None:
         """Raise WalError when the write-ahead log's file was deleted under the open store (the
         store's directory removed, say), and refuse every append from then on: an append
@@ -429,8 +498,14 @@ class Store:
         acknowledges writes checks this after ``append``."""
         self._wal.ensure_present()
 
-    def _append_checked(self, sids: ArrayLike, timestamps_ms: ArrayLike, values: ArrayLike) -> int:
-        """append() for any batch: validate it whole against the head, then log and insert it."""
+    def _append_checked(
+        self, sids: ArrayLike, timestamps_ms: ArrayLike, values: ArrayLike, *, new_series: Sequence[LabelKey] = ()
+    ) -> int:
+        """append() for any batch: validate it whole against the head, then log and insert it.
+
+        `new_series`: label sets to create under ids len(catalog) on (which `sids` may name)
+        once the batch is found acceptable, and only then.
+        """
         sid_arr = np.asarray(sids)
         if sid_arr.dtype != np.int64:
             if sid_arr.size == 0 and np.asarray(values).size == 0:
@@ -449,11 +524,12 @@ class Store:
             return 0
         # The same id sets come back push after push (one per node): remember the ones already
         # found valid and distinct, with their encoded WAL form.
-        key = sid_arr.tobytes() if sid_arr.size <= _KNOWN_BATCH_MAX else None
+        # Ids of series not created yet are not remembered: the batch may still be refused.
+        key = sid_arr.tobytes() if sid_arr.size <= _KNOWN_BATCH_MAX and not new_series else None
         known = self._known_batches.get(key) if key is not None else None
         unique: bool | None = True
         if known is None:
-            if not self.catalog.known(sid_arr).all():
+            if not new_series and not self.catalog.known(sid_arr).all():
                 raise InvalidArgumentError("sids must be ids returned by series_id/series_ids")
             unique = self.head.unique(sid_arr)
             if unique and key is not None and len(self._known_batches) < _KNOWN_BATCHES:
@@ -464,6 +540,9 @@ class Store:
             sid_arr, stamps, vals = self._without_sealed_repeats(sid_arr, stamps, vals)
             known, unique = None, None
         plan = self.head.check(sid_arr, stamps, vals, unique=unique)
+        if new_series:
+            # The batch is taken: its new series exist from here on (durable with the sync below).
+            self.catalog.create(new_series)
         if plan.size == 0:
             return 0
         sid_part = known.sid_part if known is not None and plan.sids is sid_arr else encode_sids(plan.sids)

@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import numpy.typing as npt
 
+# MAX_FUTURE_MS is named here too: this module is where a write's rules are looked up.
+from services.metrics.sample_times import MAX_FUTURE_MS as MAX_FUTURE_MS
+from services.metrics.sample_times import SampleTimes
 from services.nodes.inventory import GPUS_PER_NODE
 from services.validation import ID_PATTERN, Violations
 from tsdb.catalog import FIELD, GPU, NODE
@@ -25,9 +28,6 @@ from tsdb.catalog import FIELD, GPU, NODE
 MAX_GPU_INDEX = GPUS_PER_NODE - 1
 MAX_LABELS = 8
 MAX_LABEL_VALUE = 128
-# A node whose clock runs ahead would push samples "from the future" that then make every
-# honest sample after them look out of order; refuse them instead.
-MAX_FUTURE_MS = 5 * 60_000
 FIELD_NAME = re.compile(r"[a-z][a-z0-9_]{0,63}")
 LABEL_NAME = re.compile(r"[a-z][a-z0-9_]{0,31}")
 
@@ -155,12 +155,18 @@ def series_key(labels: Mapping[str, str]) -> SeriesKey:
     return tuple(sorted(labels.items()))
 
 
-def build_batch(nodes: Sequence[NodePush], series: Sequence[LabeledSeries], *, now_ms: int) -> SeriesBatch:
+def build_batch(
+    nodes: Sequence[NodePush], series: Sequence[LabeledSeries], *, now_ms: int, retention_ms: int | None = None
+) -> SeriesBatch:
     """Check a write and group it by series; raise INVALID_ARGUMENT naming every bad field.
 
     Within the batch each series must be strictly increasing in time, in request order (node
     pushes first, then columnar series), so the store never has to reorder or drop anything.
+    Every time must lie between ``retention_ms`` before ``now_ms`` (None: any positive time),
+    which the store would delete at its next maintenance pass, and ``MAX_FUTURE_MS`` after it
+    (services/metrics/sample_times.py).
     """
+    times = SampleTimes(now_ms, retention_ms)
     v = Violations()
     if not nodes and not series:
         v.add("nodes", "a write needs at least one node push or series")
@@ -168,24 +174,20 @@ def build_batch(nodes: Sequence[NodePush], series: Sequence[LabeledSeries], *, n
     node_paths: dict[str, str] = {}
     for i, push in enumerate(nodes):
         node_paths.setdefault(push.node_id, f"nodes[{i}].node_id")
-        _node_push(v, chunks, f"nodes[{i}]", push, now_ms)
+        _node_push(v, chunks, f"nodes[{i}]", push, times)
     for k, run in enumerate(series):
         node_paths.setdefault(run.labels.get(NODE, ""), f"series[{k}].labels[{NODE!r}]")
-        _labeled_series(v, chunks, f"series[{k}]", run, now_ms)
+        _labeled_series(v, chunks, f"series[{k}]", run, times)
     v.raise_if_any()
     runs = tuple(c.run() for c in chunks.values())
     return SeriesBatch(runs, {run.labels[NODE]: node_paths[run.labels[NODE]] for run in runs})
 
 
-def _timestamp(v: Violations, path: str, value: int, now_ms: int) -> bool:
-    if value <= 0:
-        v.add(path, f"must be a positive number of milliseconds since the epoch (got {value})")
-        return False
-    if value > now_ms + MAX_FUTURE_MS:
-        ahead = (value - now_ms) / 1000
-        v.add(path, f"is {ahead:.0f} s in the future (at most {MAX_FUTURE_MS // 1000} s allowed); check the clock")
-        return False
-    return True
+def _timestamp(v: Violations, path: str, value: int, times: SampleTimes) -> bool:
+    problem = times.problem(value)
+    if problem is not None:
+        v.add(path, problem)
+    return problem is None
 
 
 def _series_for(
@@ -204,10 +206,10 @@ def _series_for(
     return entry
 
 
-def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push: NodePush, now_ms: int) -> None:
+def _node_push(v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, push: NodePush, times: SampleTimes) -> None:
     before = v.count
     v.identifier(f"{path}.node_id", push.node_id)
-    _timestamp(v, f"{path}.timestamp_ms", push.timestamp_ms, now_ms)
+    _timestamp(v, f"{path}.timestamp_ms", push.timestamp_ms, times)
     if not push.gpus:
         v.add(f"{path}.gpus", "is required: at least one GPU's fields")
     seen: set[int] = set()
@@ -280,7 +282,7 @@ def _is_gpu_index(value: str) -> bool:
 
 
 def _labeled_series(
-    v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, run: LabeledSeries, now_ms: int
+    v: Violations, chunks: dict[SeriesKey, _Chunks], path: str, run: LabeledSeries, times: SampleTimes
 ) -> None:
     labels_ok = _labels(v, f"{path}.labels", run.labels)
     ts, vals = run.timestamps_ms, run.values
@@ -291,9 +293,9 @@ def _labeled_series(
         v.add(f"{path}.values", f"has {len(vals)} values for {len(ts)} timestamps; they must pair up")
         return
     ok = labels_ok
-    if int(ts.min()) <= 0 or int(ts.max()) > now_ms + MAX_FUTURE_MS:
-        bad = int(np.flatnonzero((ts <= 0) | (ts > now_ms + MAX_FUTURE_MS))[0])
-        ok = _timestamp(v, f"{path}.timestamps_ms[{bad}]", int(ts[bad]), now_ms) and ok
+    if int(ts.min()) < times.oldest_ms or int(ts.max()) > times.newest_ms:
+        bad = int(np.flatnonzero((ts < times.oldest_ms) | (ts > times.newest_ms))[0])
+        ok = _timestamp(v, f"{path}.timestamps_ms[{bad}]", int(ts[bad]), times) and ok
     steps = np.flatnonzero(np.diff(ts) <= 0)
     if len(steps):
         bad = int(steps[0]) + 1

@@ -8,6 +8,7 @@ simply has no samples. An agent writes only for its own node.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from functools import partial
 
@@ -16,6 +17,7 @@ from services.clock import now_us
 from services.errors import NotFound, PermissionDenied, ResourceExhausted
 from services.metrics import reads
 from services.metrics import repository as repo
+from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
 from services.metrics.holds import hold_intervals, within
 from services.metrics.samples import ReadStats, SampleStore, SeriesData
@@ -23,8 +25,16 @@ from services.metrics.selection import Aggregation, Selector, Window
 from services.nodes.commands import check_speaks_for
 from services.store.engine import Store
 
-# A result larger than this would not fit a client's default 4 MiB message limit.
+# Points one answer may carry: with short labels, about 4 MiB.
 MAX_QUERY_POINTS = 200_000
+# Bytes one answer may take on the wire (an upper bound, services/metrics/answer_size.py): labels
+# travel once per series, so a wide selector can pass 4 MiB with few points. The Python client's
+# receive limit (clients/async_client.py, DEFAULT_MAX_RECEIVE_BYTES) is set to match; a client
+# left at gRPC's default of 4 MiB refuses answers between the two.
+MAX_ANSWER_BYTES = 16 * 1024 * 1024
+# Answers of more series than this are sized (and encoded, services/metrics/servicer.py) on a
+# worker thread: some microseconds a series would hold up every other call on the event loop.
+SERIES_SIZED_ON_LOOP = 2_000
 
 
 @dataclass(frozen=True)
@@ -65,6 +75,11 @@ class Metrics:
         self._samples = samples
         self._nodes = KnownNodes(store)
 
+    @property
+    def retention_ms(self) -> int | None:
+        """How old a sample may get before the store deletes it (None: kept for good)."""
+        return self._samples.retention_ms
+
     async def write(self, principal: Principal, batch: SeriesBatch) -> int:
         """Append a checked batch (only for existing nodes, an agent only for its own); return
         how many samples were new (a resent batch adds none)."""
@@ -79,7 +94,7 @@ class Metrics:
         """Raw samples of the selected series in the window; a tenant's only from the time it held each node.
 
         NOT_FOUND for a named node the caller cannot see; RESOURCE_EXHAUSTED (QUERY_TOO_LARGE) for a result of
-        more than ``MAX_QUERY_POINTS``.
+        more than ``MAX_QUERY_POINTS`` or ``MAX_ANSWER_BYTES``.
         """
         holds = await self._visible(principal, selector, window)
         if holds is None:
@@ -88,7 +103,7 @@ class Metrics:
             return QueryResult([], ReadStats())
         else:
             series, stats = await self._samples.read(partial(reads.query_held, selector=selector, holds=holds))
-        return _bounded(QueryResult(series, stats), "narrow the window or the selector, or use QueryRange")
+        return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use QueryRange")
 
     async def query_range(
         self, principal: Principal, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation
@@ -111,7 +126,7 @@ class Metrics:
                 holds=holds,
             )
         series, stats = await self._samples.read(read)
-        return _bounded(QueryResult(series, stats), "narrow the window or the selector, or use a longer step")
+        return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use a longer step")
 
     async def _visible(
         self, principal: Principal, selector: Selector, window: Window
@@ -139,13 +154,24 @@ class Metrics:
         return {node_id: inside for node_id, intervals in held.items() if (inside := within(intervals, window))}
 
 
-def _bounded(result: QueryResult, advice: str) -> QueryResult:
-    """The result, unless it has more points than one response may carry."""
+async def _bounded(result: QueryResult, advice: str) -> QueryResult:
+    """The result, unless it has more points, or takes more bytes, than one response may carry."""
     if result.points > MAX_QUERY_POINTS:
         raise ResourceExhausted(
             reason="QUERY_TOO_LARGE",
             message=f"the query matched {result.points} points; at most {MAX_QUERY_POINTS} are returned: {advice}",
             metadata={"matched": str(result.points), "limit": str(MAX_QUERY_POINTS)},
+        )
+    many = len(result.series) > SERIES_SIZED_ON_LOOP
+    size = await asyncio.to_thread(answer_bytes, result.series) if many else answer_bytes(result.series)
+    if size > MAX_ANSWER_BYTES:
+        raise ResourceExhausted(
+            reason="QUERY_TOO_LARGE",
+            message=(
+                f"the answer of {len(result.series)} series would take up to {size} bytes; "
+                f"at most {MAX_ANSWER_BYTES} bytes are returned: narrow the selector or the window"
+            ),
+            metadata={"estimated_bytes": str(size), "limit_bytes": str(MAX_ANSWER_BYTES)},
         )
     return result
 

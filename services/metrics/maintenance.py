@@ -32,12 +32,13 @@ class Maintenance:
             await asyncio.sleep(self._interval)
             await self.run_once()
 
-    async def run_once(self) -> None:
-        """One pass; errors other than cancellation are logged, not raised."""
+    async def run_once(self, *, now_ms: int | None = None) -> None:
+        """One pass as of ``now_ms`` (None: the server's clock); errors other than cancellation are
+        logged, not raised."""
         self.passes += 1
         compact = self.passes % self._compact_every == 0
         try:
-            report = await self._samples.maintain(now_us() // 1000, compact=compact)
+            report = await self._samples.maintain(now_us() // 1000 if now_ms is None else now_ms, compact=compact)
         except asyncio.CancelledError:
             raise
         except Exception:

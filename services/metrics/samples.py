@@ -25,8 +25,9 @@ import structlog
 
 import tsdb
 from services.errors import InvalidArgument, ResourceExhausted, Unavailable
-from services.metrics.batch import Float64Array, Int64Array, SeriesBatch, SeriesKey, series_key
+from services.metrics.batch import Float64Array, Int64Array, SeriesBatch, SeriesKey, SeriesRun, series_key
 from services.metrics.selection import Aggregation, Window
+from services.metrics.series_limits import SeriesLimits, check_room
 
 log = structlog.get_logger(__name__)
 
@@ -129,14 +130,21 @@ class MaintenanceReport:
 class SampleStore:
     """Owns one ``tsdb.Store`` in the control plane's data directory."""
 
-    def __init__(self, store: tsdb.Store, executor: ThreadPoolExecutor) -> None:
+    def __init__(self, store: tsdb.Store, executor: ThreadPoolExecutor, series_limits: SeriesLimits) -> None:
         self._store = store
         self._executor = executor
         self._closed = False
+        self._series_limits = series_limits
+        # How old a sample may get before the maintenance pass deletes it (None: kept for good).
+        self.retention_ms = store.options.retention_ms
 
     @classmethod
-    async def open(cls, path: Path, *, retention_ms: int | None) -> SampleStore:
-        """Open (and recover) the store at ``path``, creating it if new."""
+    async def open(
+        cls, path: Path, *, retention_ms: int | None, series_limits: SeriesLimits | None = None
+    ) -> SampleStore:
+        """Open (and recover) the store at ``path``, creating it if new. ``retention_ms``: how old a
+        sample may get before the maintenance pass deletes it (None: kept for good); ``series_limits``:
+        None for the defaults."""
         executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="tsdb")
         loop = asyncio.get_running_loop()
         try:
@@ -151,9 +159,10 @@ class SampleStore:
             path=str(path),
             samples_replayed=recovery.samples_replayed,
             bytes_discarded=recovery.bytes_discarded,
+            series_ids_reserved=recovery.series_ids_reserved,
             seconds=round(recovery.seconds, 3),
         )
-        return cls(store, executor)
+        return cls(store, executor, series_limits or SeriesLimits())
 
     async def _run(self, function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         if self._closed:
@@ -174,41 +183,37 @@ class SampleStore:
         A sample repeating a stored time with an identical value is a retry and is not added again,
         so resending a batch after a lost reply is safe, also once it was sealed into a segment. A
         sample older than the store allows for its series is INVALID_ARGUMENT naming its request
-        field (reason SAMPLES_OUT_OF_ORDER), and nothing of the batch is written. A log file
-        deleted under the running server (its directory removed) fails this write and every
-        later one (tsdb.WalError, answered UNAVAILABLE STORAGE_ERROR) instead of acknowledging
-        samples no restart would find.
+        field (reason SAMPLES_OUT_OF_ORDER); series past a node's or the store's limit are
+        RESOURCE_EXHAUSTED (SERIES_LIMIT_EXCEEDED). A refused batch changes nothing: none of its
+        samples is written and none of its series is registered. A log file deleted under the
+        running server (its directory removed) fails this write and every later one
+        (tsdb.WalError, answered UNAVAILABLE STORAGE_ERROR) instead of acknowledging samples no
+        restart would find.
         """
         return await self._run(self._write, batch)
 
     def _write(self, batch: SeriesBatch) -> int:
         runs = batch.runs
-        sids = np.asarray(self._store.series_ids([run.labels for run in runs]), dtype=np.int64)
-        lengths = [len(run.timestamps_ms) for run in runs]
+
+        def admit(new: list[int]) -> None:
+            check_room(self._store, self._series_limits, batch, [runs[i] for i in new])
+
         try:
-            added = self._store.append(
-                np.repeat(sids, lengths),
+            # The store registers the batch's new series only if it takes the whole batch, and
+            # only within the series limits (admit).
+            added = self._store.append_labelled(
+                [run.labels for run in runs],
+                np.repeat(np.arange(len(runs)), [len(run.timestamps_ms) for run in runs]),
                 np.concatenate([run.timestamps_ms for run in runs]),
                 np.concatenate([run.values for run in runs]),
+                admit=admit,
             )
             # Not acknowledged if it went into a log file that was deleted (STORAGE_ERROR).
             self._store.ensure_wal_present()
             return added
         except tsdb.OutOfOrderError as error:
-            by_sid = {int(sid): run for sid, run in zip(sids, runs, strict=True)}
-            run = by_sid.get(int(error.series_id), runs[0])
-            # Short enough to arrive whole (descriptions are cut at 160 characters); the field
-            # path says which series.
-            why = (
-                f"time {error.timestamp_ms} ms is before {error.newest_ms} ms, where the store's sealed segments end"
-                if error.behind_boundary
-                else f"time {error.timestamp_ms} ms is not after {error.newest_ms} ms, its series' newest stored sample"
-            )
-            raise InvalidArgument.for_field(
-                run.field_of_time(int(error.timestamp_ms)),
-                f"{why}; nothing of the batch was written",
-                reason="SAMPLES_OUT_OF_ORDER",
-            ) from None
+            by_key = {series_key(run.labels): run for run in runs}
+            raise _out_of_order(by_key.get(series_key(error.labels), runs[0]), error) from None
 
     async def read(self, function: Callable[[SampleReader], T]) -> tuple[T, ReadStats]:
         """Run ``function`` with a reader on the store's thread; return its result and the reads' cost.
@@ -254,6 +259,22 @@ class SampleStore:
         finally:
             self._executor.shutdown(wait=False)
         log.info("metrics_store_closed")
+
+
+def _out_of_order(run: SeriesRun, error: tsdb.OutOfOrderError) -> InvalidArgument:
+    """SAMPLES_OUT_OF_ORDER for the store's refusal of a sample of ``run``, naming its request field."""
+    # Short enough to arrive whole (descriptions are cut at 160 characters); the field path
+    # says which series.
+    why = (
+        f"time {error.timestamp_ms} ms is before {error.newest_ms} ms, where the store's sealed segments end"
+        if error.behind_boundary
+        else f"time {error.timestamp_ms} ms is not after {error.newest_ms} ms, its series' newest stored sample"
+    )
+    return InvalidArgument.for_field(
+        run.field_of_time(int(error.timestamp_ms)),
+        f"{why}; nothing of the batch was written",
+        reason="SAMPLES_OUT_OF_ORDER",
+    )
 
 
 def _unavailable() -> Unavailable:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import grpc
@@ -11,7 +12,7 @@ from gpucloud.v1 import metrics_pb2, metrics_pb2_grpc
 from services.auth.principal import current_principal
 from services.clock import now_us
 from services.metrics.batch import GpuFields, LabeledSeries, NodePush, build_batch
-from services.metrics.commands import Metrics, QueryResult
+from services.metrics.commands import SERIES_SIZED_ON_LOOP, Metrics, QueryResult
 from services.metrics.selection import Aggregation, Selector, Window, check_selector, check_step, check_window
 from services.validation import Violations
 
@@ -38,6 +39,13 @@ def _series(result: QueryResult) -> list[metrics_pb2.Series]:
     ]
 
 
+async def _encoded(result: QueryResult) -> list[metrics_pb2.Series]:
+    """The result's series as messages; built on a worker thread when there are many."""
+    if len(result.series) > SERIES_SIZED_ON_LOOP:
+        return await asyncio.to_thread(_series, result)
+    return _series(result)
+
+
 class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
     """MetricsService: turns requests into checked batches, selectors and windows for ``Metrics``."""
 
@@ -60,7 +68,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             )
             for s in request.series
         ]
-        batch = build_batch(nodes, series, now_ms=now_us() // 1000)
+        batch = build_batch(nodes, series, now_ms=now_us() // 1000, retention_ms=self._metrics.retention_ms)
         written = await self._metrics.write(current_principal(), batch)
         return metrics_pb2.WriteSamplesResponse(samples_written=written, series_written=len(batch.runs))
 
@@ -72,7 +80,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
         check_window(v, window)
         v.raise_if_any()
         result = await self._metrics.query(current_principal(), selector, window)
-        return metrics_pb2.QueryResponse(series=_series(result), stats=_stats(result))
+        return metrics_pb2.QueryResponse(series=await _encoded(result), stats=_stats(result))
 
     async def QueryRange(
         self, request: metrics_pb2.QueryRangeRequest, context: Context
@@ -87,4 +95,4 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
         v.raise_if_any()
         aggregation = AGGREGATION_FROM_PROTO[request.aggregation]
         result = await self._metrics.query_range(current_principal(), selector, window, request.step_ms, aggregation)
-        return metrics_pb2.QueryRangeResponse(series=_series(result), stats=_stats(result))
+        return metrics_pb2.QueryRangeResponse(series=await _encoded(result), stats=_stats(result))

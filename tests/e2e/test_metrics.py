@@ -196,11 +196,12 @@ async def test_stats_show_a_window_skipping_sealed_segments_outside_it(
 
 
 async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: Path, database_url: str) -> None:
-    """With a 4 h retention, the maintenance worker's pass deletes segments ten and fourteen hours
-    old whole while the recent samples stay readable."""
+    """With a 4 h retention, a maintenance pass two hours from now deletes the segments of samples
+    3.9 and 3.5 hours old (sealed: their two-hour windows ended an hour before the newest sample)
+    whole, while the recent sample stays readable."""
     hour = 3_600_000
     now = now_ms()
-    times = [now - 14 * hour, now - 10 * hour, now - 1000]
+    times = [now - 39 * hour // 10, now - 35 * hour // 10, now - 1000]
     overrides = {"metrics_retention_seconds": 4 * 3600.0}
     async with (
         running_control_plane(tmp_path / "data", database_url, **overrides) as plane,
@@ -210,7 +211,11 @@ async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: 
         await operator.write_samples([push("node-000", t, 1.0) for t in times])
         maintenance = plane.plane.metrics_maintenance
         assert maintenance is not None
-        await maintenance.run_once()  # the worker's pass, run now instead of waited for
+        await maintenance.run_once()  # the worker's pass, run now instead of waited for: keeps all
+        assert (
+            await operator.query_metrics(start=times[0], end=now + 1, fields=["power_w"])
+        ).stats.points_returned == 3
+        await maintenance.run_once(now_ms=now + 2 * hour)  # the pass two hours later
         result = await operator.query_metrics(start=times[0], end=now + 1, fields=["power_w"])
         assert only(result).timestamps_ms.tolist() == times[-1:]
         assert result.stats.segments_total == 0  # the files are gone, not just filtered out
