@@ -12,7 +12,7 @@ import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -173,3 +173,14 @@ async def scripted() -> AsyncIterator[Start]:
     yield start
     for server in servers:
         await server.stop(None)
+
+
+@pytest.fixture
+def umask_022() -> Iterator[None]:
+    """The process umask set to most systems' 022, which leaves new files readable by everyone;
+    the umask before is restored after the test."""
+    old = os.umask(0o022)
+    try:
+        yield
+    finally:
+        os.umask(old)

@@ -5,10 +5,8 @@ refused: what it holds may already have been read, and its mode is the operator'
 
 from __future__ import annotations
 
-import os
 import re
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,16 +15,6 @@ from sqlalchemy.engine import make_url
 from services.server import ControlPlane, ServerConfig, StartError
 from tests.conftest import gpucloud_command, running_control_plane
 from tests.test_cli_connection import serve
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    """The umask of most systems, which leaves new files readable by everyone."""
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def mode(path: Path) -> int:

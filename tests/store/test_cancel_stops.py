@@ -7,41 +7,23 @@ at the release) gets them at its cancel time when it is released.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
-import pytest
 from sqlalchemy import text
 
 from services.allocations import commands
 from services.allocations import repository as repo
 from services.allocations.releaser import Releaser
 from services.allocations.requests import AllocationRequest
-from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.auth.principal import Principal, Role
 from services.clock import now_us
-from services.nodes import commands as node_commands
 from services.nodes import repository as nodes_repo
-from services.nodes.inventory import GpuModel, GpuSpec, Inventory
+from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.store.engine import Store
 from services.store.tx import Tx
-from services.tenants import commands as tenant_commands
+from tests.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
 TENANT = Principal("t", Role.TENANT, tenant_id="acme")
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    """A store with tenant acme and one READY node, n1, of 8 GPUs."""
-    opened = await Store.open(database_url)
-    try:
-        await tenant_commands.create(opened, "acme", "")
-        gpus = tuple(GpuSpec(f"GPU-n1-{i}", i) for i in range(8))
-        await node_commands.register(opened, CONTROL_PLANE, Inventory("n1", GpuModel.H100, gpus, "z", "r", "l"))
-        await node_commands.complete_burn_in(opened, CONTROL_PLANE, "n1", passed=True, detail="")
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def stops(store: Store) -> list[tuple[str, int, int]]:

@@ -10,7 +10,7 @@ a transaction of its own left open, and lets a change commit during it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 
 import asyncpg
 import pytest
@@ -19,15 +19,14 @@ from sqlalchemy.engine import make_url
 from services.allocations import commands
 from services.allocations.releaser import Releaser
 from services.allocations.requests import CREATE_METHOD, AllocationRequest
-from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.auth.principal import Principal, Role
 from services.clock import now_us
-from services.nodes import commands as node_commands
-from services.nodes.inventory import GpuModel, GpuSpec, Inventory
+from services.nodes.inventory import GpuModel
 from services.notify import Notifier
 from services.store.engine import Store
-from services.tenants import commands as tenant_commands
 from tests.conftest import backend
 from tests.handover_checks import node_events_out_of_order, usage_overlaps
+from tests.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
 pytestmark = pytest.mark.skipif(
     backend() != "postgresql",
@@ -35,20 +34,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 TENANT = Principal("t", Role.TENANT, tenant_id="acme")
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    """A store with tenant acme and one READY node, n1."""
-    opened = await Store.open(database_url)
-    try:
-        await tenant_commands.create(opened, "acme", "")
-        gpus = tuple(GpuSpec(f"GPU-n1-{i}", i) for i in range(8))
-        await node_commands.register(opened, CONTROL_PLANE, Inventory("n1", GpuModel.H100, gpus, "z", "r", "l"))
-        await node_commands.complete_burn_in(opened, CONTROL_PLANE, "n1", passed=True, detail="")
-        yield opened
-    finally:
-        await opened.close()
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import sqlite3
 from collections import Counter
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -27,23 +27,10 @@ from services.notify import Notifier
 from services.store.batch import Batchable
 from services.store.engine import Store
 from services.store.tx import Deadlock, Tx
-from services.tenants import commands as tenant_commands
 from tests.conftest import backend
+from tests.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
 T = TypeVar("T")
-
-
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(database_url)
-    try:
-        await tenant_commands.create(opened, "acme", "")
-        gpus = tuple(GpuSpec(f"GPU-n1-{i}", i) for i in range(8))
-        await node_commands.register(opened, CONTROL_PLANE, Inventory("n1", GpuModel.H100, gpus, "z", "r", "l"))
-        await node_commands.complete_burn_in(opened, CONTROL_PLANE, "n1", passed=True, detail="")
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def _cordon_in_open_transaction(url: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[bool]]]:

@@ -3,25 +3,13 @@ by an older build with wider modes is narrowed when it is opened."""
 
 from __future__ import annotations
 
-import os
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 import tsdb
 from tests.tsdb.helpers import T0
-
-
-@pytest.fixture
-def umask_022() -> Iterator[None]:
-    old = os.umask(0o022)
-    try:
-        yield
-    finally:
-        os.umask(old)
 
 
 def modes(root: Path) -> dict[str, int]:
