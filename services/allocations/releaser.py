@@ -28,7 +28,6 @@ from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Store
 from services.store.tx import Deadlock, Tx, run_in_session
-from services.usage import repository as usage
 
 log = structlog.get_logger(__name__)
 
@@ -125,10 +124,6 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
             for h in held
         ]
         yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
-        # The cancel stopped the usage. Only an allocation whose cancel was accepted before
-        # cancels wrote the stops has none yet: it gets them at its cancel time, as it would
-        # have then; one that has them gets no second.
-        yield from usage.record_missing_stops(ids, recorded_us=now)
         yield from repo.finish_cancel(ids, now_us=now)
         yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
     oldest = yield from repo.oldest_cancel_us()

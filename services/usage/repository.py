@@ -43,24 +43,3 @@ def record(kind: UsageKind, allocation_ids: Sequence[str], *, at_us: int) -> Tx[
         f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL",
         {**params, "kind": kind.value, "at": at_us, "source": CONTROL_PLANE_SOURCE},
     )
-
-
-def record_missing_stops(allocation_ids: Sequence[str], *, recorded_us: int) -> Tx[None]:
-    """A ``stop`` at its allocation's cancel time for every GPU the cancelled allocations still
-    hold that has none: what an allocation whose cancel was accepted before cancels wrote
-    stops lacks. A GPU whose stop exists gets no second one."""
-    if not allocation_ids:
-        return
-    ids, params = expand("id", allocation_ids)
-    event_id = "a.allocation_id || '/' || g.gpu_uuid || '/' || :kind"
-    yield Sql(
-        "INSERT INTO usage_events (event_id, tenant_id, allocation_id, node_id, gpu_uuid, gpu_model, kind, at_us,"
-        " source, recorded_us)"
-        f" SELECT {event_id}, al.tenant_id, a.allocation_id, a.node_id,"
-        " g.gpu_uuid, al.gpu_model, :kind, al.cancel_us, :source, :recorded"
-        " FROM assignments a JOIN allocations al ON al.allocation_id = a.allocation_id"
-        " JOIN gpus g ON g.node_id = a.node_id"
-        f" WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL AND al.cancel_us IS NOT NULL"
-        f" AND NOT EXISTS (SELECT 1 FROM usage_events u WHERE u.event_id = {event_id})",
-        {**params, "kind": UsageKind.STOP.value, "source": CONTROL_PLANE_SOURCE, "recorded": recorded_us},
-    )

@@ -2,7 +2,7 @@
 
 On SQLite and PostgreSQL: the stops are written with the cancel, the release writes no second
 copy, and an allocation whose cancel was accepted without stops (by a version that wrote them
-at the release) gets them at its cancel time when it is released.
+at the release) gets them at its cancel time from the schema upgrade.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
-from services.store.engine import Store
+from services.store.engine import Store, null_pool_engine
 from services.store.tx import Tx
 from tests.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
@@ -64,14 +64,31 @@ def cancel_without_stops(allocation_id: str, *, at_us: int) -> Tx[None]:
     yield from repo.mark_cancelling([allocation_id], now_us=at_us)
 
 
-async def test_a_cancel_accepted_without_stops_gets_them_at_its_cancel_time(store: Store) -> None:
-    view = (await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1"))).view
+async def test_the_upgrade_stops_a_cancel_accepted_without_stops_at_its_cancel_time(
+    store: Store, database_url: str
+) -> None:
+    """Revision 0007 writes the stops an allocation CANCELLING at the upgrade lacks, at its
+    cancel time; a release then writes none, and a cancel that has its stops gets no second."""
+    old = (await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1"))).view
     cancel_us = now_us()
-    await store.transact(lambda: cancel_without_stops(view.row.allocation_id, at_us=cancel_us))
+    await store.transact(lambda: cancel_without_stops(old.row.allocation_id, at_us=cancel_us))
     assert await stops(store) == []
-    await release(store)
-    released = (await commands.get(store, TENANT, view.row.allocation_id)).row
-    assert released.state == "CANCELLED" and released.released_us is not None
-    written = await stops(store)
-    assert len(written) == 8
-    assert {(at, recorded) for _, at, recorded in written} == {(cancel_us, released.released_us)}
+    await store.close()
+    # The database as an older server left it: at revision 0006, which Store.open upgrades.
+    engine = null_pool_engine(database_url)
+    try:
+        async with engine.begin() as connection:
+            await connection.execute(text("UPDATE alembic_version SET version_num = '0006'"))
+    finally:
+        await engine.dispose()
+    upgraded = await Store.open(database_url)
+    try:
+        written = await stops(upgraded)
+        assert len(written) == 8
+        assert {at for _, at, _ in written} == {cancel_us}
+        await release(upgraded)
+        released = (await commands.get(upgraded, TENANT, old.row.allocation_id)).row
+        assert released.state == "CANCELLED" and released.released_us is not None
+        assert await stops(upgraded) == written
+    finally:
+        await upgraded.close()
