@@ -117,18 +117,19 @@ class InvalidArgument(ApiError):
     ) -> InvalidArgument:
         """Bad input in the fields of ``violations``, of ``total`` violations in all (default:
         as many as given); reports at most ``MAX_REPORTED_VIOLATIONS``, each cut short."""
+        error = cls(reason=reason, message="", violations=tuple(violations))
+        # The summary is made of the violations as __post_init__ left them (redacted, cut, at
+        # most MAX_REPORTED_VIOLATIONS), so it is as scrubbed as they are, and bounded.
+        reported = error.violations
         total = len(violations) if total is None else total
-        reported = tuple(
-            FieldViolation(shown(v.field, MAX_FIELD_PATH), shown(v.description, MAX_DESCRIPTION))
-            for v in violations[:MAX_REPORTED_VIOLATIONS]
-        )
         message = "; ".join(f"{v.field}: {v.description}" for v in reported[:MAX_VIOLATIONS_IN_MESSAGE])
         metadata = {"fields": ", ".join(v.field for v in reported)}
         if total > MAX_VIOLATIONS_IN_MESSAGE:
             message += f"; and {total - MAX_VIOLATIONS_IN_MESSAGE} more ({total} in all)"
         if total > len(reported):
             metadata["violations"] = str(total)
-        return cls(reason=reason, message=message, metadata=metadata, violations=reported)
+        error.message, error.metadata = message, metadata
+        return error
 
     @classmethod
     def for_field(cls, field_path: str, description: str, *, reason: str = "INVALID_FIELD") -> InvalidArgument:

@@ -1,10 +1,13 @@
 """What must hold of the records a node leaves as it passes from tenant to tenant.
 
 Read straight from the database, to the microsecond: every node's events are in time order
-(the order of ``event_seq``, in which they committed), and on every GPU the usage intervals
-(a start to its stop, or to the end of time when none) of different allocations never overlap,
+(the order of ``event_seq``, in which they committed); on every GPU the usage intervals (a
+start to its stop, or to the end of time when none) of different allocations never overlap,
 so billing never charges two holds for one instant and no tenant's metrics window opens
-before the previous one's closed.
+before the previous one's closed; and every node is handed to its next allocation at or
+after its previous allocation released it. The last is the check that sees a create stamped
+early: a hold ends at its cancel, well before the release, so a create stamped between the
+two overlaps no usage interval.
 """
 
 from __future__ import annotations
@@ -35,6 +38,47 @@ class Overlap:
     gpu_uuid: str
     first: tuple[str, int, int]
     second: tuple[str, int, int]
+
+
+@dataclass(frozen=True)
+class EarlyHandover:
+    """A node's allocation created, or its node assigned, before the node's previous allocation
+    released it (or while that one still holds it: ``released_us`` None)."""
+
+    node_id: str
+    previous: tuple[str, int | None]
+    next: tuple[str, int, int]
+
+
+async def handovers_before_release(store: Store) -> list[EarlyHandover]:
+    """Each assignment of a node, in the order they were made, whose allocation's ``created_us``
+    or whose own ``assigned_us`` is earlier than the previous assignment's ``released_us``."""
+    async with store.read() as session:
+        connection = await session.connection()
+        rows = (
+            await connection.execute(
+                text(
+                    "SELECT s.node_id, s.allocation_id, a.created_us, s.assigned_us, s.released_us"
+                    " FROM assignments s JOIN allocations a ON a.allocation_id = s.allocation_id"
+                    " ORDER BY s.node_id, s.assignment_id"
+                )
+            )
+        ).all()
+    found: list[EarlyHandover] = []
+    for previous, following in itertools.pairwise(rows):
+        node, allocation, created, assigned, _ = following
+        if node != previous.node_id:
+            continue
+        released = previous.released_us
+        if released is None or min(created, assigned) < released:
+            found.append(
+                EarlyHandover(
+                    str(node),
+                    (str(previous.allocation_id), None if released is None else int(released)),
+                    (str(allocation), int(created), int(assigned)),
+                )
+            )
+    return found
 
 
 async def node_events_out_of_order(store: Store) -> list[OutOfOrder]:

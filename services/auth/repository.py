@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -14,6 +15,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.auth import tokens
 from services.auth.principal import Principal, Role
 from services.clock import now_us
+from services.data_dir import PRIVATE_FILE, narrow_to_owner
 from services.paging import Cursor, newest_first
 from services.store.engine import Store
 from services.store.models import TokenRow
@@ -154,8 +156,11 @@ async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
     """On a fresh database, mint the first operator token into ``data_dir/operator.token``.
 
     Returns the file's path when a token was created, None when operators already exist.
-    The file is made 0600 before the token is written, so it is never world-readable.
+    The file is made ``PRIVATE_FILE`` before the token is written, so it is never
+    world-readable; one already there that group or others may read is narrowed to its owner.
     """
+    path = data_dir / OPERATOR_TOKEN_FILE
+    await asyncio.to_thread(narrow_to_owner, path)
     async with store.write() as session:
         if store.dialect == "postgresql":
             # Replicas starting together on a fresh database would each find no operator (READ
@@ -167,11 +172,10 @@ async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
         if (await session.exec(query)).first() is not None:
             return None
         plaintext = await create_token(session, Role.OPERATOR)
-        path = data_dir / OPERATOR_TOKEN_FILE
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        # The mode above applies only to a new file: one left from an earlier database keeps
-        # its own, perhaps world-readable, unless it is set before the token goes in.
-        os.fchmod(descriptor, 0o600)
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE)
+        # The mode above applies only to a new file, less the umask: one there already keeps
+        # its own unless it is set before the token goes in.
+        os.fchmod(descriptor, PRIVATE_FILE)
         with os.fdopen(descriptor, "w") as handle:
             handle.write(plaintext + "\n")
         return path

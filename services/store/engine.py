@@ -1,7 +1,7 @@
 """Database engines and transactions for SQLite (embedded default) and PostgreSQL.
 
-SQLite needs care (see ../shared/research/stack.md): pysqlite emits no BEGIN before a SELECT,
-so a read-then-write loses updates unless the transaction starts with ``BEGIN IMMEDIATE``.
+SQLite needs care: pysqlite emits no BEGIN before a SELECT, so a read-then-write loses
+updates unless the transaction starts with ``BEGIN IMMEDIATE``.
 Writes therefore go through their own single-connection engine that begins every transaction
 IMMEDIATE (taking the write lock up front, so writers queue in-process instead of failing with
 "database is locked"); reads use a separate pool with plain deferred transactions, which WAL
@@ -129,7 +129,7 @@ class Store:
         if parsed.get_backend_name() == "sqlite":
             assert parsed.database is not None  # checked: a file
             # The only connection that may create the file; every later one refuses a missing file.
-            await asyncio.to_thread(sqlite_driver.create_file, parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
+            await asyncio.to_thread(sqlite_driver.prepare_file, parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
             # One writer connection: SQLite has one write lock anyway, and queueing on the pool
             # is cheaper and fairer than spinning on busy_timeout.
             creator = sqlite_driver.connector(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)

@@ -28,6 +28,8 @@ from typing import Any
 
 import aiosqlite
 
+from services.data_dir import PRIVATE_FILE, narrow_to_owner
+
 _Description = tuple[tuple[str, None, None, None, None, None, None], ...] | None
 
 
@@ -196,21 +198,25 @@ def check_writable(connection: sqlite3.Connection) -> None:
             connection.execute("ROLLBACK")
 
 
-# The database holds token digests, the page-token signing key and every tenant's data.
-PRIVATE_FILE = 0o600
+# Beside the database, SQLite keeps its write-ahead log and the index of it (shared memory).
+WAL_SUFFIXES = ("-wal", "-shm")
 
 
-def create_file(path: str, *, timeout: float) -> None:
-    """Create the database file at ``path`` (in WAL mode), mode 0600, if it does not exist yet.
+def prepare_file(path: str, *, timeout: float) -> None:
+    """Make the database file at ``path`` ready to serve from: created (empty, which SQLite reads
+    as an empty database) with mode ``PRIVATE_FILE`` if it does not exist, narrowed to its owner
+    if it does and group or others may use it, and switched to WAL mode.
 
-    SQLite would create it 0644 less the umask, readable by everyone on most systems. Made
-    here first, empty (which SQLite reads as an empty database), it is 0600 whatever the umask;
-    SQLite gives the ``-wal`` and ``-shm`` files it makes beside it the same mode.
+    The database holds token digests, the page-token signing key and every tenant's data.
+    SQLite would create it 0644 less the umask, readable by everyone on most systems, and it
+    gives the ``-wal`` and ``-shm`` files it makes beside it the database's mode; those already
+    there (another process has the database open) are narrowed with it.
     """
     try:
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE)
     except FileExistsError:
-        pass  # an existing database keeps the mode its owner gave it
+        for private in (path, *(path + suffix for suffix in WAL_SUFFIXES)):
+            narrow_to_owner(Path(private))
     else:
         try:
             os.fchmod(descriptor, PRIVATE_FILE)  # the umask may have taken the owner's write too

@@ -73,8 +73,8 @@ async def _logged_line(call: Awaitable[object], *, code: grpc.StatusCode) -> tup
 
 
 async def test_an_unauthenticated_call_logs_nothing_of_its_body(control_plane: RunningControlPlane) -> None:
-    """A caller with no token sent a 4 MB request_id three times and the server logged 12 MB:
-    nothing of a call's body is read, let alone logged, before the caller is known."""
+    """Nothing of a call's body is read, let alone logged, before the caller is known: a call
+    with no token and a 4 MB request_id leaves a log line of the usual size."""
     huge = allocation_pb2.CreateAllocationRequest(
         tenant_id="acme", gpu_model=node_pb2.GPU_MODEL_H100, node_count=1, request_id="r" * 4_000_000
     )

@@ -2,9 +2,10 @@
 
 Sixteen tenants create and cancel on 48 nodes that take half a second to scrub, so capacity runs
 out and comes back all the time, while groups of callers retry one ``request_id`` until it
-does. Afterwards, read from the database: every node's events are in time order, and on every
-GPU no two allocations' usage intervals (what billing charges, and what a tenant may read
-metrics for) overlap.
+does. Afterwards, read from the database: every node went to its next allocation at or after
+its previous one released it, every node's events are in time order, and on every GPU no two
+allocations' usage intervals (what billing charges, and what a tenant may read metrics for)
+overlap.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 from clients import AsyncClient, ResourceExhaustedError
 from services.store.engine import Store
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
-from tests.handover_checks import node_events_out_of_order, usage_overlaps
+from tests.handover_checks import handovers_before_release, node_events_out_of_order, usage_overlaps
 
 NODES = 48
 CHURNERS = 16
@@ -87,6 +88,7 @@ async def test_handovers_under_load_never_overlap(tmp_path: Path, database_url: 
     assert outcomes["shared"] > 0 and outcomes["replayed"] > 0, outcomes
     store = await Store.open(database_url)
     try:
+        assert await handovers_before_release(store) == []
         assert await node_events_out_of_order(store) == []
         assert await usage_overlaps(store) == []
     finally:

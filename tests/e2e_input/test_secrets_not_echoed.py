@@ -104,7 +104,8 @@ async def _call(channel: grpc.aio.Channel, token: str, method: MethodDescriptor,
 
 
 def test_every_string_field_is_covered() -> None:
-    """The walk finds the fields the issue named, nested ones and map keys and values included."""
+    """The walk finds every id and name field a token may be pasted into (the ones below among
+    them), nested ones and map keys and values included."""
     labels = {_label(case) for case in CASES}
     assert {
         "GetTenant:tenant_id",

@@ -649,8 +649,8 @@ async def test_a_release_queued_between_creates_frees_nodes_for_the_creates_afte
     store: Store, tmp_path: Path
 ) -> None:
     """A transaction that is not batchable (here the releaser's) is a barrier: creates queued
-    after it run after it, and get the nodes it released, as they would one at a time. (The
-    batch used to run every create at the place of the first, before the release.)"""
+    after it run after it, and get the nodes it released, as they would one at a time, not at
+    the place of the first create of their batch, before the release."""
     if store._writer is None:
         pytest.skip(SQLITE_ONLY)
 

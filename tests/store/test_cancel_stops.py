@@ -1,8 +1,8 @@
 """A cancel ends the tenant's usage when it is accepted; the release after the scrub adds none.
 
 On SQLite and PostgreSQL: the stops are written with the cancel, the release writes no second
-copy, and an allocation whose cancel was accepted without stops (by a version that wrote them
-at the release) gets them at its cancel time from the schema upgrade.
+copy, and a CANCELLING allocation without stops (which schema revision 0006 allows) gets them
+at its cancel time from the schema upgrade.
 """
 
 from __future__ import annotations
@@ -56,8 +56,8 @@ async def test_the_stops_come_with_the_cancel_and_the_release_adds_none(store: S
 
 
 def cancel_without_stops(allocation_id: str, *, at_us: int) -> Tx[None]:
-    """What accepting a cancel wrote when the stops waited for the release: the nodes on
-    RELEASE, the allocation CANCELLING, no usage event."""
+    """A cancel accepted as schema revision 0006 allows: the nodes on RELEASE, the allocation
+    CANCELLING, no usage event."""
     held = yield from repo.held_nodes([allocation_id], locking=False)
     moves = [nodes_repo.Move(h.node_id, NodeState(h.node_state), NodeEvent.RELEASE) for h in held]
     yield from nodes_repo.apply_many(moves, reason="cancelled", actor="tenant:acme", now_us=at_us)
@@ -74,7 +74,7 @@ async def test_the_upgrade_stops_a_cancel_accepted_without_stops_at_its_cancel_t
     await store.transact(lambda: cancel_without_stops(old.row.allocation_id, at_us=cancel_us))
     assert await stops(store) == []
     await store.close()
-    # The database as an older server left it: at revision 0006, which Store.open upgrades.
+    # The database at revision 0006, which Store.open upgrades.
     engine = null_pool_engine(database_url)
     try:
         async with engine.begin() as connection:

@@ -1,8 +1,8 @@
 """A caller cancelled mid-transaction (a deadline, a client gone) must not poison later ones.
 
-On PostgreSQL a transaction cancelled while asyncpg was sending BEGIN used to leave its pooled
-connection inside the transaction: the next transaction on it became a savepoint whose
-"commit" committed nothing, so acknowledged writes vanished. Here hundreds of transactions are
+On PostgreSQL a transaction cancelled while asyncpg is sending BEGIN must not leave its pooled
+connection inside the transaction: the next transaction on it would be a savepoint whose
+"commit" commits nothing, and acknowledged writes would vanish. Here hundreds of transactions are
 cancelled at random moments, then every connection the pool takes back is checked, and every
 later acknowledged write must be visible from a connection of its own.
 """

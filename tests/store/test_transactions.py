@@ -488,7 +488,7 @@ def test_a_metrics_file_the_disk_refused_is_unavailable_not_internal(code: int, 
 
 async def test_a_session_commit_to_a_deleted_database_file_is_not_acknowledged(tmp_path: Path) -> None:
     """``Store.write()`` sessions (tenants, tokens, node registration) commit on a connection of
-    their own: after the file was deleted their commits used to answer OK and be lost."""
+    their own: after the file is deleted, their commits fail rather than answer OK and be lost."""
     path = tmp_path / "gone.db"
     store = await Store.open(f"sqlite+aiosqlite:///{path}")
     try:
