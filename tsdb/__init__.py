@@ -6,11 +6,13 @@ aggregates from per-series pre-aggregates where a step covers a whole chunk; ret
 whole files. See docs/tsdb.md.
 """
 
+from tsdb.catalog import FIELD, GPU, NODE
 from tsdb.errors import (
     CorruptSegmentError,
     InvalidArgumentError,
     OutOfOrderError,
     QueryTooLargeError,
+    StateError,
     StoreClosedError,
     StoreLockedError,
     TsdbError,
@@ -20,6 +22,9 @@ from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, Ret
 from tsdb.store import Store
 
 __all__ = [
+    "FIELD",
+    "GPU",
+    "NODE",
     "CorruptSegmentError",
     "InvalidArgumentError",
     "OutOfOrderError",
@@ -31,6 +36,7 @@ __all__ = [
     "RetentionReport",
     "SegmentInfo",
     "Series",
+    "StateError",
     "Store",
     "StoreClosedError",
     "StoreLockedError",

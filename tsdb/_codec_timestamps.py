@@ -36,13 +36,12 @@ from tsdb._codec_common import (
     unpack,
     width_codes,
 )
+from tsdb._int64 import INT64_MAX, INT64_MIN
 
 _REGULAR: Final = 1
 _IRREGULAR: Final = 2
 _REGULAR_HEADER: Final = struct.Struct("<BIqq")
 _IRREGULAR_HEADER: Final = struct.Struct("<BIqqqBBqq")
-_INT64_MIN: Final = -(1 << 63)
-_INT64_MAX: Final = (1 << 63) - 1
 _MAX_COUNT: Final = (1 << 32) - 1
 
 
@@ -77,7 +76,7 @@ def encode_timestamps(ts: I64, *, level: int = 1) -> bytes:
     column = np.asarray(ts)
     if column.ndim != 1 or column.dtype.kind not in "iu":
         raise CodecInputError(f"timestamps must be a 1-D integer array, got {column.dtype} with shape {column.shape}")
-    if column.dtype.kind == "u" and column.size and int(column.max()) > _INT64_MAX:
+    if column.dtype.kind == "u" and column.size and int(column.max()) > INT64_MAX:
         raise CodecInputError("timestamps must fit int64")
     column = np.ascontiguousarray(column, dtype=np.int64)
     count = column.size
@@ -92,7 +91,7 @@ def encode_timestamps(ts: I64, *, level: int = 1) -> bytes:
     deltas = raw[1:] - raw[:-1]
     step = _signed(int(deltas[0]))
     # A constant modular delta is only a true arithmetic progression when its end stays in range.
-    if bool((deltas == deltas[0]).all()) and _INT64_MIN <= t0 + step * (count - 1) <= _INT64_MAX:
+    if bool((deltas == deltas[0]).all()) and INT64_MIN <= t0 + step * (count - 1) <= INT64_MAX:
         return _REGULAR_HEADER.pack(_REGULAR, count, t0, step)
     tmin, tmax = int(column.min()), int(column.max())
     best: bytes | None = None
@@ -134,7 +133,7 @@ def timestamps_header(blob: bytes | memoryview) -> TimestampsInfo:
             raise CorruptBlobError(f"regular timestamp blob must be {_REGULAR_HEADER.size} bytes, got {len(blob)}")
         _, count, t0, step = _REGULAR_HEADER.unpack_from(blob)
         last = t0 + step * max(count - 1, 0)
-        if not _INT64_MIN <= last <= _INT64_MAX:
+        if not INT64_MIN <= last <= INT64_MAX:
             raise CorruptBlobError("regular timestamp blob runs past int64")
         return TimestampsInfo(t0=t0, step=step, count=count, tmin=min(t0, last), tmax=max(t0, last), regular=True)
     if kind == _IRREGULAR:

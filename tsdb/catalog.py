@@ -183,11 +183,6 @@ class Catalog:
             self.create(new)
         return ids
 
-    def lookup(self, items: Iterable[Mapping[str, str]]) -> I64:
-        """Ids of the given label sets, -1 where the catalog has none; creates nothing."""
-        index = self._index
-        return np.fromiter((index.get(canonical(labels), -1) for labels in items), dtype=np.int64)
-
     def resolve(self, items: Iterable[Mapping[str, str]]) -> tuple[I64, list[LabelKey]]:
         """Ids of the given label sets, changing nothing: a missing one gets the id ``create``
         would give it (``len(self)`` on, in order of first appearance), and is listed, once, in

@@ -56,6 +56,12 @@ class CorruptSegmentError(TsdbError):
     """A sealed segment file fails its checks (magic, CRC, layout); the file was not changed."""
 
 
+class StateError(TsdbError):
+    """The store's state file (``state.tss``: sealed boundary, next series id) exists but does not
+    parse (bad magic, CRC, or content). Opening a store logs it and rebuilds the state from the
+    segments and the WAL; only a direct read of the file raises it."""
+
+
 class StoreClosedError(TsdbError):
     """The Store was closed (or failed); no method except close() may be called."""
 

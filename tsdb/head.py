@@ -29,14 +29,13 @@ from typing import Final
 import numpy as np
 from numpy.typing import NDArray
 
+from tsdb._int64 import INT64_MAX, INT64_MIN
 from tsdb.errors import OutOfOrderError
 
 I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
-INT64_MAX: Final = np.iinfo(np.int64).max
 # Late samples looked up in their rows at a time: bounds the rows copied for the comparison.
 _LOOKUP_CHUNK: Final = 1024
-INT64_MIN: Final = np.iinfo(np.int64).min
 _INITIAL_CAPACITY: Final = 256
 # At most this many fast batches are tracked at once (see Head.fast_batch).
 _MAX_FAST_BATCHES: Final = 4096

@@ -22,7 +22,7 @@ from typing import Final
 
 from tsdb import framing
 from tsdb._fs import fsync_dir, open_private, write_all
-from tsdb.errors import TsdbError
+from tsdb.errors import StateError
 
 FILE_NAME: Final = "state.tss"
 MAGIC: Final = b"TSS1"
@@ -39,10 +39,6 @@ class StoreState:
 
     sealed_until: int
     next_series_id: int
-
-
-class StateError(TsdbError):
-    """``state.tss`` exists but does not parse (bad magic, CRC, or content)."""
 
 
 def read_state(directory: Path) -> StoreState | None:

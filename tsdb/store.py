@@ -37,23 +37,26 @@ from numpy.typing import ArrayLike, NDArray
 
 from tsdb import segment_format as fmt
 from tsdb._fs import fsync_dir, narrow_files, open_private, private_dir
+from tsdb._int64 import INT64_MAX, INT64_MIN
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, LabelKey, Selector
 from tsdb.errors import (
     CorruptSegmentError,
     InvalidArgumentError,
     QueryTooLargeError,
+    StateError,
     StoreClosedError,
     StoreLockedError,
+    TsdbError,
 )
-from tsdb.head import INT64_MIN, FastBatch, Head, Taken
+from tsdb.head import FastBatch, Head, Taken
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
 from tsdb.query import SampleBudget, join_parts, read_one, read_range, read_raw
 from tsdb.segment_reader import ReaderCache, SegmentReader
 from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
-from tsdb.state import StateError, StoreState, read_state, write_state
+from tsdb.state import StoreState, read_state, write_state
 from tsdb.wal import Wal, encode_sids
 
 I64 = NDArray[np.int64]
@@ -72,7 +75,6 @@ _KNOWN_BATCH_MAX = 1024
 _KNOWN_BATCHES = 4096
 # A flush starts a new WAL file once the active one holds this much.
 WAL_ROTATE_BYTES = 1 << 20
-INT64_MAX = 2**63 - 1
 
 
 @dataclass(slots=True, frozen=True)
@@ -376,11 +378,6 @@ class Store:
         self.head.ensure_rows(len(self.catalog))
         return ids
 
-    def lookup(self, labels: Iterable[Mapping[str, str]]) -> I64:
-        """Ids of the series with exactly these labels, -1 where there is none; creates nothing."""
-        self._check_open()
-        return self.catalog.lookup(labels)
-
     def series_count(self, selector: Selector) -> int:
         """How many series match a selector (see query); {} counts every series."""
         self._check_open()
@@ -590,15 +587,16 @@ class Store:
         return sids[keep], ts[keep], vals[keep]
 
     def _cut_after_append(self) -> None:
-        """Seal what an append completed; a failure is logged, not raised: the batch is stored,
-        and an append either happens whole or raises with nothing changed."""
+        """Seal what an append completed. A storage failure (a full disk, a damaged file) is
+        logged, not raised: the batch is stored, and an append either happens whole or raises
+        with nothing changed. Any other error is a defect and is raised."""
         try:
             self._maybe_flush()
-        except Exception as exc:
+        except (OSError, TsdbError) as exc:
             # The batch itself is in the WAL and the head: report it as added. Sealing is retried
             # a quarter window later (and flush() raises the error to whoever calls it).
             self._next_cut = self.head.max_ts + self.options.segment_ms // 4
-            log.error("tsdb_flush_failed", error=str(exc))
+            log.error("tsdb_flush_failed", error=str(exc), error_type=type(exc).__name__)
 
     @staticmethod
     def _timestamps(timestamps_ms: ArrayLike, size: int) -> int | I64:

@@ -22,7 +22,7 @@ from services.metrics.sample_times import MAX_FUTURE_MS as MAX_FUTURE_MS
 from services.metrics.sample_times import SampleTimes
 from services.nodes.inventory import GPUS_PER_NODE
 from services.validation import ID_PATTERN, Violations
-from tsdb.catalog import FIELD, GPU, NODE
+from tsdb import FIELD, GPU, NODE
 
 # Samples are only for GPUs a node has, and registration gives every node exactly these.
 MAX_GPU_INDEX = GPUS_PER_NODE - 1
@@ -155,18 +155,15 @@ def series_key(labels: Mapping[str, str]) -> SeriesKey:
     return tuple(sorted(labels.items()))
 
 
-def build_batch(
-    nodes: Sequence[NodePush], series: Sequence[LabeledSeries], *, now_ms: int, retention_ms: int | None = None
-) -> SeriesBatch:
+def build_batch(nodes: Sequence[NodePush], series: Sequence[LabeledSeries], times: SampleTimes) -> SeriesBatch:
     """Check a write and group it by series; raise INVALID_ARGUMENT naming every bad field.
 
     Within the batch each series must be strictly increasing in time, in request order (node
     pushes first, then columnar series), so the store never has to reorder or drop anything.
-    Every time must lie between ``retention_ms`` before ``now_ms`` (None: any positive time),
-    which the store would delete at its next maintenance pass, and ``MAX_FUTURE_MS`` after it
+    Every time must be one ``times`` accepts: none the store's next maintenance pass would
+    delete, none more than ``MAX_FUTURE_MS`` ahead of the server's clock
     (services/metrics/sample_times.py).
     """
-    times = SampleTimes(now_ms, retention_ms)
     v = Violations()
     if not nodes and not series:
         v.add("nodes", "a write needs at least one node push or series")

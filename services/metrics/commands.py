@@ -9,6 +9,7 @@ simply has no samples. An agent writes only for its own node.
 from __future__ import annotations
 
 import asyncio
+import math
 from dataclasses import dataclass
 from functools import partial
 
@@ -20,6 +21,7 @@ from services.metrics import repository as repo
 from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
 from services.metrics.holds import hold_intervals, within
+from services.metrics.sample_times import SampleTimes
 from services.metrics.samples import ReadStats, SampleStore, SeriesData
 from services.metrics.selection import Aggregation, Selector, Window
 from services.nodes.commands import check_speaks_for
@@ -70,15 +72,18 @@ class KnownNodes:
 class Metrics:
     """The metrics use cases over the database (nodes, holds) and the sample store."""
 
-    def __init__(self, store: Store, samples: SampleStore) -> None:
+    def __init__(self, store: Store, samples: SampleStore, *, maintenance_seconds: float) -> None:
+        """``maintenance_seconds``: how often the maintenance pass that applies the store's
+        retention runs (services/metrics/maintenance.py); a write keeps clear of what it deletes."""
         self._store = store
         self._samples = samples
         self._nodes = KnownNodes(store)
+        self._maintenance_interval_ms = math.ceil(maintenance_seconds * 1000)
 
-    @property
-    def retention_ms(self) -> int | None:
-        """How old a sample may get before the store deletes it (None: kept for good)."""
-        return self._samples.retention_ms
+    def sample_times(self, now_ms: int) -> SampleTimes:
+        """The times a write at the server's clock ``now_ms`` may carry: none that the store's
+        retention deletes at the next maintenance pass, none too far ahead."""
+        return SampleTimes(now_ms, self._samples.retention_ms, self._maintenance_interval_ms)
 
     async def write(self, principal: Principal, batch: SeriesBatch) -> int:
         """Append a checked batch (only for existing nodes, an agent only for its own); return

@@ -1,10 +1,18 @@
-"""Which times a metrics write may carry: none the store would delete at its next maintenance
-pass (older than its retention), none implausibly far ahead of the server's clock.
+"""Which times a metrics write may carry: none the store's next maintenance pass would delete,
+none implausibly far ahead of the server's clock.
 
-A sample past the retention would be acknowledged, readable for a minute and then gone: the
-maintenance pass deletes whole segment files older than the retention. Such a time is nearly
-always a unit mistake (seconds read as milliseconds land in January 1970), so the description
-says which unit the value looks like. No I/O here; the caller passes the server's clock.
+A maintenance pass deletes whole segment files whose newest sample is older than its own clock
+less the retention, so a segment goes only once all of it is past the retention. The next pass
+runs up to one maintenance interval after the previous one ended, and a write may reach the
+store while a pass is running, so the oldest accepted time keeps two intervals inside the
+retention: a sample accepted at the server's clock ``now`` is at or after ``now + 2 intervals -
+retention``, which no pass until then deletes (each keeps samples at or after its clock less the
+retention), as long as a pass and a write's way to the store each take under an interval. (A
+retention shorter than two intervals accepts nothing older than the server's clock.)
+
+A refused old time is nearly always a unit mistake (seconds read as milliseconds land in January
+1970), so the description says which unit the value looks like. No I/O here; the caller passes
+the server's clock.
 """
 
 from __future__ import annotations
@@ -18,6 +26,11 @@ MAX_FUTURE_MS = 5 * 60_000
 _UNITS = (("seconds", 1_000), ("microseconds", 1 / 1_000), ("nanoseconds", 1 / 1_000_000))
 
 
+# How many maintenance intervals the oldest accepted time keeps inside the retention: one until
+# the next pass, one more for a pass in progress and the write's own way to the store.
+PASSES_AHEAD = 2
+
+
 @dataclass(frozen=True)
 class SampleTimes:
     """The accepted times of one write: [oldest_ms, newest_ms], from the server's clock."""
@@ -25,11 +38,24 @@ class SampleTimes:
     now_ms: int
     # None: the store keeps everything, so no time is too old (only not positive).
     retention_ms: int | None = None
+    # How often the maintenance pass that applies the retention runs (0: only on demand).
+    maintenance_interval_ms: int = 0
+
+    @property
+    def margin_ms(self) -> int:
+        """How far inside the retention the oldest accepted time lies: ``PASSES_AHEAD`` maintenance
+        intervals, and never more than the retention itself (the oldest time is at most now)."""
+        if self.retention_ms is None:
+            return 0
+        return min(PASSES_AHEAD * self.maintenance_interval_ms, self.retention_ms)
 
     @property
     def oldest_ms(self) -> int:
-        """The oldest accepted time: the retention's edge, and never before the epoch's first ms."""
-        return 1 if self.retention_ms is None else max(1, self.now_ms - self.retention_ms)
+        """The oldest accepted time: ``margin_ms`` inside the retention's edge, so the next
+        maintenance pass keeps it, and never before the epoch's first ms."""
+        if self.retention_ms is None:
+            return 1
+        return max(1, self.now_ms - self.retention_ms + self.margin_ms)
 
     @property
     def newest_ms(self) -> int:
@@ -51,7 +77,9 @@ class SampleTimes:
         if value < self.oldest_ms:
             assert self.retention_ms is not None  # oldest_ms is 1 without a retention
             age, retention = _span(self.now_ms - value), _span(self.retention_ms)
-            return f"{value} is {age} old, past the metrics retention of {retention}{self._unit_hint(value)}"
+            # "less" the margin: kept short, so the unit hint still fits in the description.
+            margin = f" less {_span(self.margin_ms)}" if self.margin_ms else ""
+            return f"{value} is {age} old, past what retention keeps ({retention}{margin}){self._unit_hint(value)}"
         return None
 
     def _unit_hint(self, value: int) -> str:

@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from services.metrics.batch import MAX_GPU_INDEX, check_field_name
 from services.validation import Violations
-from tsdb.catalog import FIELD, GPU, NODE
+from tsdb import FIELD, GPU, NODE
 
 MAX_SELECTOR_ITEMS = 1000
 # Prometheus' figure: more steps than a screen has pixels is a mistake, not a chart.

@@ -1,10 +1,12 @@
 """How many series the metrics store may hold.
 
-Every series costs memory for as long as the server runs (a row of the store's in-memory head,
-sized for a whole segment window of samples, plus its catalog entry) and a durable catalog
-record for good: series are never deleted. So a node may have at most ``per_node`` series and
-the store ``total``; a write that would create more is refused whole, before it registers any.
-The counts are the store's own (``tsdb.Store.series_count``), so they hold across restarts.
+Every series costs memory for as long as the server runs and a durable catalog record for
+good: series are never deleted. The memory is a row of the store's in-memory head, 16 bytes for
+each sample of the series' last one to three hours in slots sized for the busiest series, plus
+its catalog entry: about 34 KB at 10 s pushes (2,048 slots), and up to twice that per series
+because the head adds rows in doublings. So a node may have at most ``per_node`` series and the
+store ``total``; a write that would create more is refused whole, before it registers any. The
+counts are the store's own (``tsdb.Store.series_count``), so they hold across restarts.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ from dataclasses import dataclass
 import tsdb
 from services.errors import ResourceExhausted
 from services.metrics.batch import SeriesBatch, SeriesRun
-from tsdb.catalog import NODE
 
 
 @dataclass(frozen=True)
@@ -25,8 +26,9 @@ class SeriesLimits:
 
     # 8 GPUs x 120 fields, or fewer fields and node-wide series besides.
     per_node: int = 1024
-    # 10,000 nodes x 100 series.
-    total: int = 1_000_000
+    # About 1,000 nodes of 8 GPUs x 12 fields. At 10 s pushes the head then takes about 4 GiB,
+    # at most 7 GiB; a larger fleet raises it by the memory it gives the server (docs/api.md).
+    total: int = 100_000
 
     def __post_init__(self) -> None:
         """Refuse a limit below 1: no node could ever write."""
@@ -38,8 +40,8 @@ def check_room(store: tsdb.Store, limits: SeriesLimits, batch: SeriesBatch, new:
     """RESOURCE_EXHAUSTED (SERIES_LIMIT_EXCEEDED) when creating the series of ``new`` (runs of
     ``batch`` the store does not hold) would put a node, or the store, past its limit; the first
     node over it is named, with the numbers. Runs on the store's thread."""
-    for node_id, adding in sorted(Counter(run.labels[NODE] for run in new).items()):
-        held = store.series_count({NODE: node_id})
+    for node_id, adding in sorted(Counter(run.labels[tsdb.NODE] for run in new).items()):
+        held = store.series_count({tsdb.NODE: node_id})
         if held + adding > limits.per_node:
             raise ResourceExhausted(
                 reason="SERIES_LIMIT_EXCEEDED",

@@ -68,7 +68,7 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
             )
             for s in request.series
         ]
-        batch = build_batch(nodes, series, now_ms=now_us() // 1000, retention_ms=self._metrics.retention_ms)
+        batch = build_batch(nodes, series, self._metrics.sample_times(now_us() // 1000))
         written = await self._metrics.write(current_principal(), batch)
         return metrics_pb2.WriteSamplesResponse(samples_written=written, series_written=len(batch.runs))
 

@@ -20,7 +20,7 @@ from sqlalchemy import exc
 from services.errors import Aborted, ApiError, Unavailable
 from services.store.tx import Conflict
 from services.store.writer import StorageReplaced, WriterClosed
-from tsdb.errors import TsdbError, WalError
+from tsdb import TsdbError, WalError
 
 # SQLSTATE serialization_failure and deadlock_detected.
 _RETRY_SQLSTATES = frozenset({"40001", "40P01"})

@@ -236,7 +236,7 @@ async def test_a_write_after_the_metrics_files_were_deleted_is_not_acknowledged(
     tmp_path: Path, database_url: str
 ) -> None:
     """The metrics directory removed under a running server (a wrong ``rm -rf``): the next write
-    used to answer OK into a log file nobody would read again. Now it is UNAVAILABLE
+    is not acknowledged into a log file nobody would read again but refused UNAVAILABLE
     STORAGE_ERROR, and so is every write after it, until the server is restarted."""
     at = now_ms() - 5000
     data_dir = tmp_path / "data"

@@ -93,14 +93,39 @@ async def test_a_sample_inside_the_retention_survives_the_maintenance_pass(tmp_p
         assert [s.timestamps_ms.tolist() for s in later.series] == [[now]]
 
 
+async def test_nothing_accepted_is_deleted_by_the_next_maintenance_pass(tmp_path: Path, database_url: str) -> None:
+    """A sample inside the retention, but within two maintenance intervals of its edge, would be
+    deleted by the pass one interval later: refused. One just inside that margin is accepted and
+    outlives the pass two intervals later."""
+    hour, interval = 3_600_000, 60_000
+    overrides = {"metrics_retention_seconds": 4 * 3600.0, "metrics_maintenance_seconds": interval / 1000}
+    async with running_control_plane(tmp_path / "data", database_url, **overrides) as plane, plane.client() as op:
+        await register_ready_nodes(op, 1)
+        now = now_ms()
+        edge = now - 4 * hour
+        with pytest.raises(InvalidArgumentError) as error:
+            await op.write_samples([push("node-000", edge + interval // 2, {"power_w": 1.0})])
+        assert "4 hours less 2 minutes" in error.value.field_violations["nodes[0].timestamp_ms"]
+        # 3 minutes inside the edge: past the margin even if the server's clock is a minute ahead.
+        kept = edge + 3 * interval
+        written = await op.write_samples([push("node-000", t, {"power_w": 1.0}) for t in (kept, now)])
+        assert written.samples_written == 2
+        maintenance = plane.plane.metrics_maintenance
+        assert maintenance is not None
+        await maintenance.run_once(now_ms=now + 2 * interval)
+        result = await op.query_metrics(start=edge, end=now + 1)
+        assert [s.timestamps_ms.tolist() for s in result.series] == [[kept, now]]
+        assert result.stats.segments_total == 1  # sealed by the pass, and kept by it
+
+
 # A refused write changes nothing -----------------------------------------------------------------
 
 
 async def test_a_write_refused_for_order_registers_none_of_its_series(
     control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:
-    """1,000 new series and one sample older than its series' newest: refused, and the catalog
-    did not grow (it used to keep the 1,000 series, durable and invisible)."""
+    """1,000 new series and one sample older than its series' newest: refused, and none of the
+    1,000 series is registered: the catalog file does not grow by a byte."""
     await register_ready_nodes(operator, 1)
     now = now_ms()
     await operator.write_samples([push("node-000", now - 1000, {"power_w": 1.0})])

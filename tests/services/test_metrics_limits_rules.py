@@ -3,11 +3,15 @@ bound on an answer's encoded size."""
 
 from __future__ import annotations
 
+import tracemalloc
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+import tsdb
 from clients import AsyncClient, InvalidValueError
 from gpucloud.v1 import metrics_pb2
 from services.errors import InvalidArgument
@@ -20,12 +24,13 @@ from services.metrics.series_limits import SeriesLimits
 NOW_MS = 1_700_000_000_000
 DAY_MS = 86_400_000
 RETENTION_MS = 30 * DAY_MS
+MAINTENANCE_MS = 60_000  # the server's default maintenance interval
 
 
 def _refusal(push_ms: int, *, retention_ms: int | None = RETENTION_MS) -> tuple[str, str]:
     push = NodePush("n1", push_ms, [GpuFields(0, {"power_w": 1.0})])
     with pytest.raises(InvalidArgument) as error:
-        build_batch([push], [], now_ms=NOW_MS, retention_ms=retention_ms)
+        build_batch([push], [], SampleTimes(NOW_MS, retention_ms, MAINTENANCE_MS))
     [violation] = error.value.violations
     return violation.field, violation.description
 
@@ -38,11 +43,27 @@ class TestSampleTimes:
         assert times.problem(NOW_MS - RETENTION_MS - 1) is not None
         assert times.problem(NOW_MS + MAX_FUTURE_MS + 1) is not None
 
+    def test_the_oldest_time_keeps_two_maintenance_intervals_inside_the_retention(self) -> None:
+        """The next pass runs up to an interval after the last one ended, and deletes segments
+        whose newest sample is older than its clock less the retention: whatever is accepted now
+        is at or after the cutoff of a pass two intervals from now."""
+        times = SampleTimes(NOW_MS, RETENTION_MS, MAINTENANCE_MS)
+        later_pass_cutoff = NOW_MS + 2 * MAINTENANCE_MS - RETENTION_MS
+        assert times.oldest_ms == later_pass_cutoff
+        assert times.accepts(later_pass_cutoff) and not times.accepts(later_pass_cutoff - 1)
+        field, description = _refusal(NOW_MS - RETENTION_MS + MAINTENANCE_MS)
+        assert field == "nodes[0].timestamp_ms"
+        assert "past what retention keeps (30 days less 2 minutes)" in description
+
+    def test_a_retention_shorter_than_the_margin_accepts_nothing_older_than_now(self) -> None:
+        times = SampleTimes(NOW_MS, 30_000, MAINTENANCE_MS)
+        assert times.oldest_ms == NOW_MS
+
     def test_a_sample_past_the_retention_names_its_age_the_retention_and_the_unit(self) -> None:
         field, description = _refusal(NOW_MS - 45 * DAY_MS)
         assert field == "nodes[0].timestamp_ms"
         assert description == (
-            f"{NOW_MS - 45 * DAY_MS} is 45 days old, past the metrics retention of 30 days: "
+            f"{NOW_MS - 45 * DAY_MS} is 45 days old, past what retention keeps (30 days less 2 minutes): "
             "times are milliseconds since the epoch"
         )
 
@@ -56,7 +77,7 @@ class TestSampleTimes:
         assert len(description) <= 160  # arrives whole (services/errors.py)
 
     def test_without_a_retention_an_old_sample_is_kept_and_only_the_future_is_bounded(self) -> None:
-        batch = build_batch([NodePush("n1", 1, [GpuFields(0, {"p": 1.0})])], [], now_ms=NOW_MS, retention_ms=None)
+        batch = build_batch([NodePush("n1", 1, [GpuFields(0, {"p": 1.0})])], [], SampleTimes(NOW_MS, None))
         assert batch.sample_count == 1
         _, description = _refusal(NOW_MS + 10 * 60_000, retention_ms=None)
         assert description.startswith(
@@ -67,7 +88,7 @@ class TestSampleTimes:
         ts = np.array([NOW_MS - 31 * DAY_MS, NOW_MS - 1], dtype=np.int64)
         series = LabeledSeries({"node": "n1", "field": "f"}, ts, np.array([1.0, 2.0]))
         with pytest.raises(InvalidArgument) as error:
-            build_batch([], [series], now_ms=NOW_MS, retention_ms=RETENTION_MS)
+            build_batch([], [series], SampleTimes(NOW_MS, RETENTION_MS))
         assert [v.field for v in error.value.violations] == ["series[0].timestamps_ms[0]"]
 
 
@@ -131,3 +152,27 @@ def test_the_clients_receive_limit_must_be_a_positive_number_of_bytes() -> None:
     for bad in (0, -1, 1.5, True):
         with pytest.raises(InvalidValueError):
             AsyncClient("127.0.0.1:1", "token", max_receive_bytes=bad)  # type: ignore[arg-type]
+
+
+def test_the_default_series_limit_bounds_the_heads_memory(tmp_path: Path) -> None:
+    """At 10 s pushes a full head holds three hours of each series (a two-hour window and the
+    hour after it before the window is sealed). Measured per series, with exactly one head row
+    each, the default total limit at twice that (the head adds rows in doublings) stays within
+    the 7 GiB docs/api.md states."""
+    series, step_ms, window_ms = 1024, 10_000, 2 * 3_600_000
+    start = 1_700_000_000_000 // window_ms * window_ms
+    tracemalloc.start()
+    try:
+        with tsdb.Store.open(tmp_path / "tsdb", fsync_interval_ms=1000) as store:
+            before = tracemalloc.get_traced_memory()[0]
+            labels = [
+                {"node": f"node-{n:05d}", "gpu": str(n % 8), "field": f"f{k}"} for n in range(128) for k in range(8)
+            ]
+            sids = store.series_ids(labels)  # one call: the head has exactly one row per series
+            values = np.ones(series)
+            for push in range(3 * 3_600_000 // step_ms):
+                store.append(sids, start + push * step_ms, values)
+            per_series = (tracemalloc.get_traced_memory()[0] - before) / series
+    finally:
+        tracemalloc.stop()
+    assert per_series * 2 * SeriesLimits().total <= 7 * 2**30, per_series

@@ -52,9 +52,9 @@ def test_stepped_reads_share_one_budget(store: tsdb.Store, monkeypatch: pytest.M
 def test_a_tenants_raw_read_spends_its_budget_only_inside_its_holds(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Held [0, 10) and [90, 100) s, another tenant's 80 s between: the read used to span all of
-    it and clip after, so the other tenant's samples filled the budget (QUERY_TOO_LARGE) and
-    showed in the stats. Only the 20 held samples may count."""
+    """Held [0, 10) and [90, 100) s, another tenant's 80 s between: the read covers the holds
+    only, so the other tenant's samples neither fill the budget (QUERY_TOO_LARGE) nor show in
+    the stats. Only the 20 held samples count."""
     opened = tsdb.Store.open(tmp_path / "tsdb")
     (sid,) = opened.series_ids([{"node": "n1", "field": "p"}])
     for k in range(100):

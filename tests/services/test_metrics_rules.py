@@ -13,6 +13,7 @@ from services.errors import InvalidArgument
 from services.metrics.batch import MAX_FUTURE_MS, GpuFields, LabeledSeries, NodePush, build_batch
 from services.metrics.holds import HoldRecord, envelope, hold_intervals, merge, within
 from services.metrics.ranges import combine, part_aggregations, plan_range
+from services.metrics.sample_times import SampleTimes
 from services.metrics.selection import (
     MAX_STEPS,
     Aggregation,
@@ -43,7 +44,7 @@ class TestBuildBatch:
     def test_a_node_push_becomes_one_series_per_gpu_and_field(self) -> None:
         """Two GPUs with two fields each make four series labelled node, gpu, field."""
         push = NodePush("n1", NOW_MS, [GpuFields(0, {"power_w": 400.0, "temp_c": 60.0}), GpuFields(1, {"power_w": 1})])
-        batch = build_batch([push], [], now_ms=NOW_MS)
+        batch = build_batch([push], [], SampleTimes(NOW_MS))
         labels = sorted((r.labels["gpu"], r.labels["field"]) for r in batch.runs)
         assert labels == [("0", "power_w"), ("0", "temp_c"), ("1", "power_w")]
         assert {r.labels["node"] for r in batch.runs} == {"n1"}
@@ -57,7 +58,7 @@ class TestBuildBatch:
             NodePush("n1", NOW_MS - 10, [GpuFields(0, {"p": 2.0})]),
         ]
         extra = _series({"node": "n1", "gpu": "0", "field": "p"}, [NOW_MS - 5, NOW_MS], [3.0, 4.0])
-        batch = build_batch(pushes, [extra], now_ms=NOW_MS)
+        batch = build_batch(pushes, [extra], SampleTimes(NOW_MS))
         assert len(batch.runs) == 1
         assert batch.runs[0].timestamps_ms.tolist() == [NOW_MS - 20, NOW_MS - 10, NOW_MS - 5, NOW_MS]
         assert batch.runs[0].values.tolist() == [1.0, 2.0, 3.0, 4.0]
@@ -79,7 +80,7 @@ class TestBuildBatch:
             NodePush("n1", NOW_MS - 1, [GpuFields(0, {"p": 2.0})]),
         ]
         with pytest.raises(InvalidArgument) as error:
-            build_batch(pushes, [], now_ms=NOW_MS)
+            build_batch(pushes, [], SampleTimes(NOW_MS))
         assert _bad_fields(error) == ["nodes[1].timestamp_ms"]
 
     def test_every_bad_field_of_a_push_is_named_at_once(self) -> None:
@@ -90,7 +91,7 @@ class TestBuildBatch:
             [GpuFields(64, {"ok": 1.0}), GpuFields(1, {"Bad-Name": 1.0}), GpuFields(1, {"x": math.nan})],
         )
         with pytest.raises(InvalidArgument) as error:
-            build_batch([push], [], now_ms=NOW_MS)
+            build_batch([push], [], SampleTimes(NOW_MS))
         assert error.value.reason == "INVALID_FIELD"
         assert _bad_fields(error) == [
             "nodes[0].node_id",
@@ -125,26 +126,26 @@ class TestBuildBatch:
     ) -> None:
         """Missing or malformed labels, empty or unpaired arrays, disorder, infinities and bad times."""
         with pytest.raises(InvalidArgument) as error:
-            build_batch([], [_series(labels, ts, values)], now_ms=NOW_MS)
+            build_batch([], [_series(labels, ts, values)], SampleTimes(NOW_MS))
         assert field in _bad_fields(error)
 
     def test_a_push_for_a_gpu_no_node_has_is_refused(self) -> None:
         """GPU index 8 on an 8-GPU node is INVALID_ARGUMENT naming that GPU's index and the range."""
         push = NodePush("n1", NOW_MS, [GpuFields(7, {"p": 1.0}), GpuFields(8, {"p": 1.0})])
         with pytest.raises(InvalidArgument) as error:
-            build_batch([push], [], now_ms=NOW_MS)
+            build_batch([push], [], SampleTimes(NOW_MS))
         assert _bad_fields(error) == ["nodes[0].gpus[1].gpu_index"]
         assert "must be 0-7" in str(error.value.violations[0].description)
 
     def test_an_empty_write_is_refused(self) -> None:
         """A request with neither pushes nor series is INVALID_ARGUMENT."""
         with pytest.raises(InvalidArgument):
-            build_batch([], [], now_ms=NOW_MS)
+            build_batch([], [], SampleTimes(NOW_MS))
 
     def test_node_level_series_need_no_gpu_label(self) -> None:
         """A columnar series without a gpu label, with an extra label, is accepted as given."""
         labels = {"node": "n1", "field": "nic_rx_bytes", "port": "eth0"}
-        batch = build_batch([], [_series(labels, [1, 2], [5.0, 6.0])], now_ms=NOW_MS)
+        batch = build_batch([], [_series(labels, [1, 2], [5.0, 6.0])], SampleTimes(NOW_MS))
         assert batch.runs[0].labels == labels
         assert batch.node_paths == {"n1": "series[0].labels['node']"}
 

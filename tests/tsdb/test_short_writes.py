@@ -11,8 +11,8 @@ from tsdb import _fs
 
 
 def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """The kernel writes what fits, then refuses the rest with ENOSPC: the rest is tried (the
-    first short write used to be reported as "short write", which no caller could map)."""
+    """The kernel writes what fits, then refuses the rest with ENOSPC: the rest is tried, and the
+    error is the kernel's ENOSPC (not a "short write" that no caller could map)."""
     calls: list[int] = []
     real_write = os.write
 
