@@ -1,9 +1,10 @@
 """The one server interceptor: authenticate, authorize, log, and map domain errors.
 
-For every RPC it resolves the bearer token to a Principal (UNAUTHENTICATED when it cannot),
-checks the method's roles in services/auth/policy.py (PERMISSION_DENIED), admits the call
-within the caller's bounds on calls in flight (services/limits.py: RESOURCE_EXHAUSTED with a
-RetryInfo beyond them), runs the handler with the principal and log context bound, turns an
+For every RPC it counts the call against the server's bound on calls in flight, before
+anything else (services/limits.py: RESOURCE_EXHAUSTED with a RetryInfo beyond it), resolves
+the bearer token to a Principal (UNAUTHENTICATED when it cannot), checks the method's roles in
+services/auth/policy.py (PERMISSION_DENIED), admits the call within its caller's own bounds
+(RESOURCE_EXHAUSTED again), runs the handler with the principal and log context bound, turns an
 ApiError into a rich ``google.rpc.Status`` and writes one log line: method, code, duration,
 request id, tenant.
 """
@@ -118,16 +119,19 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             # context is a copy of the server's, so nothing bound by another call is in it
             # (clearing walked every context variable: 10 us a call).
             try:
-                principal = await self._authenticator.authenticate(context.invocation_metadata())
-                _authorize(method, principal)
-                if type(request) is Undecodable:
-                    raise request.as_error(method)
-                request_id = loggable_request_id(getattr(request, "request_id", ""))
-                set_current_principal(principal)
-                structlog.contextvars.bind_contextvars(
-                    tenant=principal.tenant_id, node=principal.node_id, request_id=request_id
-                )
-                with self._limiter.admit(method, principal):
+                # Counted before the token is looked up: an unknown token's call costs a lookup,
+                # so it is bounded like any other (services/limits.py has the rule).
+                with self._limiter.arrival() as admission:
+                    principal = await self._authenticator.authenticate(context.invocation_metadata())
+                    _authorize(method, principal)
+                    if type(request) is Undecodable:
+                        raise request.as_error(method)
+                    request_id = loggable_request_id(getattr(request, "request_id", ""))
+                    set_current_principal(principal)
+                    structlog.contextvars.bind_contextvars(
+                        tenant=principal.tenant_id, node=principal.node_id, request_id=request_id
+                    )
+                    admission.admit(method, principal)
                     return await inner(request, context)
             except ApiError as error:
                 code = error.code

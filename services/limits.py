@@ -1,25 +1,35 @@
 """Bounds on concurrent calls, so that no caller can take the server from everyone else.
 
-A call is admitted before its handler runs and counted until the handler ends. Three bounds
-hold per tenant, on all of its tokens together (the tenant is the unit that is isolated and
-billed; a tenant holding several tokens for a rotation must not get a share per token):
+A call is counted from its arrival until its handler ends, in two steps:
 
-- calls in flight, whatever the method;
-- long polls (``WaitOperation``), which hold a call for up to their timeout;
-- heavy reads (an invoice, a metrics query), which read far more than a lookup.
+1. On arrival, before its token is looked up, every call counts against the server's bound on
+   calls in flight plus a quarter of it (``CallLimits.most_in_flight``: the most the server ever
+   runs at once). No call's role is known yet, so every call, whatever its token and whether it
+   has one, is held to this: a flood of unknown tokens is refused like any other flood, and
+   costs no token lookup past the bound.
+2. Once its caller is known, the call also counts against its caller's bounds:
 
-Operators and agents run the fleet and are not held to a tenant's bounds. One more bound holds
-for every caller's calls together, so that a burst is refused instead of queueing until every
-deadline has passed; operators and agents may go a quarter past it, so the fleet can still be
-run and looked at while tenants are refused.
+   - a tenant's, on all of its tokens together (the tenant is the unit that is isolated and
+     billed; a tenant holding several tokens for a rotation must not get a share per token):
+     calls in flight, long polls (``WaitOperation``, which hold a call for up to their
+     timeout) and heavy reads (an invoice, a metrics query, which read far more than a
+     lookup). A tenant's call must also fit within the server's bound itself, without the
+     quarter: the last quarter is kept from tenants, for operators and agents to run the fleet
+     and look at it while tenants are refused;
+   - an agent's, per node: calls in flight, so that one node's agent cannot take the server.
+
+   Operators are held to no bound of their own. Calls whose token is still being looked up,
+   or turns out to be unknown, may use the last quarter only for as long as the lookup lasts.
 
 A call beyond a bound is answered at once with RESOURCE_EXHAUSTED, a stable reason and a
 RetryInfo; it was not run, so any call may be sent again after the delay. The refusals are
-logged as a ``calls_refused`` warning, at most once a second per reason, with their count.
+logged as a ``calls_refused`` warning with their count, at most once a second per reason; the
+count of refusals held back is logged when that second is up, whether or not more follow.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -42,7 +52,7 @@ HEAVY_READS = frozenset(
         "/gpucloud.v1.MetricsService/QueryRange",
     }
 )
-# How far past ``calls_in_flight`` operators and agents are still admitted, as a fraction of it.
+# How far past ``calls_in_flight`` calls not known to be a tenant's are still admitted, as a fraction of it.
 FLEET_HEADROOM = 0.25
 # Refusals are summed into one log line per reason per this many seconds.
 LOG_EVERY_SECONDS = 1.0
@@ -64,109 +74,181 @@ class CallLimits:
     tenant_calls: int = 64
     tenant_waits: int = 32
     tenant_heavy_calls: int = 4
+    agent_calls: int = 16
     calls_in_flight: int = 1024
     # What a refused caller is told to wait before it tries again (RetryInfo).
     retry_after_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         """ValueError for a bound under 1 (it would refuse every call) or a negative delay."""
-        for name in ("tenant_calls", "tenant_waits", "tenant_heavy_calls", "calls_in_flight"):
+        for name in ("tenant_calls", "tenant_waits", "tenant_heavy_calls", "agent_calls", "calls_in_flight"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not self.retry_after_seconds >= 0:
             raise ValueError(f"retry_after_seconds must be 0 or more, not {self.retry_after_seconds}")
+
+    @property
+    def most_in_flight(self) -> int:
+        """The most calls the server runs at once: its bound and the quarter past it kept from tenants."""
+        return self.calls_in_flight + int(self.calls_in_flight * FLEET_HEADROOM)
+
+
+# A caller's count against one of its bounds: (scope, the tenant or node id, Reason).
+_Key = tuple[str, str, Reason]
 
 
 class CallLimiter:
     """Counts the calls in flight and refuses those beyond a bound (see the module docstring).
 
     Only the event loop's thread touches the counts, between awaits, so they need no lock.
+    ``close`` logs the refusals not logged yet; the server calls it when it stops.
     """
 
-    def __init__(self, limits: CallLimits) -> None:
+    def __init__(self, limits: CallLimits, *, log_every_seconds: float = LOG_EVERY_SECONDS) -> None:
         self.limits = limits
-        self._fleet_bound = limits.calls_in_flight + int(limits.calls_in_flight * FLEET_HEADROOM)
+        self._log_every = log_every_seconds
         self._in_flight = 0
-        # By (tenant, Reason): the tenant's calls counted against that bound.
-        self._tenants: Counter[tuple[str, Reason]] = Counter()
+        self._callers: Counter[_Key] = Counter()
+        # Refusals not logged yet, by reason, with the bound of the latest one.
         self._refused: Counter[Reason] = Counter()
+        self._refused_at_bound: dict[Reason, int] = {}
         self._logged_at: dict[Reason, float] = {}
+        self._flushes: dict[Reason, asyncio.TimerHandle] = {}
 
     @property
     def in_flight(self) -> int:
-        """Calls admitted and not yet ended, every caller's together."""
+        """Calls counted and not yet ended, every caller's together, known or not."""
         return self._in_flight
 
     @contextmanager
-    def admit(self, method: str, principal: Principal) -> Iterator[None]:
-        """Count the call for the block's duration; RESOURCE_EXHAUSTED (nothing counted) when it
-        is beyond one of its caller's bounds or the server's."""
-        tenant = principal.tenant_id if principal.role is Role.TENANT else None
-        if tenant is None:
-            self._check(Reason.SERVER_OVERLOADED, self._in_flight, self._fleet_bound, principal)
-            keys: list[tuple[str, Reason]] = []
-        else:
-            keys = [(tenant, Reason.TOO_MANY_CALLS)]
-            if method in LONG_POLLS:
-                keys.append((tenant, Reason.TOO_MANY_WAITS))
-            elif method in HEAVY_READS:
-                keys.append((tenant, Reason.TOO_MANY_HEAVY_CALLS))
-            # The tenant's own bounds first: a tenant at its bound is told so, not that the
-            # server is busy.
-            for key in keys:
-                self._check(key[1], self._tenants[key], self._bound(key[1]), principal)
-            self._check(Reason.SERVER_OVERLOADED, self._in_flight, self.limits.calls_in_flight, principal)
+    def arrival(self) -> Iterator[Admission]:
+        """Count a call for the block's duration, from before its caller is known; RESOURCE_EXHAUSTED
+        (SERVER_OVERLOADED, nothing counted) when the server already runs ``most_in_flight`` calls.
+        Once the caller is known, the block calls ``Admission.admit``."""
+        self._check(Reason.SERVER_OVERLOADED, self._in_flight, self.limits.most_in_flight, caller=None)
+        admission = Admission(self)
         self._in_flight += 1
-        for key in keys:
-            self._tenants[key] += 1
         try:
-            yield
+            yield admission
         finally:
             self._in_flight -= 1
-            for key in keys:
-                left = self._tenants[key] - 1
+            for key in admission.keys:
+                left = self._callers[key] - 1
                 if left:
-                    self._tenants[key] = left
+                    self._callers[key] = left
                 else:
-                    del self._tenants[key]  # no entry per tenant that ever called
+                    del self._callers[key]  # no entry per caller that ever called
 
-    def _bound(self, reason: Reason) -> int:
+    def close(self) -> None:
+        """Log the refusals not logged yet, and stop the timers that would have."""
+        for reason in list(self._refused):
+            self._log_refusals(reason)
+        for handle in self._flushes.values():
+            handle.cancel()
+        self._flushes.clear()
+
+    def _admit(self, admission: Admission, method: str, principal: Principal) -> None:
+        if principal.role is Role.TENANT:
+            tenant = principal.tenant_id or principal.token_id
+            keys = [("tenant", tenant, Reason.TOO_MANY_CALLS)]
+            if method in LONG_POLLS:
+                keys.append(("tenant", tenant, Reason.TOO_MANY_WAITS))
+            elif method in HEAVY_READS:
+                keys.append(("tenant", tenant, Reason.TOO_MANY_HEAVY_CALLS))
+            caller, subject = tenant, "this tenant"
+        elif principal.role is Role.AGENT:
+            keys = [("node", principal.node_id or principal.token_id, Reason.TOO_MANY_CALLS)]
+            caller, subject = principal.actor, "this node's agent"
+        else:
+            return  # an operator: the bound on arrival is its only one
+        # The caller's own bounds first: a caller at its bound is told so, not that the server is busy.
+        for key in keys:
+            self._check(key[2], self._callers[key], self._bound(key), caller, subject)
+        if principal.role is Role.TENANT:
+            # This call is counted already: the others in flight must leave it room within the bound.
+            self._check(Reason.SERVER_OVERLOADED, self._in_flight - 1, self.limits.calls_in_flight, caller, subject)
+        for key in keys:
+            self._callers[key] += 1
+        admission.keys = keys
+
+    def _bound(self, key: _Key) -> int:
         limits = self.limits
+        scope, _, reason = key
+        if scope == "node":
+            return limits.agent_calls
         if reason is Reason.TOO_MANY_WAITS:
             return limits.tenant_waits
         if reason is Reason.TOO_MANY_HEAVY_CALLS:
             return limits.tenant_heavy_calls
         return limits.tenant_calls
 
-    def _check(self, reason: Reason, count: int, bound: int, principal: Principal) -> None:
+    def _check(self, reason: Reason, count: int, bound: int, caller: str | None, subject: str = "") -> None:
+        """RESOURCE_EXHAUSTED when ``count`` has reached ``bound``; ``caller`` (None: not known
+        yet) goes into the error's metadata, ``subject`` ("this tenant") into its message."""
         if count < bound:
             return
         self._note_refusal(reason, bound)
+        # No caller is named for a call refused on arrival: who sent it is not known yet.
+        metadata = {"limit": str(bound)} if caller is None else {"limit": str(bound), "caller": caller}
         raise ResourceExhausted(
             reason=reason.value,
-            message=_MESSAGES[reason].format(bound=bound, delay=self.limits.retry_after_seconds),
-            metadata={"limit": str(bound), "caller": principal.tenant_id or principal.role.value},
+            message=_MESSAGES[reason].format(subject=subject, bound=bound, delay=self.limits.retry_after_seconds),
+            metadata=metadata,
             retry_delay=self.limits.retry_after_seconds,
         )
 
     def _note_refusal(self, reason: Reason, bound: int) -> None:
-        """Log the refusals of ``reason``, summed over ``LOG_EVERY_SECONDS``: a flood of refused
-        calls must not become a flood of warnings (each call also has its ``rpc`` line)."""
+        """Count a refusal into the next ``calls_refused`` line of its reason: at once when none was
+        logged in the last ``log_every_seconds``, else when that time is up. A flood of refused
+        calls must not become a flood of warnings (each call also has its ``rpc`` line), and the
+        last refusals of a burst must still be logged when no more follow."""
         self._refused[reason] += 1
-        now = time.monotonic()
-        if now - self._logged_at.get(reason, -LOG_EVERY_SECONDS) >= LOG_EVERY_SECONDS:
-            log.warning(
-                "calls_refused",
-                reason=reason.value,
-                count=self._refused.pop(reason),
-                limit=bound,
-                in_flight=self._in_flight,
-            )
-            self._logged_at[reason] = now
+        self._refused_at_bound[reason] = bound
+        wait = self._logged_at.get(reason, -self._log_every) + self._log_every - time.monotonic()
+        if wait <= 0:
+            self._log_refusals(reason)
+        elif reason not in self._flushes:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return  # outside a loop (a script's own limiter): the next refusal or close() logs them
+            self._flushes[reason] = loop.call_later(wait, self._log_refusals, reason)
+
+    def _log_refusals(self, reason: Reason) -> None:
+        handle = self._flushes.pop(reason, None)
+        if handle is not None:
+            handle.cancel()  # a no-op when it is the timer running this
+        count = self._refused.pop(reason, 0)
+        if not count:
+            return
+        log.warning(
+            "calls_refused",
+            reason=reason.value,
+            count=count,
+            limit=self._refused_at_bound[reason],
+            in_flight=self._in_flight,
+        )
+        self._logged_at[reason] = time.monotonic()
+
+
+class Admission:
+    """One call counted by ``CallLimiter.arrival``; ``admit`` counts it against its caller's bounds."""
+
+    __slots__ = ("_limiter", "keys")
+
+    def __init__(self, limiter: CallLimiter) -> None:
+        self._limiter = limiter
+        # The caller's counts this call is in, let go when the arrival block ends.
+        self.keys: list[_Key] = []
+
+    def admit(self, method: str, principal: Principal) -> None:
+        """Count the call against the bounds of ``principal`` (now known) for ``method`` too;
+        RESOURCE_EXHAUSTED, nothing more counted, when it is beyond one of them. Once per call."""
+        self._limiter._admit(self, method, principal)
 
 
 _MESSAGES = {
-    Reason.TOO_MANY_CALLS: "this tenant has {bound} calls in flight, its bound; retry in {delay:g} s",
+    Reason.TOO_MANY_CALLS: "{subject} has {bound} calls in flight, its bound; retry in {delay:g} s",
     Reason.TOO_MANY_WAITS: "this tenant has {bound} WaitOperation calls in flight, its bound; retry in {delay:g} s",
     Reason.TOO_MANY_HEAVY_CALLS: (
         "this tenant has {bound} invoice or metrics queries in flight, its bound; retry in {delay:g} s"

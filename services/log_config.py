@@ -27,9 +27,12 @@ class LogFormat(StrEnum):
     AUTO = "auto"
 
 
-# Tracebacks as JSON, without each frame's local variables (structlog's default shows them):
-# they would copy bearer tokens, request bodies and SQL parameters into the log.
+# Tracebacks never show each frame's local variables, in either format (structlog's defaults,
+# its JSON tracebacks and the console's rich ones, show them): they would copy bearer tokens,
+# request bodies and SQL parameters into the log.
 _JSON_TRACEBACKS = structlog.processors.ExceptionRenderer(ExceptionDictTransformer(show_locals=False))
+# The standard library's traceback: frames, source lines and the exception, no locals.
+_CONSOLE_TRACEBACKS = structlog.dev.plain_traceback
 _HANDLER_NAME = "gpucloud"
 
 
@@ -42,7 +45,7 @@ def configure(level: LogLevel | str = LogLevel.INFO, fmt: LogFormat | str = LogF
     if fmt is LogFormat.AUTO:
         fmt = LogFormat.CONSOLE if sys.stderr.isatty() else LogFormat.JSON
     renderer: structlog.types.Processor = (
-        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
+        structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty(), exception_formatter=_CONSOLE_TRACEBACKS)
         if fmt is LogFormat.CONSOLE
         else structlog.processors.JSONRenderer()
     )

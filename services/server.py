@@ -94,9 +94,23 @@ def _check_listen_address(listen: str) -> None:
         raise StartError(f"cannot listen on {listen!r}: give host:port with a port 0-65535 (0: any free one)")
 
 
-# gRPC's bound on calls that arrived but that Python has not picked up yet: far past any burst,
-# so that the server's own bounds, which answer and log, are the ones that refuse.
-GRPC_PENDING_CALLS = 1_000_000
+# gRPC queues the calls that arrived before the server's code has taken them. Past its soft
+# bound it refuses some at random, more as the queue fills, and past its hard bound every one:
+# a refused call ends CANCELLED with no details, not run and not logged (the server never saw
+# it). Each queued call holds memory, so the queue is bounded, in multiples of the most calls
+# the server runs at once: a burst of several times as many calls is seen, and answered, by the
+# server's own bounds (services/limits.py), which refuse with RESOURCE_EXHAUSTED and log. Never
+# below gRPC's own defaults: how many calls wait there depends on how fast the event loop takes
+# them, not on the server's bound, and a small bound must not turn a burst into CANCELLED calls.
+GRPC_PENDING_CALLS_SOFT = (4, 1_000)  # (times the most calls in flight, at least)
+GRPC_PENDING_CALLS_HARD = (8, 3_000)
+
+
+def grpc_pending_calls(limits: CallLimits) -> tuple[int, int]:
+    """gRPC's soft and hard bounds on calls queued before the server's code takes them."""
+    (soft, soft_floor), (hard, hard_floor) = GRPC_PENDING_CALLS_SOFT, GRPC_PENDING_CALLS_HARD
+    return max(soft * limits.most_in_flight, soft_floor), max(hard * limits.most_in_flight, hard_floor)
+
 
 SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
@@ -133,10 +147,12 @@ class ServerConfig:
     metrics_max_series_per_node: int = SeriesLimits.per_node
     metrics_max_series: int = SeriesLimits.total
     # Bounds on calls in flight at once (services/limits.py, docs/api.md): per tenant, for its
-    # long polls and heavy reads, and every caller's together; beyond one, RESOURCE_EXHAUSTED.
+    # long polls and heavy reads, per node for its agent, and every caller's together; beyond
+    # one, RESOURCE_EXHAUSTED. gRPC's queue of calls not taken yet is sized from the last.
     tenant_max_calls: int = CallLimits.tenant_calls
     tenant_max_waits: int = CallLimits.tenant_waits
     tenant_max_heavy_calls: int = CallLimits.tenant_heavy_calls
+    agent_max_calls: int = CallLimits.agent_calls
     max_calls_in_flight: int = CallLimits.calls_in_flight
 
     def call_limits(self) -> CallLimits:
@@ -145,6 +161,7 @@ class ServerConfig:
             tenant_calls=self.tenant_max_calls,
             tenant_waits=self.tenant_max_waits,
             tenant_heavy_calls=self.tenant_max_heavy_calls,
+            agent_calls=self.agent_max_calls,
             calls_in_flight=self.max_calls_in_flight,
         )
 
@@ -166,6 +183,7 @@ class ControlPlane:
         self._samples: SampleStore | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._limiter: CallLimiter | None = None
         self._workers = Workers()
         # The metrics housekeeping worker, once started: a pass can also be run on demand.
         self.metrics_maintenance: Maintenance | None = None
@@ -243,18 +261,19 @@ class ControlPlane:
 
         wake_releaser, operations_changed = Notifier(), Notifier()
         limits = config.call_limits()
+        pending_soft, pending_hard = grpc_pending_calls(limits)
         builder = OperationBuilder()
         authenticator = Authenticator(store)
+        self._limiter = CallLimiter(limits)
         server = grpc.aio.server(
-            interceptors=[ControlPlaneInterceptor(authenticator, CallLimiter(limits))],
+            interceptors=[ControlPlaneInterceptor(authenticator, self._limiter)],
             options=[
                 # Refuse to share a port silently with another server (grpc defaults to SO_REUSEPORT).
                 ("grpc.so_reuseport", 0),
-                # gRPC's queue of calls not yet handed to Python cancels some calls past 1,000
-                # queued and all past 3,000, unlogged and as CANCELLED, which callers read as a
-                # graceful stop. The server's own bounds (services/limits.py) refuse instead.
-                ("grpc.server.max_pending_requests", GRPC_PENDING_CALLS),
-                ("grpc.server.max_pending_requests_hard_limit", GRPC_PENDING_CALLS),
+                # Sized from the server's bound (see GRPC_PENDING_CALLS_SOFT): gRPC's defaults,
+                # 1,000 and 3,000 queued, would refuse a burst as CANCELLED before our bounds see it.
+                ("grpc.server.max_pending_requests", pending_soft),
+                ("grpc.server.max_pending_requests_hard_limit", pending_hard),
             ],
         )
         # Kept before binding, so that a failed start stops it too (an unstopped grpc server
@@ -270,7 +289,8 @@ class ControlPlane:
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)
         billing = BillingServicer(Billing(store, rates), page_tokens)
         billing_pb2_grpc.add_BillingServiceServicer_to_server(billing, server)
-        metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(Metrics(store, samples)), server)
+        metrics = Metrics(store, samples, maintenance_seconds=config.metrics_maintenance_seconds)
+        metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(metrics), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection((*SERVICE_NAMES, health.SERVICE_NAME, reflection.SERVICE_NAME), server)
@@ -306,6 +326,8 @@ class ControlPlane:
             await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(self.config.grace_seconds)
+        if self._limiter is not None:
+            self._limiter.close()  # no call is left to refuse: log the refusals not logged yet
         await self._workers.stop()
         if self._samples is not None:
             # After the drain and the workers: nothing is left to write or read.

@@ -357,7 +357,7 @@ async def test_a_second_server_on_the_same_data_dir_says_so_in_one_line(control_
 def test_serve_refuses_a_bound_under_one_in_one_line(tmp_path: Path) -> None:
     """The bounds on calls and series reach the server, which refuses one that would refuse
     every call or every write, before it serves."""
-    for option in ("--tenant-max-calls", "--metrics-max-series-per-node"):
+    for option in ("--tenant-max-calls", "--agent-max-calls", "--metrics-max-series-per-node"):
         code, output = serve("--data-dir", str(tmp_path / option), "--listen", "127.0.0.1:0", option, "0")
         assert code == 2, (option, output)
         assert output.startswith("error: unusable ") and output.count("\n") == 1, output

@@ -82,6 +82,7 @@ def serve(
     tenant_max_heavy_calls: Annotated[
         int | None, typer.Option(help="Invoice and metrics queries one tenant may have in flight.")
     ] = None,
+    agent_max_calls: Annotated[int | None, typer.Option(help="Calls one node's agent may have in flight.")] = None,
     max_calls_in_flight: Annotated[
         int | None, typer.Option(help="Calls in flight from every caller together (operators and agents: +25%).")
     ] = None,
@@ -113,6 +114,7 @@ def serve(
         "tenant_max_calls": tenant_max_calls,
         "tenant_max_waits": tenant_max_waits,
         "tenant_max_heavy_calls": tenant_max_heavy_calls,
+        "agent_max_calls": agent_max_calls,
         "max_calls_in_flight": max_calls_in_flight,
         "metrics_max_series_per_node": metrics_max_series_per_node,
         "metrics_max_series": metrics_max_series,
