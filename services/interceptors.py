@@ -28,7 +28,7 @@ from services.auth import policy
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, set_current_principal
 from services.errors import ApiError, Internal, InvalidArgument, PermissionDenied
-from services.limits import CallLimiter, CallLimits
+from services.limits import NO_KEYS, CallLimiter, CallLimits
 from services.store import failures
 from services.validation import loggable_request_id
 
@@ -121,7 +121,9 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
             try:
                 # Counted before the token is looked up: an unknown token's call costs a lookup,
                 # so it is bounded like any other (services/limits.py has the rule).
-                with self._limiter.arrival() as admission:
+                self._limiter.arrive()
+                counted = NO_KEYS
+                try:
                     principal = await self._authenticator.authenticate(context.invocation_metadata())
                     _authorize(method, principal)
                     if type(request) is Undecodable:
@@ -131,8 +133,10 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
                     structlog.contextvars.bind_contextvars(
                         tenant=principal.tenant_id, node=principal.node_id, request_id=request_id
                     )
-                    admission.admit(method, principal)
+                    counted = self._limiter.admit(method, principal)
                     return await inner(request, context)
+                finally:
+                    self._limiter.leave(counted)
             except ApiError as error:
                 code = error.code
                 await context.abort_with_status(to_status(error))

@@ -32,10 +32,9 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import Counter
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NoReturn
 
 import structlog
 
@@ -93,22 +92,30 @@ class CallLimits:
         return self.calls_in_flight + int(self.calls_in_flight * FLEET_HEADROOM)
 
 
-# A caller's count against one of its bounds: (scope, the tenant or node id, Reason).
-_Key = tuple[str, str, Reason]
+# A caller's count against one of its bounds: (the tenant or node id, Reason, is it a node).
+_Key = tuple[str, Reason, bool]
+# What arrive() counts a call under before its caller is known: nothing of a caller's.
+NO_KEYS: tuple[_Key, ...] = ()
 
 
 class CallLimiter:
     """Counts the calls in flight and refuses those beyond a bound (see the module docstring).
 
-    Only the event loop's thread touches the counts, between awaits, so they need no lock.
-    ``close`` logs the refusals not logged yet; the server calls it when it stops.
+    A call is ``arrive``d, then ``admit``ted once its caller is known, and ``leave``s with the
+    keys ``admit`` returned (``NO_KEYS`` when it never got that far), whatever happens. Only the
+    event loop's thread touches the counts, between awaits, so they need no lock. ``close``
+    logs the refusals not logged yet; the server calls it when it stops.
     """
 
     def __init__(self, limits: CallLimits, *, log_every_seconds: float = LOG_EVERY_SECONDS) -> None:
         self.limits = limits
         self._log_every = log_every_seconds
+        self._most_in_flight = limits.most_in_flight
         self._in_flight = 0
-        self._callers: Counter[_Key] = Counter()
+        self._callers: dict[_Key, int] = {}
+        # The (Reason, bound) pairs of a caller's own bounds, by method and role: worked out
+        # once per pair, since every call pays for this.
+        self._bounds: dict[tuple[str, Role], tuple[tuple[Reason, int], ...]] = {}
         # Refusals not logged yet, by reason, with the bound of the latest one.
         self._refused: Counter[Reason] = Counter()
         self._refused_at_bound: dict[Reason, int] = {}
@@ -120,24 +127,50 @@ class CallLimiter:
         """Calls counted and not yet ended, every caller's together, known or not."""
         return self._in_flight
 
-    @contextmanager
-    def arrival(self) -> Iterator[Admission]:
-        """Count a call for the block's duration, from before its caller is known; RESOURCE_EXHAUSTED
-        (SERVER_OVERLOADED, nothing counted) when the server already runs ``most_in_flight`` calls.
-        Once the caller is known, the block calls ``Admission.admit``."""
-        self._check(Reason.SERVER_OVERLOADED, self._in_flight, self.limits.most_in_flight, caller=None)
-        admission = Admission(self)
+    def arrive(self) -> None:
+        """Count a call from before its caller is known; RESOURCE_EXHAUSTED (SERVER_OVERLOADED,
+        nothing counted) when the server already runs ``most_in_flight`` calls."""
+        if self._in_flight >= self._most_in_flight:
+            self._refuse(Reason.SERVER_OVERLOADED, self._most_in_flight, caller=None)
         self._in_flight += 1
-        try:
-            yield admission
-        finally:
-            self._in_flight -= 1
-            for key in admission.keys:
-                left = self._callers[key] - 1
-                if left:
-                    self._callers[key] = left
-                else:
-                    del self._callers[key]  # no entry per caller that ever called
+
+    def admit(self, method: str, principal: Principal) -> tuple[_Key, ...]:
+        """Count an arrived call against the bounds of ``principal`` (now known) for ``method``;
+        the keys to hand to ``leave``. RESOURCE_EXHAUSTED, nothing more counted, when the call
+        is beyond one of them (it still ``leave``s with ``NO_KEYS``)."""
+        role = principal.role
+        if role is Role.TENANT:
+            caller, subject, node = principal.tenant_id or principal.token_id, "this tenant", False
+        elif role is Role.AGENT:
+            caller, subject, node = principal.node_id or principal.token_id, "this node's agent", True
+        else:
+            return NO_KEYS  # an operator: the bound on arrival is its only one
+        bounds = self._bounds.get((method, role))
+        if bounds is None:
+            bounds = self._bounds[(method, role)] = self._bounds_of(method, role)
+        callers = self._callers
+        keys = tuple((caller, reason, node) for reason, _ in bounds)
+        # The caller's own bounds first: a caller at its bound is told so, not that the server is busy.
+        for key, (reason, bound) in zip(keys, bounds, strict=True):
+            if callers.get(key, 0) >= bound:
+                self._refuse(reason, bound, principal.actor if node else caller, subject)
+        # This call is counted already: the others in flight must leave it room within the bound.
+        if not node and self._in_flight - 1 >= self.limits.calls_in_flight:
+            self._refuse(Reason.SERVER_OVERLOADED, self.limits.calls_in_flight, caller, subject)
+        for key in keys:
+            callers[key] = callers.get(key, 0) + 1
+        return keys
+
+    def leave(self, keys: tuple[_Key, ...]) -> None:
+        """Let go of an arrived call and of the caller's counts ``admit`` returned for it."""
+        self._in_flight -= 1
+        callers = self._callers
+        for key in keys:
+            left = callers[key] - 1
+            if left:
+                callers[key] = left
+            else:
+                del callers[key]  # no entry per caller that ever called
 
     def close(self) -> None:
         """Log the refusals not logged yet, and stop the timers that would have."""
@@ -147,46 +180,22 @@ class CallLimiter:
             handle.cancel()
         self._flushes.clear()
 
-    def _admit(self, admission: Admission, method: str, principal: Principal) -> None:
-        if principal.role is Role.TENANT:
-            tenant = principal.tenant_id or principal.token_id
-            keys = [("tenant", tenant, Reason.TOO_MANY_CALLS)]
-            if method in LONG_POLLS:
-                keys.append(("tenant", tenant, Reason.TOO_MANY_WAITS))
-            elif method in HEAVY_READS:
-                keys.append(("tenant", tenant, Reason.TOO_MANY_HEAVY_CALLS))
-            caller, subject = tenant, "this tenant"
-        elif principal.role is Role.AGENT:
-            keys = [("node", principal.node_id or principal.token_id, Reason.TOO_MANY_CALLS)]
-            caller, subject = principal.actor, "this node's agent"
-        else:
-            return  # an operator: the bound on arrival is its only one
-        # The caller's own bounds first: a caller at its bound is told so, not that the server is busy.
-        for key in keys:
-            self._check(key[2], self._callers[key], self._bound(key), caller, subject)
-        if principal.role is Role.TENANT:
-            # This call is counted already: the others in flight must leave it room within the bound.
-            self._check(Reason.SERVER_OVERLOADED, self._in_flight - 1, self.limits.calls_in_flight, caller, subject)
-        for key in keys:
-            self._callers[key] += 1
-        admission.keys = keys
-
-    def _bound(self, key: _Key) -> int:
+    def _bounds_of(self, method: str, role: Role) -> tuple[tuple[Reason, int], ...]:
         limits = self.limits
-        scope, _, reason = key
-        if scope == "node":
-            return limits.agent_calls
-        if reason is Reason.TOO_MANY_WAITS:
-            return limits.tenant_waits
-        if reason is Reason.TOO_MANY_HEAVY_CALLS:
-            return limits.tenant_heavy_calls
-        return limits.tenant_calls
+        if role is Role.AGENT:
+            return ((Reason.TOO_MANY_CALLS, limits.agent_calls),)
+        if method in LONG_POLLS:
+            return (Reason.TOO_MANY_CALLS, limits.tenant_calls), (Reason.TOO_MANY_WAITS, limits.tenant_waits)
+        if method in HEAVY_READS:
+            return (Reason.TOO_MANY_CALLS, limits.tenant_calls), (
+                Reason.TOO_MANY_HEAVY_CALLS,
+                limits.tenant_heavy_calls,
+            )
+        return ((Reason.TOO_MANY_CALLS, limits.tenant_calls),)
 
-    def _check(self, reason: Reason, count: int, bound: int, caller: str | None, subject: str = "") -> None:
-        """RESOURCE_EXHAUSTED when ``count`` has reached ``bound``; ``caller`` (None: not known
-        yet) goes into the error's metadata, ``subject`` ("this tenant") into its message."""
-        if count < bound:
-            return
+    def _refuse(self, reason: Reason, bound: int, caller: str | None, subject: str = "") -> NoReturn:
+        """RESOURCE_EXHAUSTED for a call that reached ``bound``; ``caller`` (None: not known yet)
+        goes into the error's metadata, ``subject`` ("this tenant") into its message."""
         self._note_refusal(reason, bound)
         # No caller is named for a call refused on arrival: who sent it is not known yet.
         metadata = {"limit": str(bound)} if caller is None else {"limit": str(bound), "caller": caller}
@@ -229,22 +238,6 @@ class CallLimiter:
             in_flight=self._in_flight,
         )
         self._logged_at[reason] = time.monotonic()
-
-
-class Admission:
-    """One call counted by ``CallLimiter.arrival``; ``admit`` counts it against its caller's bounds."""
-
-    __slots__ = ("_limiter", "keys")
-
-    def __init__(self, limiter: CallLimiter) -> None:
-        self._limiter = limiter
-        # The caller's counts this call is in, let go when the arrival block ends.
-        self.keys: list[_Key] = []
-
-    def admit(self, method: str, principal: Principal) -> None:
-        """Count the call against the bounds of ``principal`` (now known) for ``method`` too;
-        RESOURCE_EXHAUSTED, nothing more counted, when it is beyond one of them. Once per call."""
-        self._limiter._admit(self, method, principal)
 
 
 _MESSAGES = {

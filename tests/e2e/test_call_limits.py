@@ -136,12 +136,12 @@ async def limited(tmp_path: Path, database_url: str, request: pytest.FixtureRequ
 
 
 @contextmanager
-def operation_reads() -> Iterator[list[str]]:
-    """The SQL statements that read the operations table while the block runs, on any engine."""
+def reads_of(table: str) -> Iterator[list[str]]:
+    """The SQL statements that read ``table`` while the block runs, on any engine."""
     seen: list[str] = []
 
     def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "FROM operations" in statement:
+        if f"FROM {table}" in statement:
             seen.append(statement)
 
     event.listen(Engine, "before_cursor_execute", note)
@@ -251,7 +251,7 @@ async def test_waiters_share_database_reads(tmp_path: Path, database_url: str) -
         waiters = 40
         async with grpc.aio.insecure_channel(plane.address) as channel:
             operator = Raw(channel, plane.operator_token)
-            with operation_reads() as reads:
+            with reads_of("operations") as reads:
                 outcomes = await asyncio.gather(
                     *(timed(operator.wait(setup.operation, seconds=1.5, deadline=5)) for _ in range(waiters))
                 )
@@ -338,28 +338,12 @@ async def test_a_bound_under_one_fails_the_start(tmp_path: Path, database_url: s
             pass
 
 
-@contextmanager
-def token_reads() -> Iterator[list[str]]:
-    """The SQL statements that read the tokens table while the block runs, on any engine."""
-    seen: list[str] = []
-
-    def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
-        if "FROM api_tokens" in statement:
-            seen.append(statement)
-
-    event.listen(Engine, "before_cursor_execute", note)
-    try:
-        yield seen
-    finally:
-        event.remove(Engine, "before_cursor_execute", note)
-
-
 @pytest.mark.parametrize("limited", [{"max_calls_in_flight": 1}], indirect=True)
 async def test_calls_with_unknown_tokens_count_against_the_servers_bound(limited: Setup) -> None:
     """A call is counted from its arrival, before its token is looked up: a flood of well-formed
     tokens that exist nowhere meets the server's bound like any other flood, and what is past it
     is refused SERVER_OVERLOADED without a database read."""
-    with token_reads() as reads:
+    with reads_of("api_tokens") as reads:
         async with grpc.aio.insecure_channel(limited.plane.address) as channel:
             strangers = [Raw(channel, f"gpc_{secrets.token_hex(8)}_x") for _ in range(300)]
             outcomes = await asyncio.gather(*(timed(s.get_node(limited.node_id)) for s in strangers))

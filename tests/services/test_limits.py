@@ -11,7 +11,7 @@ import structlog
 
 from services.auth.principal import Principal, Role
 from services.errors import ResourceExhausted
-from services.limits import HEAVY_READS, LONG_POLLS, CallLimiter, CallLimits
+from services.limits import HEAVY_READS, LONG_POLLS, NO_KEYS, CallLimiter, CallLimits
 from services.server import grpc_pending_calls
 
 ACME = Principal(token_id="t-acme", role=Role.TENANT, tenant_id="acme")
@@ -32,10 +32,14 @@ INVOICE = "/gpucloud.v1.BillingService/GetInvoice"
 def call(limiter: CallLimiter, method: str, principal: Principal | None) -> Iterator[None]:
     """A call as the interceptor makes it: counted on arrival, then as its caller's once known
     (None: a caller whose token is still being looked up)."""
-    with limiter.arrival() as admission:
+    limiter.arrive()
+    counted = NO_KEYS
+    try:
         if principal is not None:
-            admission.admit(method, principal)
+            counted = limiter.admit(method, principal)
         yield
+    finally:
+        limiter.leave(counted)
 
 
 def refusal(limiter: CallLimiter, method: str, principal: Principal | None) -> ResourceExhausted:
