@@ -20,8 +20,7 @@ from grpc_reflection.v1alpha import reflection
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import SQLAlchemyError
 
-from accounting import rate_card
-from accounting.model import Rates
+from accounting import Rates, load_rate_card
 from gpucloud.v1 import (
     allocation_pb2,
     allocation_pb2_grpc,
@@ -62,7 +61,7 @@ from services.store.engine import DATABASE_FILE, Store, UnsupportedDatabaseUrl, 
 from services.tenants.servicer import TenantServicer
 from services.tokens.servicer import TokenServicer
 from services.workers import Workers
-from tsdb.errors import StoreLockedError
+from tsdb import StoreLockedError
 
 log = structlog.get_logger(__name__)
 
@@ -213,7 +212,7 @@ class ControlPlane:
             why = error.strerror or error
             raise StartError(f"cannot use {config.data_dir} as the data directory: {why}") from error
         # A bad rate card fails the start before anything is opened.
-        rates = rate_card.load(config.rates_path)
+        rates = load_rate_card(config.rates_path)
         try:
             config.call_limits()
         except ValueError as error:

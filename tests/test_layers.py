@@ -1,4 +1,5 @@
-"""The one-way flow of DESIGN.md, checked on the source: which of our packages may import which.
+"""The one-way flow, checked on the source: which of our packages may import which, and that the
+libraries are used only through what they export.
 
     agent/client -> API -> domain (services) -> store / tsdb / accounting
 
@@ -67,3 +68,48 @@ def test_the_check_sees_lazy_and_dotted_imports(tmp_path: Path) -> None:
         "    from services.server import ControlPlane\n    import clients.cli.app\n"
     )
     assert _our_imports(module, "tsdb") == {"services", "clients"}
+
+
+LIBRARIES = ("accounting", "tsdb")
+
+
+def _deep_imports(path: Path) -> set[str]:
+    """The modules inside a library that ``path`` imports, rather than the library's own exports:
+    ``from tsdb.wal import X``, ``import tsdb.wal``, and ``from tsdb import wal`` (a submodule)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name.partition(".")[0] in LIBRARIES and "." in a.name)
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            library = node.module.partition(".")[0]
+            if library not in LIBRARIES:
+                continue
+            if "." in node.module:
+                found.add(node.module)
+            found.update(
+                f"{library}.{a.name}"
+                for a in node.names
+                if (ROOT / library / f"{a.name}.py").exists() or (ROOT / library / a.name).is_dir()
+            )
+    return found
+
+
+@pytest.mark.parametrize("package", ["services", "clients"])
+def test_the_libraries_are_used_only_through_their_exports(package: str) -> None:
+    """What services and clients need of tsdb and accounting is exported by their __init__, so a
+    library may reorganise its modules without breaking its users."""
+    deep = {
+        path.relative_to(ROOT).as_posix(): sorted(_deep_imports(path))
+        for path in _modules(package)
+        if _deep_imports(path)
+    }
+    assert deep == {}
+
+
+def test_the_check_sees_every_form_of_a_deep_import(tmp_path: Path) -> None:
+    module = tmp_path / "deep.py"
+    module.write_text(
+        "import tsdb\nfrom tsdb import Store\nimport tsdb.wal\n\n\ndef _late() -> None:\n"
+        "    from accounting.periods import parse_period\n    from accounting import rate_card\n"
+    )
+    assert _deep_imports(module) == {"tsdb.wal", "accounting.periods", "accounting.rate_card"}

@@ -106,7 +106,7 @@ def serve(
         if not (math.isfinite(seconds) and 0 <= seconds <= most):
             typer.echo(f"error: {option} {seconds:g}: must be 0-{most:g} seconds", err=True)
             raise typer.Exit(2)
-    from accounting.errors import InputError
+    from accounting import InputError
     from clients.cli.serve import serve as run_server
     from services.server import ServerConfig, StartError
 

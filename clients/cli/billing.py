@@ -23,9 +23,17 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn
 from rich.table import Table
 from rich.text import Text
 
-from accounting.export import write_events
-from accounting.model import EventKind, PriceClass, UsageEvent, datetime_to_us, rfc3339, us_to_datetime
-from accounting.periods import BadPeriod, parse_period
+from accounting import (
+    BadPeriod,
+    EventKind,
+    PriceClass,
+    UsageEvent,
+    datetime_to_us,
+    parse_period,
+    rfc3339,
+    us_to_datetime,
+    write_events,
+)
 from clients import billing
 from clients.async_client import AsyncClient
 from clients.cli import render

@@ -22,10 +22,21 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from accounting import InputError, InvoiceRun, Period, compute_invoices, rate_card
-from accounting.export import decimal_text, invoice_run_to_json
-from accounting.loaders import load_events, load_outages
-from accounting.model import Anomaly, Invoice, datetime_to_us, rfc3339
+from accounting import (
+    Anomaly,
+    InputError,
+    Invoice,
+    InvoiceRun,
+    Period,
+    compute_invoices,
+    datetime_to_us,
+    decimal_text,
+    invoice_run_to_json,
+    load_events,
+    load_outages,
+    load_rate_card,
+    rfc3339,
+)
 from clients.cli import render
 from clients.cli.times import time_option
 
@@ -67,7 +78,7 @@ def compute_offline(inputs: OfflineInputs) -> InvoiceRun:
         events = load_events(inputs.events)
     with _naming("--rates"):
         # Without --rates, the card the server prices with when started without one.
-        rates = rate_card.load(inputs.rates)
+        rates = load_rate_card(inputs.rates)
     with _naming("--outages"):
         outages = load_outages(inputs.outages) if inputs.outages is not None else []
     return compute_invoices(events, rates, period, outages, engine=inputs.engine)

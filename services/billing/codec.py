@@ -11,7 +11,7 @@ import json
 from decimal import Decimal
 from typing import Any
 
-from accounting.model import (
+from accounting import (
     Anomaly,
     AnomalyKind,
     Commitment,
@@ -19,8 +19,8 @@ from accounting.model import (
     PriceClass,
     Rates,
     Reconciliation,
+    parse_period,
 )
-from accounting.periods import parse_period
 from services.billing.invoice import Adjustment, InvoiceView, LateEvents
 
 VERSION = 1

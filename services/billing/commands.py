@@ -16,8 +16,7 @@ from typing import Any
 import structlog
 from sqlalchemy.exc import IntegrityError
 
-from accounting.model import Rates, rfc3339
-from accounting.periods import BillingPeriod
+from accounting import BillingPeriod, Rates, rfc3339
 from services.auth.principal import Principal, tenant_scope
 from services.billing import codec, compute
 from services.billing import repository as repo

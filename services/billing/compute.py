@@ -14,9 +14,7 @@ from dataclasses import replace
 from decimal import Decimal
 from typing import NamedTuple
 
-from accounting.invoice import compute_invoices
-from accounting.model import Rates
-from accounting.periods import BillingPeriod
+from accounting import BillingPeriod, Rates, compute_invoices
 from services.billing import codec
 from services.billing.invoice import Adjustment, FrozenInvoice, InputCounts, InvoiceView, LateEvents
 from services.billing.rules import (

@@ -11,8 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from accounting.model import Anomaly, InvoiceLine, PriceClass, Reconciliation
-from accounting.periods import BillingPeriod
+from accounting import Anomaly, BillingPeriod, InvoiceLine, PriceClass, Reconciliation
 
 LATE_AFTER_FINALIZATION = "LATE_AFTER_FINALIZATION"
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from accounting.model import PriceClass
+from accounting import PriceClass
 from gpucloud.v1 import billing_pb2, node_pb2
 from services.billing.invoice import LATE_AFTER_FINALIZATION, InvoiceView
 from services.billing.repository import StoredEvent

@@ -15,8 +15,7 @@ from sqlalchemy import select as sa_select
 from sqlalchemy import tuple_
 from sqlmodel.ext.asyncio.session import AsyncSession
 
-from accounting.model import EventKind, PriceClass, UsageEvent
-from accounting.periods import BillingPeriod, parse_period
+from accounting import BillingPeriod, EventKind, PriceClass, UsageEvent, parse_period
 from services.billing import codec
 from services.billing.invoice import FrozenInvoice, InputCounts, InvoiceView
 from services.billing.rules import LoggedEvent

@@ -22,8 +22,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 
-from accounting.model import InvoiceLine, PriceClass, UsageEvent
-from accounting.periods import FIRST_PERIOD, BillingPeriod
+from accounting import FIRST_PERIOD, BillingPeriod, InvoiceLine, PriceClass, UsageEvent
 from services.billing.invoice import Adjustment
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from accounting.periods import BadPeriod, BillingPeriod, parse_period
+from accounting import BadPeriod, BillingPeriod, parse_period
 from gpucloud.v1 import billing_pb2, billing_pb2_grpc
 from services.auth.principal import current_principal, tenant_scope
 from services.billing.commands import Billing, resolve_tenant

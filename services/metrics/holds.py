@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from accounting.intervals import Interval as Span
-from accounting.intervals import intersect, union
+from accounting import Interval as Span
+from accounting import intersect_intervals, union_intervals
 from services.metrics.selection import Window
 
 # [start_ms, end_ms)
@@ -46,7 +46,7 @@ def _pairs(spans: Iterable[Span]) -> tuple[Interval, ...]:
 
 def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     """Sorted, non-empty, non-overlapping intervals covering the same instants."""
-    return _pairs(union(Span(start, end) for start, end in intervals))
+    return _pairs(union_intervals(Span(start, end) for start, end in intervals))
 
 
 def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, tuple[Interval, ...]]:
@@ -63,7 +63,7 @@ def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, t
 def within(intervals: Sequence[Interval], window: Window) -> tuple[Interval, ...]:
     """The parts of ``intervals`` inside the window, merged."""
     spans = (Span(start, end) for start, end in intervals)
-    return _pairs(intersect(spans, [Span(window.start_ms, window.end_ms)]))
+    return _pairs(intersect_intervals(spans, [Span(window.start_ms, window.end_ms)]))
 
 
 def envelope(by_node: Mapping[str, Sequence[Interval]]) -> Window | None:
