@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import threading
+from collections.abc import Mapping
 from pathlib import Path
 
 import grpc
@@ -27,7 +28,7 @@ from tests.conftest import RunningControlPlane, gpucloud_command
 from tests.scripted_server import Start
 
 
-def gpucloud(*args: str, env: dict[str, str | None] | None = None) -> tuple[int, str]:
+def gpucloud(*args: str, env: Mapping[str, str | None] | None = None) -> tuple[int, str]:
     # GPUCLOUD_TOKEN is removed unless a test sets it: the developer's own shell must not leak in.
     result = CliRunner().invoke(app, list(args), env={"GPUCLOUD_TOKEN": None, "COLUMNS": "160", **(env or {})})
     return result.exit_code, result.output
@@ -241,10 +242,10 @@ async def test_a_second_signal_stops_serve_without_waiting_for_the_drain(tmp_pat
             served.process.send_signal(signal.SIGINT)
             await until_not_serving(address)
             assert served.process.poll() is None, "the drain did not wait for the call in flight"
-            started = asyncio.get_running_loop().time()
+            second_signal_at = asyncio.get_running_loop().time()
             served.process.send_signal(signal.SIGINT)
             assert await asyncio.to_thread(served.process.wait, 30) == 130
-            assert asyncio.get_running_loop().time() - started < 30
+            assert asyncio.get_running_loop().time() - second_signal_at < 30
             output = served.rest()
             assert "error: interrupted again; stopped without draining" in output
             assert "Traceback" not in output

@@ -183,7 +183,7 @@ def test_a_file_that_cannot_be_used_is_named_by_its_option(tmp_path: Path) -> No
     events, _, _ = _files(tmp_path)
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    cases = [
+    cases: list[tuple[list[str | Path], str]] = [
         (["--events", tmp_path / "nope.jsonl"], f"error: --events: {tmp_path / 'nope.jsonl'}: cannot read"),
         (["--events", events, "--rates", bad], f"error: --rates: {bad}:1: not JSON"),
         (["--events", events, "--outages", bad], f"error: --outages: {bad}:1: not JSON"),

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Awaitable
+from collections.abc import Awaitable, MutableMapping
 from typing import Any
 
 import grpc
@@ -52,7 +52,7 @@ async def test_each_call_logs_one_line_with_method_code_duration_key_and_caller(
     assert secret not in str(logs)
 
 
-async def _logged_line(call: Awaitable[object], *, code: grpc.StatusCode) -> tuple[dict[str, Any], str]:
+async def _logged_line(call: Awaitable[object], *, code: grpc.StatusCode) -> tuple[MutableMapping[str, Any], str]:
     """Run ``call`` (which must fail with ``code``) under captured logs; its ``rpc`` line and
     everything logged meanwhile, rendered."""
     logged = asyncio.Event()

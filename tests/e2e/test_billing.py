@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 from pathlib import Path
+from typing import Literal, TypedDict
 
 import grpc
 import pytest
@@ -37,6 +38,13 @@ from tests.e2e.helpers import new_tenant
 
 HOUR_US = 3600 * 1_000_000
 RATES = {"currency": "EUR", "gpu_hour": {"H100": {"on_demand": "2.49", "spot": "1.10"}}}
+
+
+class _TimeBounds(TypedDict, total=False):
+    """ListUsageEventsRequest's time fields, set one at a time by name."""
+
+    start_time: Timestamp
+    end_time: Timestamp
 
 
 def _us(moment: datetime | None) -> int:
@@ -195,10 +203,16 @@ class TestScoping:
         ],
     )
     async def test_a_time_outside_what_a_timestamp_holds_is_invalid_argument(
-        self, control_plane: RunningControlPlane, field: str, seconds: int, nanos: int
+        self,
+        control_plane: RunningControlPlane,
+        field: Literal["start_time", "end_time"],
+        seconds: int,
+        nanos: int,
     ) -> None:
         """Sent raw (the typed client cannot build them): INVALID_ARGUMENT naming the field, not INTERNAL."""
-        request = billing_pb2.ListUsageEventsRequest(**{field: Timestamp(seconds=seconds, nanos=nanos)})
+        bounds: _TimeBounds = {}
+        bounds[field] = Timestamp(seconds=seconds, nanos=nanos)
+        request = billing_pb2.ListUsageEventsRequest(**bounds)
         metadata = (("authorization", f"Bearer {control_plane.operator_token}"),)
         async with grpc.aio.insecure_channel(control_plane.address) as channel:
             with pytest.raises(grpc.aio.AioRpcError) as caught:

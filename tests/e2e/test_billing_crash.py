@@ -15,10 +15,11 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 from subprocess import STDOUT, Popen
-from typing import Any
+from typing import Any, cast
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -170,9 +171,12 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         cancelled = [(a, a.cancel_time) for a in final if a.cancel_time is not None]
         assert len(cancelled) == len(final)
         assert all(cancel_time < a.release_time for a, cancel_time in cancelled if a.release_time)
+        # The server stamps every allocation it returns with its create_time.
         expected = sum(
             (
-                us_to_seconds(datetime_to_us(stop) - datetime_to_us(a.create_time)) * GPUS_PER_NODE * a.node_count
+                us_to_seconds(datetime_to_us(stop) - datetime_to_us(cast(datetime, a.create_time)))
+                * GPUS_PER_NODE
+                * a.node_count
                 for a, stop in cancelled
             ),
             Decimal(0),

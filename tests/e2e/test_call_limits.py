@@ -78,7 +78,8 @@ class Raw:
 
     def __init__(self, channel: grpc.aio.Channel, token: str) -> None:
         self.metadata = (("authorization", f"Bearer {token}"),)
-        self.operations = operations_pb2_grpc.OperationsStub(channel)
+        # googleapis-common-protos ships this module without annotations.
+        self.operations = operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
         self.allocations = allocation_pb2_grpc.AllocationServiceStub(channel)
         self.nodes = node_pb2_grpc.NodeServiceStub(channel)
         self.billing = billing_pb2_grpc.BillingServiceStub(channel)

@@ -39,7 +39,8 @@ async def test_expired_deadlines_log_no_pool_errors(
 
     async with grpc.aio.insecure_channel(control_plane.address) as channel:
         stub = allocation_pb2_grpc.AllocationServiceStub(channel)
-        operations = operations_pb2_grpc.OperationsStub(channel)
+        # googleapis-common-protos ships this module without annotations.
+        operations = operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
         five_ms = Duration(nanos=5_000_000)
 
         async def caller(until: float) -> None:

@@ -54,7 +54,7 @@ async def test_a_replay_is_marked_in_trailing_metadata(
         tenant_id="acme", gpu_model=node_pb2.GPU_MODEL_H100, node_count=1, request_id="req-marked"
     )
     metadata = (("authorization", f"Bearer {control_plane.operator_token}"),)
-    marks: list[tuple[str, str | None]] = []
+    marks: list[tuple[str, str | bytes | None]] = []
     async with grpc.aio.insecure_channel(control_plane.address) as channel:
         stub = allocation_pb2_grpc.AllocationServiceStub(channel)
         for _ in range(3):

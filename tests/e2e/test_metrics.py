@@ -9,6 +9,7 @@ import shutil
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import TypedDict
 
 import numpy as np
 import pytest
@@ -65,6 +66,26 @@ async def settle() -> None:
     await asyncio.sleep(max(0, target - time.time_ns()) / 1e9)
 
 
+class SeriesWindow(TypedDict):
+    """query_metrics_range's arguments that pick the series and the span, for several steps."""
+
+    start: int
+    end: int
+    node_ids: list[str]
+    gpu_indexes: list[int]
+    fields: list[str]
+
+
+class StepsOfField(TypedDict):
+    """query_metrics_range's arguments but the nodes, for one query put by several callers."""
+
+    start: int
+    end: int
+    step: int
+    aggregation: str
+    fields: list[str]
+
+
 # Round trip --------------------------------------------------------------------------------------
 
 
@@ -94,7 +115,13 @@ async def test_written_samples_read_back_raw_and_per_step_with_stats(operator: A
     assert len(everything.series) == 5
     assert everything.stats.points_returned == 50
 
-    window = {"start": base, "end": base + 10_000, "node_ids": ["node-000"], "gpu_indexes": [0], "fields": ["power_w"]}
+    window: SeriesWindow = {
+        "start": base,
+        "end": base + 10_000,
+        "node_ids": ["node-000"],
+        "gpu_indexes": [0],
+        "fields": ["power_w"],
+    }
     avg = only(await operator.query_metrics_range(step=timedelta(seconds=5), aggregation="avg", **window))
     assert avg.timestamps_ms.tolist() == [base, base + 5000]
     assert avg.values.tolist() == [402.0, 407.0]
@@ -202,9 +229,8 @@ async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: 
     hour = 3_600_000
     now = now_ms()
     times = [now - 39 * hour // 10, now - 35 * hour // 10, now - 1000]
-    overrides = {"metrics_retention_seconds": 4 * 3600.0}
     async with (
-        running_control_plane(tmp_path / "data", database_url, **overrides) as plane,
+        running_control_plane(tmp_path / "data", database_url, metrics_retention_seconds=4 * 3600.0) as plane,
         plane.client() as operator,
     ):
         await register_ready_nodes(operator, 1)
@@ -546,7 +572,13 @@ async def test_a_held_series_whose_steps_are_all_empty_reads_as_the_operator_rea
         await settle()
         at = now_ms()
         await operator.write_samples([push(node_id, at, 5.0)])
-        window = {"start": at - 10, "end": at + 10, "step": 20, "aggregation": "rate", "fields": ["power_w"]}
+        window: StepsOfField = {
+            "start": at - 10,
+            "end": at + 10,
+            "step": 20,
+            "aggregation": "rate",
+            "fields": ["power_w"],
+        }
         as_operator = only(await operator.query_metrics_range(node_ids=[node_id], **window))
         as_tenant = only(await acme.query_metrics_range(node_ids=[node_id], **window))
     assert np.isnan(as_operator.values).all() and np.isnan(as_tenant.values).all()

@@ -98,8 +98,15 @@ async def test_nothing_accepted_is_deleted_by_the_next_maintenance_pass(tmp_path
     deleted by the pass one interval later: refused. One just inside that margin is accepted and
     outlives the pass two intervals later."""
     hour, interval = 3_600_000, 60_000
-    overrides = {"metrics_retention_seconds": 4 * 3600.0, "metrics_maintenance_seconds": interval / 1000}
-    async with running_control_plane(tmp_path / "data", database_url, **overrides) as plane, plane.client() as op:
+    async with (
+        running_control_plane(
+            tmp_path / "data",
+            database_url,
+            metrics_retention_seconds=4 * 3600.0,
+            metrics_maintenance_seconds=interval / 1000,
+        ) as plane,
+        plane.client() as op,
+    ):
         await register_ready_nodes(op, 1)
         now = now_ms()
         edge = now - 4 * hour

@@ -7,6 +7,7 @@ import asyncio
 import hashlib
 import itertools
 from collections.abc import Awaitable, Callable
+from typing import TypedDict, Unpack
 
 import grpc
 import pytest
@@ -44,7 +45,15 @@ def token_id_of(plaintext: str) -> str:
     return parts[0]
 
 
-async def every_token(operator: AsyncClient, **filters: str) -> list[ApiToken]:
+class TokenFilters(TypedDict, total=False):
+    """The filters of iter_tokens that the tests list by."""
+
+    tenant_id: str
+    node_id: str
+    role: str
+
+
+async def every_token(operator: AsyncClient, **filters: Unpack[TokenFilters]) -> list[ApiToken]:
     return [t async for t in operator.iter_tokens(**filters)]
 
 

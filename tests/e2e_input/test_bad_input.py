@@ -50,6 +50,19 @@ KNOWN_ALLOCATION_STATES = frozenset(range(1, 4))
 HYPOTHESIS = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
+# An enum field carries any int32 on the wire: these give a number, named or not, the field's type.
+def _as_gpu_model(number: int) -> node_pb2.GpuModel.ValueType:
+    return node_pb2.GpuModel.ValueType(number)
+
+
+def _as_node_state(number: int) -> node_pb2.NodeState.ValueType:
+    return node_pb2.NodeState.ValueType(number)
+
+
+def _as_allocation_state(number: int) -> allocation_pb2.AllocationState.ValueType:
+    return allocation_pb2.AllocationState.ValueType(number)
+
+
 @dataclass
 class World:
     """A running control plane with a tenant, two nodes, a live and a cancelled allocation."""
@@ -73,7 +86,8 @@ class World:
             "tenant": tenant_pb2_grpc.TenantServiceStub(self.channel),
             "node": node_pb2_grpc.NodeServiceStub(self.channel),
             "allocation": allocation_pb2_grpc.AllocationServiceStub(self.channel),
-            "operations": operations_pb2_grpc.OperationsStub(self.channel),
+            # googleapis-common-protos ships this module without annotations.
+            "operations": operations_pb2_grpc.OperationsStub(self.channel),  # type: ignore[no-untyped-call]
         }
 
     @property
@@ -421,7 +435,9 @@ async def test_register_node_bad_input(world: World) -> None:
                 "everything bad",
                 n,
                 "RegisterNode",
-                node_pb2.RegisterNodeRequest(node_id="X", gpu_model=42, zone="", rack="", leaf_switch="!"),
+                node_pb2.RegisterNodeRequest(
+                    node_id="X", gpu_model=_as_gpu_model(42), zone="", rack="", leaf_switch="!"
+                ),
                 "node_id",
                 "gpu_model",
                 "zone",
@@ -507,9 +523,9 @@ async def test_list_nodes_bad_input(world: World) -> None:
         world,
         [
             invalid("negative size", n, m, node_pb2.ListNodesRequest(page_size=-1), "page_size"),
-            invalid("unknown state", n, m, node_pb2.ListNodesRequest(state=99), "state"),
-            invalid("negative state", n, m, node_pb2.ListNodesRequest(state=-3), "state"),
-            invalid("unknown model", n, m, node_pb2.ListNodesRequest(gpu_model=42), "gpu_model"),
+            invalid("unknown state", n, m, node_pb2.ListNodesRequest(state=_as_node_state(99)), "state"),
+            invalid("negative state", n, m, node_pb2.ListNodesRequest(state=_as_node_state(-3)), "state"),
+            invalid("unknown model", n, m, node_pb2.ListNodesRequest(gpu_model=_as_gpu_model(42)), "gpu_model"),
             invalid("bad zone", n, m, node_pb2.ListNodesRequest(zone="Zone A"), "zone"),
             invalid("oversized zone", n, m, node_pb2.ListNodesRequest(zone="z" * 10_000), "zone"),
             invalid("garbage token", n, m, node_pb2.ListNodesRequest(page_token="%%%"), "page_token"),
@@ -525,7 +541,9 @@ async def test_list_nodes_bad_input(world: World) -> None:
                 "all bad",
                 n,
                 m,
-                node_pb2.ListNodesRequest(page_size=-7, state=77, gpu_model=88, zone="BAD"),
+                node_pb2.ListNodesRequest(
+                    page_size=-7, state=_as_node_state(77), gpu_model=_as_gpu_model(88), zone="BAD"
+                ),
                 "page_size",
                 "state",
                 "gpu_model",
@@ -624,8 +642,12 @@ async def test_other_allocation_rpcs_bad_input(world: World) -> None:
         invalid("list: negative size", a, m, allocation_pb2.ListAllocationsRequest(page_size=-1), "page_size"),
         invalid("list: bad tenant", a, m, allocation_pb2.ListAllocationsRequest(tenant_id="Bad Tenant"), "tenant_id"),
         not_found("list: unknown tenant", a, m, allocation_pb2.ListAllocationsRequest(tenant_id="ghost"), "tenant_id"),
-        invalid("list: unknown state", a, m, allocation_pb2.ListAllocationsRequest(state=9), "state"),
-        invalid("list: negative state", a, m, allocation_pb2.ListAllocationsRequest(state=-1), "state"),
+        invalid(
+            "list: unknown state", a, m, allocation_pb2.ListAllocationsRequest(state=_as_allocation_state(9)), "state"
+        ),
+        invalid(
+            "list: negative state", a, m, allocation_pb2.ListAllocationsRequest(state=_as_allocation_state(-1)), "state"
+        ),
         invalid("list: garbage token", a, m, allocation_pb2.ListAllocationsRequest(page_token="nope"), "page_token"),
         invalid(
             "list: token of the node listing",
@@ -638,7 +660,7 @@ async def test_other_allocation_rpcs_bad_input(world: World) -> None:
             "list: all bad",
             a,
             m,
-            allocation_pb2.ListAllocationsRequest(page_size=-2, tenant_id="-x", state=12),
+            allocation_pb2.ListAllocationsRequest(page_size=-2, tenant_id="-x", state=_as_allocation_state(12)),
             "page_size",
             "tenant_id",
             "state",
@@ -865,7 +887,7 @@ async def test_list_nodes_any_enum_numbers(world: World, state: int, gpu_model: 
         for name, value, known in (("state", state, KNOWN_NODE_STATES), ("gpu_model", gpu_model, KNOWN_GPU_MODELS))
         if value and value not in known
     }
-    request = node_pb2.ListNodesRequest(state=state, gpu_model=gpu_model)
+    request = node_pb2.ListNodesRequest(state=_as_node_state(state), gpu_model=_as_gpu_model(gpu_model))
     error = await world.call("node", "ListNodes", request)
     if bad:
         assert error is not None and error.code == INVALID, error
@@ -879,7 +901,9 @@ async def test_list_nodes_any_enum_numbers(world: World, state: int, gpu_model: 
 @given(state=INT32)
 async def test_list_allocations_any_state_number(world: World, state: int) -> None:
     """ListAllocations accepts known (or zero) states and refuses any other number naming state."""
-    error = await world.call("allocation", "ListAllocations", allocation_pb2.ListAllocationsRequest(state=state))
+    error = await world.call(
+        "allocation", "ListAllocations", allocation_pb2.ListAllocationsRequest(state=_as_allocation_state(state))
+    )
     if state == 0 or state in KNOWN_ALLOCATION_STATES:
         assert error is None, error
     else:

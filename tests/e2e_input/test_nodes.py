@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Awaitable, Callable, Iterable
-from typing import Any
+from typing import Any, TypedDict
 
 import grpc
 import pytest
@@ -564,12 +564,20 @@ async def test_list_nodes_paging_with_filter_and_inserts(operator: AsyncClient) 
     assert rest.next_page_token == ""
 
 
+class _NodeFilters(TypedDict, total=False):
+    """The list_nodes filters a page token is tried with."""
+
+    state: str
+    zone: str
+
+
 async def test_page_token_of_other_filter_is_refused(operator: AsyncClient) -> None:
     """A page token used with other filters is INVALID_ARGUMENT naming page_token."""
     await _fleet(operator)
     page = await operator.list_nodes(state="READY", page_size=1)
     assert page.next_page_token
-    for other in ({"state": "BURN_IN"}, {"state": "READY", "zone": "zone-a"}, {}):
+    other_filters: tuple[_NodeFilters, ...] = ({"state": "BURN_IN"}, {"state": "READY", "zone": "zone-a"}, {})
+    for other in other_filters:
         with pytest.raises(InvalidArgumentError) as caught:
             await operator.list_nodes(page_size=1, page_token=page.next_page_token, **other)
         assert set(caught.value.field_violations) == {"page_token"}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import grpc
 import pytest
@@ -30,6 +30,11 @@ from tests.conftest import RunningControlPlane, register_ready_nodes
 MOST_ERROR_BYTES = 4096
 
 
+def _message_type(field: FieldDescriptor) -> Descriptor:
+    """The type of a message field (the stubs allow None, which only fields of other kinds have)."""
+    return cast(Descriptor, field.message_type)
+
+
 def _string_paths(descriptor: Descriptor, depth: int = 0) -> Iterator[tuple[FieldDescriptor, ...]]:
     """Every path from ``descriptor`` to a string field, through message fields (not the well-known types)."""
     for field in descriptor.fields:
@@ -38,14 +43,14 @@ def _string_paths(descriptor: Descriptor, depth: int = 0) -> Iterator[tuple[Fiel
         elif (
             field.type == FieldDescriptor.TYPE_MESSAGE
             and depth < 4
-            and not field.message_type.full_name.startswith("google.protobuf.")
+            and not _message_type(field).full_name.startswith("google.protobuf.")
         ):
-            for rest in _string_paths(field.message_type, depth + 1):
+            for rest in _string_paths(_message_type(field), depth + 1):
                 yield (field, *rest)
 
 
 def _is_map(field: FieldDescriptor) -> bool:
-    return field.type == FieldDescriptor.TYPE_MESSAGE and field.message_type.GetOptions().map_entry
+    return field.type == FieldDescriptor.TYPE_MESSAGE and _message_type(field).GetOptions().map_entry
 
 
 def _put(message: Any, path: tuple[FieldDescriptor, ...], value: str) -> None:
@@ -56,7 +61,7 @@ def _put(message: Any, path: tuple[FieldDescriptor, ...], value: str) -> None:
         # rest is (key,) or (value,): a map<string, string> or map<string, number|message>.
         if rest[0].name == "value":
             entries["k"] = value
-        elif field.message_type.fields_by_name["value"].type == FieldDescriptor.TYPE_STRING:
+        elif _message_type(field).fields_by_name["value"].type == FieldDescriptor.TYPE_STRING:
             entries[value] = "v"
         else:
             entries[value] = 1

@@ -31,7 +31,7 @@ def said(error: InvalidArgument | NotFound | FailedPrecondition) -> str:
     ],
 )
 def test_no_error_says_any_part_of_a_secret(text: str) -> None:
-    made = [
+    made: list[InvalidArgument | NotFound | FailedPrecondition] = [
         InvalidArgument.for_field(f"labels[{text!r}]", f"{text!r} is not a node id"),
         InvalidArgument(reason="X", message=text, metadata={"value": text}, violations=(FieldViolation(text, text),)),
         NotFound(reason="X_NOT_FOUND", message=f"x {text!r} not found", metadata={"x_id": text}),

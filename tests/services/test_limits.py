@@ -163,7 +163,7 @@ def test_a_call_refused_at_its_callers_bound_gives_its_arrival_slot_back() -> No
 )
 def test_a_bound_under_one_is_refused(field: str) -> None:
     with pytest.raises(ValueError, match=field):
-        CallLimits(**{field: 0})  # type: ignore[arg-type]
+        CallLimits(**{field: 0})
 
 
 def test_grpcs_queue_of_calls_not_taken_yet_is_sized_from_the_servers_bound() -> None:

@@ -16,7 +16,7 @@ from services.paging import MAX_TOKEN_LENGTH, TOKEN_TTL_US, Cursor, PageTokens, 
 
 KEY = bytes(range(32))
 OTHER_KEY = bytes(range(1, 33))
-SCOPE = {"list": "nodes", "state": 3, "gpu_model": 0, "zone": "zone-a"}
+SCOPE: dict[str, str | int] = {"list": "nodes", "state": 3, "gpu_model": 0, "zone": "zone-a"}
 
 
 def _raw(token: str) -> bytes:

@@ -41,11 +41,12 @@ def smallest_decimals(row: list[float]) -> int | None:
     for an int64 round(v*10^k), -0.0 excluded."""
 
     def exact(v: float, k: int) -> bool:
-        scaled = v * 10**k
+        scale: int = 10**k  # k >= 0: an int (the stubs cannot tell, and say Any)
+        scaled = v * scale
         if not math.isfinite(scaled) or (v == 0 and math.copysign(1, v) < 0):
             return False
         r = round(scaled)
-        return INT64_MIN <= r <= INT64_MAX and r / 10**k == v
+        return INT64_MIN <= r <= INT64_MAX and r / scale == v
 
     for k in range(7):
         if all(exact(v, k) for v in row):
@@ -363,11 +364,13 @@ def test_decode_values_into_rows_of_a_larger_matrix() -> None:
         assert np.isnan(target[:5]).all() and np.isnan(target[5 + len(rows) :]).all()
     # A wrong target is refused whether or not a row repeats (repeats are decoded apart and copied).
     for rows in ([2, 0], [1, 1, 3]):
-        for wrong in (
+        # A float32 target among them: outside the declared float64, on purpose.
+        wrong_targets: tuple[NDArray[Any], ...] = (
             np.empty((len(rows), 30), dtype=np.float32),
             np.empty((30, len(rows))).T,
             np.empty((len(rows) + 1, 30)),
-        ):
+        )
+        for wrong in wrong_targets:
             with pytest.raises(codecs.CodecInputError):
                 codecs.decode_value_rows(blob, rows, out=wrong)
 
@@ -386,7 +389,7 @@ def test_non_contiguous_and_float32_inputs() -> None:
     block = np.round(np.random.default_rng(8).normal(50, 5, (8, 100)), 2)
     view = block[::2, ::3]
     np.testing.assert_array_equal(bits(codecs.decode_values(codecs.encode_values(view))), bits(view))
-    single = block.astype(np.float32)
+    single: NDArray[Any] = block.astype(np.float32)  # outside the declared float64, on purpose
     np.testing.assert_array_equal(codecs.decode_values(codecs.encode_values(single)), single.astype(np.float64))
 
 

@@ -3,6 +3,7 @@ out-of-order window, argument checks, and a closed or doubly opened store."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -98,6 +99,7 @@ def test_bad_arguments_are_value_errors_and_change_nothing(tmp_path: Path) -> No
     with open_store(tmp_path / "s") as store:
         sid = store.series_id({"node": "n0", "gpu": "0", "field": "util"})
         before = snapshot(store)
+        call: Callable[[], object]
         for call in (
             lambda: store.append([sid], T0, [1.0, 2.0]),
             lambda: store.append([sid + 1], T0, [1.0]),

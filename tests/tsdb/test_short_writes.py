@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
 
 import pytest
 
 from tsdb import _fs
 
 
-def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     """The kernel writes what fits, then refuses the rest with ENOSPC: the rest is tried, and the
     error is the kernel's ENOSPC (not a "short write" that no caller could map)."""
     calls: list[int] = []
@@ -25,7 +26,7 @@ def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.Mon
     path = tmp_path / "f"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
-        monkeypatch.setattr(_fs.os, "write", filling)
+        monkeypatch.setattr("tsdb._fs.os.write", filling)
         with pytest.raises(OSError) as raised:
             _fs.write_all(fd, b"0123456789")
     finally:
@@ -35,9 +36,9 @@ def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.Mon
     assert path.read_bytes() == b"01234"
 
 
-def test_write_all_finishes_after_short_writes(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
+def test_write_all_finishes_after_short_writes(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     real_write = os.write
-    monkeypatch.setattr(_fs.os, "write", lambda fd, data: real_write(fd, bytes(data)[:3]))
+    monkeypatch.setattr("tsdb._fs.os.write", lambda fd, data: real_write(fd, bytes(data)[:3]))
     path = tmp_path / "f"
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
