@@ -198,6 +198,11 @@ class ControlPlane:
         host = self.config.listen.rsplit(":", 1)[0]
         return f"{host}:{self.port}"
 
+    @property
+    def calls_in_flight(self) -> int:
+        """Calls counted by the admission bounds and not yet answered (0 before ``start``)."""
+        return 0 if self._limiter is None else self._limiter.in_flight
+
     async def start(self) -> None:
         """Open the store (migrating it), bootstrap credentials, bind and serve. A start that
         fails closes whatever it had opened before it raises."""

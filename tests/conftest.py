@@ -8,11 +8,12 @@ own and drops it afterwards, never trusting what an earlier run left on the serv
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -184,3 +185,13 @@ def umask_022() -> Iterator[None]:
         yield
     finally:
         os.umask(old)
+
+
+async def until(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Return once ``condition()`` holds, checking every few milliseconds; fail the test if it
+    does not hold within ``timeout`` seconds."""
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + timeout
+    while not condition():
+        assert loop.time() < give_up, f"still not true after {timeout} s: {condition}"
+        await asyncio.sleep(0.005)

@@ -37,7 +37,7 @@ def write_all(fd: int, data: bytes) -> None:
 
 def open_private(path: Path, flags: int) -> int:
     """``os.open`` with O_CREAT, the file left at FILE_MODE: a umask only removes bits, and a file
-    an older build created wider is narrowed, so one fstat settles both."""
+    one created wider (under a wide umask, by hand) is narrowed, so one fstat settles both."""
     fd = os.open(path, flags | os.O_CREAT, FILE_MODE)
     try:
         if stat.S_IMODE(os.fstat(fd).st_mode) != FILE_MODE:
@@ -57,7 +57,7 @@ def private_dir(path: Path) -> None:
 
 def narrow_files(directory: Path) -> int:
     """Set every regular file directly in `directory` that others may read or write to FILE_MODE;
-    returns how many were changed (files an older build created under a wide umask)."""
+    returns how many were changed (files created wider, under a wide umask or by hand)."""
     narrowed = 0
     with os.scandir(directory) as entries:
         for entry in entries:

@@ -33,7 +33,7 @@ from sqlalchemy.engine import Engine
 from clients import ResourceExhaustedError
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, billing_pb2, billing_pb2_grpc, node_pb2, node_pb2_grpc
 from services.server import StartError
-from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
+from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane, until
 
 # Long enough that no cancel completes during a test: every operation stays pending.
 NEVER_SCRUBBED = 600.0
@@ -79,7 +79,7 @@ class Raw:
     def __init__(self, channel: grpc.aio.Channel, token: str) -> None:
         self.metadata = (("authorization", f"Bearer {token}"),)
         # googleapis-common-protos ships this module without annotations.
-        self.operations = operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
+        self.operations = operations_pb2_grpc.OperationsStub(channel)
         self.allocations = allocation_pb2_grpc.AllocationServiceStub(channel)
         self.nodes = node_pb2_grpc.NodeServiceStub(channel)
         self.billing = billing_pb2_grpc.BillingServiceStub(channel)
@@ -180,7 +180,7 @@ async def test_a_tenant_at_its_bound_does_not_hold_up_others(limited: Setup) -> 
         holding = [
             asyncio.ensure_future(timed(tenant.wait(limited.operation, seconds=1.5, deadline=5))) for _ in range(4)
         ]
-        await asyncio.sleep(0.3)
+        await until(lambda: limited.plane.plane.calls_in_flight >= 4)
         fifth = await timed(tenant.get_allocation(limited.allocation_id))
         assert (fifth.code, fifth.reason) == ("RESOURCE_EXHAUSTED", "TOO_MANY_CALLS"), fifth
         assert fifth.retry_delay is not None and fifth.retry_delay > 0
@@ -228,7 +228,8 @@ async def test_a_tenants_flood_is_answered_in_time_and_an_operators_read_stays_f
         reads = [again_and_again(lambda: tenant.get_allocation(limited.allocation_id), done) for _ in range(40)]
         invoices = [again_and_again(lambda: tenant.get_invoice(period), done) for _ in range(15)]
         flooding = asyncio.gather(*waits, *reads, *invoices)
-        await asyncio.sleep(0.2)  # the flood has arrived
+        # The flood has arrived: the tenant's calls fill its bound.
+        await until(lambda: limited.plane.plane.calls_in_flight >= 8)
         loaded = statistics.median(await node_reads(25))
         done.set()
         outcomes += [o for o in await flooding if o is not None]
@@ -320,7 +321,7 @@ async def test_the_client_sends_a_refused_call_again_after_the_advised_delay(lim
         holding = [
             asyncio.ensure_future(timed(tenant.wait(limited.operation, seconds=0.5, deadline=5))) for _ in range(2)
         ]
-        await asyncio.sleep(0.2)
+        await until(lambda: limited.plane.plane.calls_in_flight >= 2)
         with pytest.raises(ResourceExhaustedError) as refused:
             await client.get_allocation(limited.allocation_id, timeout=0.5)
         assert refused.value.reason == "TOO_MANY_CALLS"

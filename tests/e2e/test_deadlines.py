@@ -40,7 +40,7 @@ async def test_expired_deadlines_log_no_pool_errors(
     async with grpc.aio.insecure_channel(control_plane.address) as channel:
         stub = allocation_pb2_grpc.AllocationServiceStub(channel)
         # googleapis-common-protos ships this module without annotations.
-        operations = operations_pb2_grpc.OperationsStub(channel)  # type: ignore[no-untyped-call]
+        operations = operations_pb2_grpc.OperationsStub(channel)
         five_ms = Duration(nanos=5_000_000)
 
         async def caller(until: float) -> None:

@@ -87,7 +87,7 @@ class World:
             "node": node_pb2_grpc.NodeServiceStub(self.channel),
             "allocation": allocation_pb2_grpc.AllocationServiceStub(self.channel),
             # googleapis-common-protos ships this module without annotations.
-            "operations": operations_pb2_grpc.OperationsStub(self.channel),  # type: ignore[no-untyped-call]
+            "operations": operations_pb2_grpc.OperationsStub(self.channel),
         }
 
     @property

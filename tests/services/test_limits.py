@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterator
 from contextlib import ExitStack, contextmanager
 
@@ -13,6 +12,7 @@ from services.auth.principal import Principal, Role
 from services.errors import ResourceExhausted
 from services.limits import HEAVY_READS, LONG_POLLS, NO_KEYS, CallLimiter, CallLimits
 from services.server import grpc_pending_calls
+from tests.conftest import until
 
 ACME = Principal(token_id="t-acme", role=Role.TENANT, tenant_id="acme")
 ACME_OTHER_TOKEN = Principal(token_id="t-acme-2", role=Role.TENANT, tenant_id="acme")
@@ -131,7 +131,7 @@ async def test_the_refusals_held_back_are_logged_when_their_second_is_up() -> No
             for _ in range(4):
                 refusal(limiter, GET, ACME)
         assert [e["count"] for e in logs] == [1]
-        await asyncio.sleep(0.6)
+        await until(lambda: len(logs) == 2)
         assert [(e["event"], e["reason"], e["count"]) for e in logs] == [
             ("calls_refused", "TOO_MANY_CALLS", 1),
             ("calls_refused", "TOO_MANY_CALLS", 3),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import tracemalloc
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -149,9 +150,11 @@ def test_series_limits_under_one_are_refused() -> None:
 
 
 def test_the_clients_receive_limit_must_be_a_positive_number_of_bytes() -> None:
-    for bad in (0, -1, 1.5, True):
+    # Any: values of the wrong type on purpose, as an untyped caller might pass them.
+    bad_values: list[Any] = [0, -1, 1.5, True]
+    for bad in bad_values:
         with pytest.raises(InvalidValueError):
-            AsyncClient("127.0.0.1:1", "token", max_receive_bytes=bad)  # type: ignore[arg-type]
+            AsyncClient("127.0.0.1:1", "token", max_receive_bytes=bad)
 
 
 def test_the_default_series_limit_bounds_the_heads_memory(tmp_path: Path) -> None:

@@ -1,5 +1,5 @@
 """A store's files are 0600 and its directories 0700 whatever the process umask, and a store left
-by an older build with wider modes is narrowed when it is opened."""
+with wider modes is narrowed when it is opened."""
 
 from __future__ import annotations
 

@@ -2,9 +2,9 @@
 
 A tenant's hold on a node ends when its cancel is accepted: that transaction writes a usage
 ``stop`` for every GPU the allocation holds, and the release after the scrub writes none.
-Before this revision the stops waited for the release, so an allocation still CANCELLING when
-the server is upgraded has no stop yet, and no release would write one. This revision writes
-them, at each allocation's cancel time, as its cancel would now have.
+An allocation that is CANCELLING without its stops (a database written by revision 0006's
+schema, whose releases wrote them) would never get them, so this revision writes them, at each
+such allocation's cancel time.
 
 Revision ID: 0007
 Revises: 0006
