@@ -272,7 +272,8 @@ def main() -> None:
         empty_process, empty_port = _start(_serve_empty)
         plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url, args.no_database)
         try:
-            assert empty_process.pid is not None and plane_process.pid is not None
+            assert empty_process.pid is not None
+            assert plane_process.pid is not None
             token = (Path(data_dir) / "operator.token").read_text().strip()
             tenant_token = asyncio.run(register_fleet(plane_port, token, args.nodes))
             # Alternate the two in short rounds, so that a machine slowing down or speeding up

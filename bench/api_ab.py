@@ -30,7 +30,8 @@ import api  # noqa: E402  (bench/api.py, beside this file)
 def _serve_tree(tree: str, data_dir: str, port_queue: object) -> None:
     """Run the control plane of ``tree`` through that tree's own bench/api.py."""
     spec = importlib.util.spec_from_file_location("tree_api", Path(tree) / "bench" / "api.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # its dataclasses look their module up there
     # Its import puts its tree first on sys.path; nothing of ours (services, proto) is loaded yet.

@@ -120,7 +120,8 @@ def main() -> None:
         empty_process, empty_port = api._start(api._serve_empty)
         plane_process, plane_port = api._start(api._serve_control_plane, data_dir, None, False)
         try:
-            assert empty_process.pid is not None and plane_process.pid is not None
+            assert empty_process.pid is not None
+            assert plane_process.pid is not None
             operator = (Path(data_dir) / "operator.token").read_text().strip()
             token = asyncio.run(api.register_fleet(plane_port, operator, 256))
             for _ in range(args.rounds):

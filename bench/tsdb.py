@@ -241,7 +241,8 @@ def duck_small_ingest(data: Telemetry, path: Path, threads: int, pushes: int) ->
         con.execute(sql, [sids, ts, values])
     elapsed = time.perf_counter() - started
     count = con.execute("SELECT count(*) FROM t").fetchone()
-    assert count is not None and count[0] == len(todo) * data.series_per_node
+    assert count is not None
+    assert count[0] == len(todo) * data.series_per_node
     con.close()
     return len(todo) * data.series_per_node / elapsed, len(todo)
 

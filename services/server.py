@@ -57,7 +57,7 @@ from services.operations.servicer import OperationsServicer
 from services.operations.watch import OperationWatch
 from services.paging import PageTokens
 from services.store import secrets
-from services.store.engine import DATABASE_FILE, Store, UnsupportedDatabaseUrl, sqlite_url
+from services.store.engine import DATABASE_FILE, Database, UnsupportedDatabaseUrl, sqlite_url
 from services.tenants.servicer import TenantServicer
 from services.tokens.servicer import TokenServicer
 from services.workers import Workers
@@ -178,7 +178,7 @@ class ControlPlane:
         self.config = config
         self.port: int | None = None
         self.operator_token_created: Path | None = None
-        self._store: Store | None = None
+        self._store: Database | None = None
         self._samples: SampleStore | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
@@ -253,7 +253,7 @@ class ControlPlane:
         if config.database_url is None:
             _refuse_lost_database(config.data_dir)
         try:
-            store = await Store.open(url)
+            store = await Database.open(url)
         except UnsupportedDatabaseUrl as error:  # refused before any connection
             raise StartError(f"unusable database URL: {error}") from error
         except (OSError, sqlite3.Error, SQLAlchemyError) as error:

@@ -25,8 +25,8 @@ from sqlalchemy.engine import make_url
 
 from clients import AsyncClient
 from services.server import ControlPlane, ServerConfig
-from services.store.engine import Store
-from tests.scripted_server import Behaviour, Start, serve
+from services.store.engine import Database
+from tests.clients.scripted_server import Behaviour, Start, serve
 
 PG_ENV = "GPUCLOUD_TEST_DATABASE_URL"
 
@@ -55,9 +55,9 @@ async def database_url(tmp_path: Path) -> AsyncIterator[str]:
 
 
 @pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Store]:
+async def store(database_url: str) -> AsyncIterator[Database]:
     """The store on an empty database of this test's own, schema migrated to the head."""
-    opened = await Store.open(database_url)
+    opened = await Database.open(database_url)
     try:
         yield opened
     finally:
@@ -162,7 +162,7 @@ def gpucloud_command() -> list[str]:
 
 @pytest.fixture
 async def scripted() -> AsyncIterator[Start]:
-    """Starts scripted gRPC servers (tests/scripted_server.py) and stops them after the test;
+    """Starts scripted gRPC servers (tests/clients/scripted_server.py) and stops them after the test;
     ``await scripted(methods)`` is the new server's address."""
     servers: list[grpc.aio.Server] = []
 

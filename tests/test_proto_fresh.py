@@ -13,7 +13,8 @@ COMMITTED = PROTO_ROOT / "gpucloud" / "v1"
 
 def _load_generator() -> ModuleType:
     spec = importlib.util.spec_from_file_location("gpucloud_proto_generate", PROTO_ROOT / "generate.py")
-    assert spec is not None and spec.loader is not None
+    assert spec is not None
+    assert spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

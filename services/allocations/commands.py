@@ -1,6 +1,6 @@
 """Creating, reading, listing and cancelling allocations: one transaction each.
 
-Create and cancel are written as SQL steps (store/tx.py) and run with ``Store.transact``: on
+Create and cancel are written as SQL steps (store/tx.py) and run with ``Database.transact``: on
 SQLite in the writer's group commit, on PostgreSQL on the raw asyncpg connection.
 
 A create claims its idempotency key in the same transaction as the placement, so concurrent
@@ -11,7 +11,7 @@ to find the recorded result. On SQLite, whose writer runs one transaction at a t
 claimed after the placement, so that a refusal has written nothing.
 
 On SQLite a create or a cancel also offers itself to the set-based runner of its group
-(batched.py), which answers the plain ones exactly as the transactions here would; the
+(set_based.py), which answers the plain ones exactly as the transactions here would; the
 transactions here remain the rules, and run every request the runner does not take.
 
 A transaction reads the clock only once it holds the rows it changes. On PostgreSQL a create
@@ -27,10 +27,10 @@ from functools import partial
 
 from services.allocations import idempotency
 from services.allocations import repository as repo
-from services.allocations.batched import cancel_many, create_many
 from services.allocations.placement import Candidate, first_fit
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
+from services.allocations.set_based import cancel_many, create_many
 from services.allocations.states import AllocationState
 from services.allocations.writes import PendingCancel, PendingCreate, record_cancels, record_creates
 from services.auth.principal import Principal, Role, tenant_scope
@@ -41,8 +41,8 @@ from services.nodes import repository as nodes_repo
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor
-from services.store.batch import Batchable
-from services.store.engine import Store
+from services.store.engine import Database
+from services.store.set_based import SetBased
 from services.store.tx import Conflict, Deadlock, Tx, rollback_to, run_in_session, savepoint
 from services.tenants import repository as tenants_repo
 
@@ -64,7 +64,7 @@ def resolve_tenant(principal: Principal, requested: str) -> str:
     return requested
 
 
-async def create(store: Store, request: AllocationRequest) -> Created:
+async def create(store: Database, request: AllocationRequest) -> Created:
     """Place the request's nodes and record the allocation, all or nothing, in one transaction.
 
     A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY) when
@@ -80,10 +80,12 @@ async def create(store: Store, request: AllocationRequest) -> Created:
     lost: Exception | None = None
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
-        # On SQLite, the plain creates of one group run together (batched.py).
-        batch = None if locking else Batchable(create_many, PendingCreate(request, fingerprint, allocation_id))
+        # On SQLite, the plain creates of one group run together (set_based.py).
+        set_based = None if locking else SetBased(create_many, PendingCreate(request, fingerprint, allocation_id))
         try:
-            return await store.transact(partial(_create, request, fingerprint, allocation_id, locking=locking), batch)
+            return await store.transact(
+                partial(_create, request, fingerprint, allocation_id, locking=locking), set_based
+            )
         except (Conflict, Aborted) as error:
             # Lost a race (a key, a node, a deadlock) to a concurrent transaction: look again.
             lost = error
@@ -154,14 +156,14 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
 
 
-async def get(store: Store, principal: Principal, allocation_id: str) -> AllocationView:
+async def get(store: Database, principal: Principal, allocation_id: str) -> AllocationView:
     """The allocation with its nodes; NOT_FOUND if there is none or, for a tenant, it is another tenant's."""
     async with store.read() as session:
         return await run_in_session(session, repo.get_view(allocation_id, tenant_id=tenant_scope(principal)))
 
 
 async def list_page(
-    store: Store, flt: AllocationFilter, *, cursor: Cursor | None, page_size: int, tenant_must_exist: bool = False
+    store: Database, flt: AllocationFilter, *, cursor: Cursor | None, page_size: int, tenant_must_exist: bool = False
 ) -> tuple[list[AllocationView], Cursor | None]:
     """One page and the cursor after it (None on the last page). ``tenant_must_exist``: the
     filter's tenant was named by an operator, and is NOT_FOUND when there is no such tenant
@@ -177,7 +179,7 @@ async def list_page(
     return page, after
 
 
-async def cancel(store: Store, principal: Principal, allocation_id: str) -> tuple[Operation, AllocationView]:
+async def cancel(store: Database, principal: Principal, allocation_id: str) -> tuple[Operation, AllocationView]:
     """Accept a cancel: the allocation turns CANCELLING, its nodes start scrubbing, and the
     tenant's hold of them ends (its usage stops) at this acceptance.
 
@@ -186,9 +188,9 @@ async def cancel(store: Store, principal: Principal, allocation_id: str) -> tupl
     """
     operation_id = new_id("op")
     locking = store.dialect == "postgresql"
-    # On SQLite, the plain cancels of one group run together (batched.py).
-    batch = None if locking else Batchable(cancel_many, PendingCancel(principal, allocation_id, operation_id))
-    return await store.transact(partial(_cancel, principal, allocation_id, operation_id, locking=locking), batch)
+    # On SQLite, the plain cancels of one group run together (set_based.py).
+    set_based = None if locking else SetBased(cancel_many, PendingCancel(principal, allocation_id, operation_id))
+    return await store.transact(partial(_cancel, principal, allocation_id, operation_id, locking=locking), set_based)
 
 
 def _cancel(

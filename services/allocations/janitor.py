@@ -15,7 +15,7 @@ import structlog
 from services.allocations import repository as repo
 from services.allocations.idempotency import RETENTION_HOURS
 from services.clock import now_us
-from services.store.engine import Store
+from services.store.engine import Database
 
 log = structlog.get_logger(__name__)
 
@@ -28,7 +28,7 @@ _RETENTION_US = RETENTION_HOURS * 3600 * 1_000_000
 class KeyJanitor:
     """Background worker owned by the control plane; ``run`` until cancelled."""
 
-    def __init__(self, store: Store, *, interval_seconds: float = INTERVAL_SECONDS) -> None:
+    def __init__(self, store: Database, *, interval_seconds: float = INTERVAL_SECONDS) -> None:
         self._store = store
         self._interval = interval_seconds
 

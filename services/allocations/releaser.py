@@ -26,7 +26,7 @@ from services.nodes import repository as nodes_repo
 from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.tx import Deadlock, Tx, run_in_session
 
 log = structlog.get_logger(__name__)
@@ -42,7 +42,7 @@ BATCH_WINDOW_SECONDS = 0.02
 class Releaser:
     """Background worker owned by the control plane; ``run`` until cancelled."""
 
-    def __init__(self, store: Store, *, scrub_seconds: float, wake: Notifier, done: Notifier) -> None:
+    def __init__(self, store: Database, *, scrub_seconds: float, wake: Notifier, done: Notifier) -> None:
         self._store = store
         self._scrub_us = int(scrub_seconds * 1_000_000)
         self._wake = wake

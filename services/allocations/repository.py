@@ -1,7 +1,7 @@
 """Persistence of allocations, their node assignments and idempotency keys.
 
 Functions returning ``Tx`` are transaction steps (store/tx.py): compose them with
-``yield from`` and run the whole with ``Store.transact`` or ``run_in_session``. Rows come back
+``yield from`` and run the whole with ``Database.transact`` or ``run_in_session``. Rows come back
 as plain ``Allocation`` records: building an SQLModel instance costs more than the whole
 SQLite statement that read it (bench/api.py's profile), and nothing here needs the ORM.
 """
@@ -109,12 +109,12 @@ def get_view(allocation_id: str, *, tenant_id: str | None) -> Tx[AllocationView]
 
 
 def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
-    """Store a new allocation and its live assignments, in placement order."""
+    """Database a new allocation and its live assignments, in placement order."""
     yield from insert_many([(row, node_ids)])
 
 
 def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
-    """Store new allocations and their live assignments, each in placement order: two
+    """Database new allocations and their live assignments, each in placement order: two
     statements however many there are."""
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"

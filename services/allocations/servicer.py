@@ -18,7 +18,7 @@ from services.convert import ALLOCATION_STATE_FROM_PROTO, GPU_MODEL_FROM_PROTO
 from services.notify import Notifier
 from services.operations.builder import OperationBuilder
 from services.paging import PageTokens
-from services.store.engine import Store
+from services.store.engine import Database
 from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -34,7 +34,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
 
     def __init__(
-        self, store: Store, page_tokens: PageTokens, operations: OperationBuilder, wake_releaser: Notifier
+        self, store: Database, page_tokens: PageTokens, operations: OperationBuilder, wake_releaser: Notifier
     ) -> None:
         self._store = store
         self._tokens = page_tokens

@@ -1,7 +1,7 @@
 """What an accepted create and an accepted cancel write: one request's or a group's.
 
 The one place that says which rows a create or a cancel changes, in which order, shared by
-commands.py (each request in its own transaction) and batched.py (the plain requests of a
+commands.py (each request in its own transaction) and set_based.py (the plain requests of a
 SQLite group together). Each step is a fixed number of statements however many requests it
 writes for; it decides nothing, so everything it is given must already have been checked.
 """

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from services.auth import repository
 from services.auth.principal import Principal
 from services.errors import Unauthenticated
-from services.store.engine import Store
+from services.store.engine import Database
 
 CACHE_SECONDS = 5.0
 _CACHE_LIMIT = 10_000
@@ -48,7 +48,7 @@ def bearer_token(metadata: Iterable[tuple[str, str | bytes]] | None) -> str | No
 class Authenticator:
     """Resolves bearer tokens against the store, with a short positive cache."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self._store = store
         self._cache: dict[str, tuple[float, Principal]] = {}
         # Lookups in progress, by token: later callers wait for the first one's answer.

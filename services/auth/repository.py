@@ -17,7 +17,7 @@ from services.auth.principal import Principal, Role
 from services.clock import now_us
 from services.data_dir import PRIVATE_FILE, narrow_to_owner
 from services.paging import Cursor, newest_first
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import TokenRow
 from services.store.tx import Tx
 
@@ -30,7 +30,7 @@ BOOTSTRAP_LOCK_ID = 0x67707564  # 'gpud'
 async def issue_token(
     session: AsyncSession, role: Role, *, tenant_id: str | None = None, node_id: str | None = None
 ) -> tokens.IssuedToken:
-    """Store a new credential; the plaintext it returns is never stored."""
+    """Database a new credential; the plaintext it returns is never stored."""
     issued = tokens.issue()
     session.add(
         TokenRow(
@@ -49,7 +49,7 @@ async def issue_token(
 async def create_token(
     session: AsyncSession, role: Role, *, tenant_id: str | None = None, node_id: str | None = None
 ) -> str:
-    """Store a new credential and return its plaintext, which is never stored."""
+    """Database a new credential and return its plaintext, which is never stored."""
     return (await issue_token(session, role, tenant_id=tenant_id, node_id=node_id)).plaintext
 
 
@@ -152,7 +152,7 @@ async def resolve(session: AsyncSession, plaintext: str) -> Principal | None:
     return Principal(token_id=row.token_id, role=Role(row.role), tenant_id=row.tenant_id, node_id=row.node_id)
 
 
-async def bootstrap_operator(store: Store, data_dir: Path) -> Path | None:
+async def bootstrap_operator(store: Database, data_dir: Path) -> Path | None:
     """On a fresh database, mint the first operator token into ``data_dir/operator.token``.
 
     Returns the file's path when a token was created, None when operators already exist.

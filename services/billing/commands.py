@@ -25,7 +25,7 @@ from services.billing.repository import EventFilter, StoredEvent
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
-from services.store.engine import Store
+from services.store.engine import Database
 from services.tenants import repository as tenants_repo
 
 log = structlog.get_logger(__name__)
@@ -68,7 +68,7 @@ def _open_invoice(
 class Billing:
     """The billing use cases over one store and one rate card (the server's)."""
 
-    def __init__(self, store: Store, rates: Rates) -> None:
+    def __init__(self, store: Database, rates: Rates) -> None:
         self._store = store
         self._rates = rates
         self._rates_json = codec.rates_to_json(rates)

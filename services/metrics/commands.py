@@ -25,7 +25,7 @@ from services.metrics.sample_times import SampleTimes
 from services.metrics.samples import ReadStats, SampleStore, SeriesData
 from services.metrics.selection import Aggregation, Selector, Window
 from services.nodes.commands import check_speaks_for
-from services.store.engine import Store
+from services.store.engine import Database
 
 # Points one answer may carry: with short labels, about 4 MiB.
 MAX_QUERY_POINTS = 200_000
@@ -56,7 +56,7 @@ class KnownNodes:
     """Node ids known to exist. Nodes are never deleted (a retired node stays), so a positive
     answer can be cached for good and a write does not cost a database read per push."""
 
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Database) -> None:
         self._store = store
         self._known: set[str] = set()
 
@@ -72,7 +72,7 @@ class KnownNodes:
 class Metrics:
     """The metrics use cases over the database (nodes, holds) and the sample store."""
 
-    def __init__(self, store: Store, samples: SampleStore, *, maintenance_seconds: float) -> None:
+    def __init__(self, store: Database, samples: SampleStore, *, maintenance_seconds: float) -> None:
         """``maintenance_seconds``: how often the maintenance pass that applies the store's
         retention runs (services/metrics/maintenance.py); a write keeps clear of what it deletes."""
         self._store = store

@@ -12,7 +12,7 @@ from services.nodes import repository as repo
 from services.nodes.inventory import Inventory, canonical_gpu_uuid
 from services.nodes.repository import NodeView
 from services.nodes.transitions import HELD_STATES, NodeEvent, NodeState
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import NodeRow
 
 
@@ -43,7 +43,7 @@ def _inventory_differences(view: NodeView, inventory: Inventory) -> list[str]:
     ]
 
 
-async def register(store: Store, principal: Principal, inventory: Inventory) -> NodeView:
+async def register(store: Database, principal: Principal, inventory: Inventory) -> NodeView:
     """Register a node and start its burn-in; re-registering the same inventory is a no-op,
     also when the registrations run at once (an agent retrying, two agents racing)."""
     check_speaks_for(principal, inventory.node_id)
@@ -110,7 +110,7 @@ async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView |
     )
 
 
-async def transition(store: Store, principal: Principal, node_id: str, event: NodeEvent, reason: str) -> NodeView:
+async def transition(store: Database, principal: Principal, node_id: str, event: NodeEvent, reason: str) -> NodeView:
     """Apply one lifecycle event chosen by an operator or agent."""
     check_speaks_for(principal, node_id)
     async with store.write() as session:
@@ -128,7 +128,9 @@ async def transition(store: Store, principal: Principal, node_id: str, event: No
         return await repo.get_view(session, node_id)
 
 
-async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, passed: bool, detail: str) -> NodeView:
+async def complete_burn_in(
+    store: Database, principal: Principal, node_id: str, *, passed: bool, detail: str
+) -> NodeView:
     """Record a burn-in result: BURN_IN to READY if passed, else QUARANTINED (FAILED_PRECONDITION from other states)."""
     event = NodeEvent.PASS_BURN_IN if passed else NodeEvent.FAIL_BURN_IN
     return await transition(
@@ -136,7 +138,7 @@ async def complete_burn_in(store: Store, principal: Principal, node_id: str, *, 
     )
 
 
-async def set_cordon(store: Store, principal: Principal, node_id: str, *, cordoned: bool, reason: str) -> NodeView:
+async def set_cordon(store: Database, principal: Principal, node_id: str, *, cordoned: bool, reason: str) -> NodeView:
     """Cordon flags a node unplaceable without moving it through the state table.
 
     FAILED_PRECONDITION, changing nothing, while a drain is pending (DRAIN_PENDING: the drain

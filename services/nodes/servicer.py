@@ -21,7 +21,7 @@ from services.nodes.inventory import GpuModel, GpuSpec, Inventory, canonical_gpu
 from services.nodes.repository import NodeFilter, NodeView
 from services.nodes.transitions import NodeEvent, NodeState
 from services.paging import Cursor, PageTokens
-from services.store.engine import Store
+from services.store.engine import Database
 from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -59,7 +59,7 @@ def _node_id_and_reason(request: Any) -> tuple[str, str]:
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     """NodeService: checks each request, then calls ``commands`` or reads the repository."""
 
-    def __init__(self, store: Store, page_tokens: PageTokens) -> None:
+    def __init__(self, store: Database, page_tokens: PageTokens) -> None:
         self._store = store
         self._tokens = page_tokens
 

@@ -113,12 +113,12 @@ def done_among(operation_ids: Sequence[str]) -> Tx[list[Operation]]:
 
 
 def insert(row: Operation) -> Tx[None]:
-    """Store a new operation."""
+    """Database a new operation."""
     yield from insert_many([row])
 
 
 def insert_many(rows: Sequence[Operation]) -> Tx[None]:
-    """Store new operations in one statement."""
+    """Database new operations in one statement."""
     yield Sql(
         f"INSERT INTO operations ({_COLUMNS}) VALUES (:operation_id, :tenant_id, :kind, :target_id, :done,"
         " :error_message, :created_us, :done_us)",

@@ -21,7 +21,7 @@ from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
 from services.operations.watch import OperationWatch
 from services.paging import Cursor, PageTokens
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.tx import Tx, run_in_session
 from services.validation import ID_PATTERN, Violations
 
@@ -57,7 +57,9 @@ def _operation_id(v: Violations, name: str) -> str:
 class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     """google.longrunning.Operations over the stored operations; a tenant sees only its own."""
 
-    def __init__(self, store: Store, page_tokens: PageTokens, builder: OperationBuilder, watch: OperationWatch) -> None:
+    def __init__(
+        self, store: Database, page_tokens: PageTokens, builder: OperationBuilder, watch: OperationWatch
+    ) -> None:
         self._store = store
         self._tokens = page_tokens
         self._builder = builder

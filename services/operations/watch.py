@@ -22,7 +22,7 @@ from google.longrunning import operations_pb2
 from services.notify import Notifier
 from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.tx import run_in_session
 
 log = structlog.get_logger(__name__)
@@ -51,7 +51,7 @@ class OperationWatch:
     worker, owned by the control plane, that reads for all of them."""
 
     def __init__(
-        self, store: Store, builder: OperationBuilder, changed: Notifier, *, poll_seconds: float = POLL_SECONDS
+        self, store: Database, builder: OperationBuilder, changed: Notifier, *, poll_seconds: float = POLL_SECONDS
     ) -> None:
         self._store = store
         self._builder = builder

@@ -33,8 +33,8 @@ from sqlalchemy.pool import NullPool
 from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.store import sqlite_driver
-from services.store.batch import Batchable
 from services.store.migrations import upgrade_to_head
+from services.store.set_based import SetBased
 from services.store.tx import Tx, run_on_asyncpg
 from services.store.writer import SqliteWriter
 
@@ -89,7 +89,7 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
 
-class Store:
+class Database:
     """The control plane's database: a write and a read session factory over one schema.
 
     Its engines hide statement parameters from the errors they raise: those errors are logged
@@ -123,7 +123,7 @@ class Store:
         return self._dialect
 
     @classmethod
-    async def open(cls, url: str) -> Store:
+    async def open(cls, url: str) -> Database:
         """Connect, and create or upgrade the schema to the newest migration."""
         parsed = check_database_url(url)
         if parsed.get_backend_name() == "sqlite":
@@ -213,17 +213,17 @@ class Store:
 
         return self._owned(end())
 
-    async def transact(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> T:
+    async def transact(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
         """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
 
         Raises what the transaction raises (nothing of it is kept), or ``tx.Conflict`` when a
         constraint refused a write. ``make`` must build the same transaction each time it is
         called: on SQLite a group that has to be undone runs it again (store/writer.py).
-        ``batch``: on SQLite the transaction may run set-based with others of its kind that
-        share its group (store/batch.py); PostgreSQL runs ``make()`` regardless.
+        ``set_based``: on SQLite the transaction may run set-based with others of its kind that
+        share its group (store/set_based.py); PostgreSQL runs ``make()`` regardless.
         """
         if self._writer is not None:
-            return await self._writer.run(make, batch)
+            return await self._writer.run(make, set_based)
         # On its own task, shielded from the caller's cancellation (a deadline, a client gone):
         # cancelled mid-statement, asyncpg can leave the pooled connection inside the
         # transaction (BEGIN sent, its answer unread), and the next transaction on it would be

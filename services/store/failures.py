@@ -73,12 +73,12 @@ def _server_unreachable(error: BaseException) -> bool:
 
 def translate(error: BaseException) -> ApiError | None:
     """A retryable domain error for a database failure, or None if it is not one."""
-    # From Store.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
+    # From Database.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
     # the driver (SQLite) cannot be holding one of its errors.
     asyncpg = sys.modules.get("asyncpg")
     if asyncpg is not None and isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
-    # Raw from asyncpg (Store.transact) or wrapped by SQLAlchemy (sessions), alike.
+    # Raw from asyncpg (Database.transact) or wrapped by SQLAlchemy (sessions), alike.
     if _sqlstate(error) in _RETRY_SQLSTATES:
         return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
     if isinstance(error, ConnectionError):

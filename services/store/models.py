@@ -9,7 +9,7 @@ live here as constraints, not in Python:
 - a GPU UUID belongs to one node (primary key).
 
 Changing this file needs a new Alembic revision under ``services/store/migrations/versions``;
-tests/store/test_migrations.py fails while the two disagree.
+tests/services/store/test_migrations.py fails while the two disagree.
 """
 
 from __future__ import annotations

@@ -6,13 +6,13 @@ import secrets
 
 from sqlalchemy.exc import IntegrityError
 
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import SecretRow
 
 PAGE_TOKEN_KEY = "page_token_hmac"
 
 
-async def get_or_create(store: Store, name: str, *, length: int = 32) -> bytes:
+async def get_or_create(store: Database, name: str, *, length: int = 32) -> bytes:
     """The secret called ``name``, created at random on first use (first writer wins)."""
     async with store.read() as session:
         row = await session.get(SecretRow, name)

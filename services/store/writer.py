@@ -20,11 +20,11 @@ clients retry (nothing is acknowledged). One savepoint around the group would ke
 instead, at 2.8% more instructions per create+cancel; with one server per SQLite file, which
 is how the embedded store is meant to be run, the race has nobody to lose to.
 
-Transactions of one kind that share a group can also run as one set-based batch
-(store/batch.py): a transaction queued with a ``Batchable`` is handed, with the others of its
-runner queued before the next transaction that is not batchable, to that runner at the place
+Transactions of one kind that share a group can also run together, set-based
+(store/set_based.py): a transaction queued with a ``SetBased`` is handed, with the others of its
+runner queued before the next transaction that is not set-based, to that runner at the place
 of the first of them, and the runner takes them in queue order as far as it can; one it cannot
-take runs alone before the rest are offered again. A batch that fails after writing sends the
+take runs alone before the rest are offered again. A set that fails after writing sends the
 group to its second pass like any other transaction, where every transaction runs alone.
 
 Whether the writer limits the server shows in its load, logged as ``sqlite_writer_load`` at
@@ -60,7 +60,7 @@ from typing import Any, TypeVar
 import structlog
 
 from services.store import sqlite_driver
-from services.store.batch import Batchable, BatchRunner
+from services.store.set_based import SetBased, SetRunner
 from services.store.tx import Tx, run_on_connection
 
 log = structlog.get_logger(__name__)
@@ -85,9 +85,9 @@ class StorageReplaced(RuntimeError):
 class _Job:
     make: Callable[[], Tx[Any]]
     future: asyncio.Future[Any]
-    batch: Batchable[Any] | None = None
+    set_based: SetBased[Any] | None = None
     outcome: tuple[bool, Any] = field(default_factory=lambda: (False, WriterClosed("the transaction was not run")))
-    # Whether this pass has run it (alone or in its batch).
+    # Whether this pass has run it (alone or in its set).
     ran: bool = False
 
 
@@ -178,14 +178,14 @@ class SqliteWriter:
         self._pump = self._loop.create_task(self._run_pump(), name="sqlite-writer")
         self._pump.add_done_callback(self._pump_stopped)
 
-    async def run(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> T:
+    async def run(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
         """Run the transaction ``make()`` builds in a write transaction; return its result
         once committed. ``make`` may be called twice (see the module's docstring); with
-        ``batch``, the transaction may instead run set-based with others of its kind in the
-        same group (store/batch.py)."""
-        return await self.submit(make, batch)
+        ``set_based``, the transaction may instead run set-based with others of its kind in the
+        same group (store/set_based.py)."""
+        return await self.submit(make, set_based)
 
-    def submit(self, make: Callable[[], Tx[T]], batch: Batchable[Any] | None = None) -> asyncio.Future[T]:
+    def submit(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> asyncio.Future[T]:
         """Queue the transaction now; the future resolves once it is committed (or fails).
 
         A caller that cancels the future before its transaction starts drops it from the
@@ -194,7 +194,7 @@ class SqliteWriter:
         if self._closed or self._pump is None or self._pump.done() or self._loop is None:
             raise WriterClosed("the store is closed")
         future: asyncio.Future[T] = self._loop.create_future()
-        self._queue.append(_Job(make, future, batch))
+        self._queue.append(_Job(make, future, set_based))
         self._wake.set()
         return future
 
@@ -360,25 +360,25 @@ class SqliteWriter:
 def _run_optimistically(connection: sqlite3.Connection, group: list[_Job]) -> bool:
     """Run each transaction with no savepoint; False as soon as one fails after writing.
 
-    Batchable transactions are collected by runner up to the next one that is not batchable,
-    which runs alone at its own place once the batches before it have run: nothing moves past
-    it. Between two such, each runner's members run as one batch, the batches in the order of
-    their first members (batches of different runners commute: store/batch.py)."""
-    pending: dict[BatchRunner[Any], list[_Job]] = {}
+    Set-based transactions are collected by runner up to the next one that is not set-based,
+    which runs alone at its own place once the sets before it have run: nothing moves past
+    it. Between two such, each runner's members run as one set, the sets in the order of
+    their first members (sets of different runners commute: store/set_based.py)."""
+    pending: dict[SetRunner[Any], list[_Job]] = {}
     for job in group:
         job.ran = False
-        if job.batch is not None:
-            pending.setdefault(job.batch.runner, []).append(job)
+        if job.set_based is not None:
+            pending.setdefault(job.set_based.runner, []).append(job)
         elif not (_run_batches(connection, pending) and _run_alone(connection, job)):
             return False
     return _run_batches(connection, pending)
 
 
-def _run_batches(connection: sqlite3.Connection, pending: dict[BatchRunner[Any], list[_Job]]) -> bool:
-    """Run the batches collected so far, and forget them; False when one failed after writing."""
-    batches = list(pending.items())
+def _run_batches(connection: sqlite3.Connection, pending: dict[SetRunner[Any], list[_Job]]) -> bool:
+    """Run the sets collected so far, and forget them; False when one failed after writing."""
+    sets = list(pending.items())
     pending.clear()
-    return all(_run_batch(connection, runner, members) for runner, members in batches)
+    return all(_run_set(connection, runner, members) for runner, members in sets)
 
 
 def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
@@ -389,15 +389,15 @@ def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
     return job.outcome[0] or connection.total_changes == changes
 
 
-# A runner that took nothing this many times in a row is offered no more of its batch: the
+# A runner that took nothing this many times in a row is offered no more of its set: the
 # group is made of requests it does not take (a burst of refusals or replays), and each offer
 # would only read what the requests' own transactions read again.
 _DECLINES_BEFORE_ALONE = 2
 
 
-def _run_batch(connection: sqlite3.Connection, runner: BatchRunner[Any], members: list[_Job]) -> bool:
-    """Run a batch's members in queue order: the prefix ``runner`` takes set-based, the first
-    it does not take alone, then the rest offered again (store/batch.py). False when something
+def _run_set(connection: sqlite3.Connection, runner: SetRunner[Any], members: list[_Job]) -> bool:
+    """Run a set's members in queue order: the prefix ``runner`` takes set-based, the first
+    it does not take alone, then the rest offered again (store/set_based.py). False when something
     failed after writing."""
     rest = members
     declined = 0
@@ -411,7 +411,7 @@ def _run_batch(connection: sqlite3.Connection, runner: BatchRunner[Any], members
             log.warning("sqlite_batch_failed", error=repr(answers), transactions=len(rest))
             break
         if len(answers) > len(rest):
-            raise RuntimeError(f"a batch runner answered {len(answers)} of {len(rest)} transactions")
+            raise RuntimeError(f"a set runner answered {len(answers)} of {len(rest)} transactions")
         for job, answer in zip(rest, answers, strict=False):
             job.outcome, job.ran = (True, answer), True
         declined = 0 if answers else declined + 1
@@ -423,9 +423,9 @@ def _run_batch(connection: sqlite3.Connection, runner: BatchRunner[Any], members
 
 
 def _item(job: _Job) -> Any:
-    """A batch member's item for its runner."""
-    assert job.batch is not None, "only batchable jobs are batch members"
-    return job.batch.item
+    """A set member's item for its runner."""
+    assert job.set_based is not None, "only set-based jobs are set members"
+    return job.set_based.item
 
 
 def _run_with_savepoints(connection: sqlite3.Connection, group: list[_Job]) -> None:

@@ -9,12 +9,12 @@ from services.auth.principal import Principal, Role
 from services.auth.tokens import IssuedToken
 from services.clock import now_us
 from services.errors import AlreadyExists, NotFound
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import TenantRow
 from services.tenants import repository as repo
 
 
-async def create(store: Store, tenant_id: str, display_name: str) -> tuple[TenantRow, IssuedToken]:
+async def create(store: Database, tenant_id: str, display_name: str) -> tuple[TenantRow, IssuedToken]:
     """Create a tenant with its first token; ALREADY_EXISTS if the id is taken."""
     try:
         async with store.write() as session:
@@ -29,14 +29,14 @@ async def create(store: Store, tenant_id: str, display_name: str) -> tuple[Tenan
         raise _exists(tenant_id) from None
 
 
-async def create_token(store: Store, tenant_id: str) -> IssuedToken:
+async def create_token(store: Database, tenant_id: str) -> IssuedToken:
     """Issue another token for the tenant (its plaintext shown once); NOT_FOUND if there is no such tenant."""
     async with store.write() as session:
         await repo.get(session, tenant_id)
         return await tokens_repo.issue_token(session, Role.TENANT, tenant_id=tenant_id)
 
 
-async def get_visible(store: Store, principal: Principal, tenant_id: str) -> TenantRow:
+async def get_visible(store: Database, principal: Principal, tenant_id: str) -> TenantRow:
     """A tenant may read only itself; any other id reads as NOT_FOUND."""
     if principal.role is Role.TENANT and principal.tenant_id != tenant_id:
         raise NotFound.of("tenant", tenant_id, field_path="tenant_id")

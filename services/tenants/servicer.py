@@ -10,7 +10,7 @@ from gpucloud.v1 import tenant_pb2, tenant_pb2_grpc
 from services.auth.principal import current_principal
 from services.convert import timestamp
 from services.paging import Cursor, PageTokens
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import TenantRow
 from services.tenants import commands
 from services.tenants import repository as repo
@@ -29,7 +29,7 @@ def tenant_to_proto(row: TenantRow) -> tenant_pb2.Tenant:
 class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
     """TenantService: checks each request, then calls ``commands`` or reads the repository."""
 
-    def __init__(self, store: Store, page_tokens: PageTokens) -> None:
+    def __init__(self, store: Database, page_tokens: PageTokens) -> None:
         self._store = store
         self._tokens = page_tokens
 

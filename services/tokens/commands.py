@@ -10,25 +10,25 @@ from services.auth.tokens import IssuedToken
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.tx import run_in_session
 from services.tenants import repository as tenants_repo
 
 
-async def create_agent_token(store: Store, node_id: str) -> IssuedToken:
+async def create_agent_token(store: Database, node_id: str) -> IssuedToken:
     """Mint an agent token bound to ``node_id``, which need not be registered yet: its agent
     registers it with this token."""
     async with store.write() as session:
         return await repo.issue_token(session, Role.AGENT, node_id=node_id)
 
 
-async def create_operator_token(store: Store) -> IssuedToken:
+async def create_operator_token(store: Database) -> IssuedToken:
     """Mint another operator token: rotation is mint, switch, then revoke the old one."""
     async with store.write() as session:
         return await repo.issue_token(session, Role.OPERATOR)
 
 
-async def list_page(store: Store, flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> list[TokenInfo]:
+async def list_page(store: Database, flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> list[TokenInfo]:
     """Up to ``limit`` tokens newest first, after ``cursor``; NOT_FOUND when the filter names a
     tenant that does not exist, as an operator's allocation listing does."""
     async with store.read() as session:
@@ -37,7 +37,7 @@ async def list_page(store: Store, flt: TokenFilter, *, cursor: Cursor | None, li
         return await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=limit))
 
 
-async def revoke(store: Store, authenticator: Authenticator, token_id: str) -> TokenInfo:
+async def revoke(store: Database, authenticator: Authenticator, token_id: str) -> TokenInfo:
     """Revoke a token and stop this server accepting it at once; a revoked token is returned as
     it is (its first revoke time kept). The last operator token that is not revoked cannot be:
     nobody could then run the fleet, nor mint a new operator token."""

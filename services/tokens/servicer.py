@@ -12,7 +12,7 @@ from services.auth.repository import TokenFilter, TokenInfo
 from services.auth.tokens import split as split_token
 from services.convert import ROLE_FROM_PROTO, ROLE_TO_PROTO, timestamp
 from services.paging import Cursor, PageTokens
-from services.store.engine import Store
+from services.store.engine import Database
 from services.tokens import commands
 from services.validation import Violations
 
@@ -36,7 +36,7 @@ def token_to_proto(info: TokenInfo) -> token_pb2.ApiToken:
 class TokenServicer(token_pb2_grpc.TokenServiceServicer):
     """TokenService: checks each request, then calls ``commands``."""
 
-    def __init__(self, store: Store, page_tokens: PageTokens, authenticator: Authenticator) -> None:
+    def __init__(self, store: Database, page_tokens: PageTokens, authenticator: Authenticator) -> None:
         self._store = store
         self._tokens = page_tokens
         # The server's own credential cache: a revoke evicts the token from it at once.

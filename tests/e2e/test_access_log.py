@@ -44,9 +44,11 @@ async def test_each_call_logs_one_line_with_method_code_duration_key_and_caller(
     ]
     token_id, secret = tokens.split(created.token) or ("", "")
     for line in lines:
-        assert line["tenant"] == "acme" and line["role"] == "tenant"
+        assert line["tenant"] == "acme"
+        assert line["role"] == "tenant"
         assert line["token_id"] == token_id == created.token_id
-        assert isinstance(line["duration_ms"], float) and line["duration_ms"] >= 0
+        assert isinstance(line["duration_ms"], float)
+        assert line["duration_ms"] >= 0
     assert lines[0]["request_id"] == "req-logged"
     assert lines[1]["request_id"] is None  # a read sends no key
     assert secret not in str(logs)
@@ -102,6 +104,8 @@ async def test_only_a_well_formed_request_id_is_logged(
             )
             call = stub.CreateAllocation(request, metadata=metadata, timeout=30)
             line, logged = await _logged_line(call, code=grpc.StatusCode.INVALID_ARGUMENT)
-            assert line["request_id"] is None and line["tenant"] == "acme" and line["token_id"] == token_id
+            assert line["request_id"] is None
+            assert line["tenant"] == "acme"
+            assert line["token_id"] == token_id
             assert secret not in logged
             assert len(logged) < 4096

@@ -31,7 +31,7 @@ from clients.cli.invoice import OfflineInputs, compute_offline
 from clients.errors import from_rpc_error
 from gpucloud.v1 import billing_pb2, billing_pb2_grpc
 from services.clock import now_us
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import FinalizedInvoiceRow, UsageEventRow, table_of
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
@@ -58,7 +58,7 @@ def _current_period() -> BillingPeriod:
 
 async def insert_events(database_url: str, rows: Sequence[dict[str, object]]) -> None:
     """Write usage events straight into the store, as an agent spooling through an outage would."""
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         async with store.write() as session:
             connection = await session.connection()
@@ -69,7 +69,7 @@ async def insert_events(database_url: str, rows: Sequence[dict[str, object]]) ->
 
 async def stored_counts(database_url: str, period: BillingPeriod) -> dict[str, int]:
     """The event counts FinalizeInvoice stored with acme's invoice for ``period``."""
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         async with store.read() as session:
             invoices = table_of(FinalizedInvoiceRow)
@@ -339,7 +339,9 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
     assert f"ends at {_current_period().next().name}-01T00:00:00Z;" in not_ended.value.message
 
     first = await operator.finalize_invoice(closed.name, tenant_id="acme")
-    assert first.newly_finalized and first.invoice.finalized and first.invoice.finalize_time is not None
+    assert first.newly_finalized
+    assert first.invoice.finalized
+    assert first.invoice.finalize_time is not None
     # What later reads compare with to decide whether the period needs recomputing.
     assert await stored_counts(database_url, closed) == {closed.name: 3}
     billed = us_to_seconds(2 * HOUR_US + closed.end_us - (t0 + 5 * HOUR_US))
@@ -363,7 +365,8 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
         "H100",
         -overbilled,
     )
-    assert adjustment.amount is not None and adjustment.amount < 0
+    assert adjustment.amount is not None
+    assert adjustment.amount < 0
     assert next_invoice.total == next_invoice.adjustments_total == adjustment.amount
     (notice,) = [a for a in next_invoice.anomalies if a.kind == "LATE_AFTER_FINALIZATION"]
     assert notice.event_ids == (late["event_id"],)
@@ -375,7 +378,8 @@ async def test_finalize_is_idempotent_and_late_events_become_adjustments(
     assert carried.invoice.adjustments == next_invoice.adjustments
     assert await stored_counts(database_url, following) == {closed.name: 4, following.name: 4}
     later = await operator.get_invoice(following.next().name, tenant_id="acme")
-    assert later.adjustments == () and later.total == 0
+    assert later.adjustments == ()
+    assert later.total == 0
 
 
 def _priced(overbilled: Decimal, billed: Decimal) -> Decimal:

@@ -163,7 +163,8 @@ async def test_long_polls_beyond_a_tenants_bound_are_refused_with_retry_info(lim
     assert len(refused) == 3, outcomes
     for o in refused:
         assert (o.code, o.reason) == ("RESOURCE_EXHAUSTED", "TOO_MANY_WAITS")
-        assert o.retry_delay is not None and o.retry_delay > 0
+        assert o.retry_delay is not None
+        assert o.retry_delay > 0
         assert o.seconds < 0.9  # refused at once, not after waiting
     assert sum(o.code == "OK" for o in outcomes) == 4
 
@@ -183,7 +184,8 @@ async def test_a_tenant_at_its_bound_does_not_hold_up_others(limited: Setup) -> 
         await until(lambda: limited.plane.plane.calls_in_flight >= 4)
         fifth = await timed(tenant.get_allocation(limited.allocation_id))
         assert (fifth.code, fifth.reason) == ("RESOURCE_EXHAUSTED", "TOO_MANY_CALLS"), fifth
-        assert fifth.retry_delay is not None and fifth.retry_delay > 0
+        assert fifth.retry_delay is not None
+        assert fifth.retry_delay > 0
         assert (await timed(other_tenant.get_allocation(other.allocation_id))).code == "OK"
         assert (await timed(operator.get_node(limited.node_id))).code == "OK"
         assert [o.code for o in await asyncio.gather(*holding)] == ["OK"] * 4

@@ -69,7 +69,8 @@ async def test_cancel_is_accepted_then_completes(
     released = await slow_operator.get_allocation(allocation.allocation_id)
     assert released.state == "CANCELLED"
     assert released.release_time is not None
-    assert released.cancel_time is not None and released.cancel_time <= released.release_time
+    assert released.cancel_time is not None
+    assert released.cancel_time <= released.release_time
     for node_id in allocation.node_ids:
         node = await slow_operator.get_node(node_id)
         assert (node.state, node.allocation_id) == ("READY", None)
@@ -133,7 +134,8 @@ async def test_pending_cancel_completes_after_restart(tmp_path: Path, database_u
         await restarted.plane.stop()
 
     assert finished.done is True
-    assert finished.allocation is not None and finished.allocation.state == "CANCELLED"
+    assert finished.allocation is not None
+    assert finished.allocation.state == "CANCELLED"
     assert [(n.state, n.allocation_id) for n in nodes] == [("READY", None)] * 2
 
 
@@ -225,13 +227,15 @@ async def test_the_tenant_stops_paying_and_seeing_the_node_when_its_cancel_is_ac
 
             seen = await tenant.query_metrics(start=held_at - 1000, end=scrubbing_at + 1000, node_ids=[node_id])
             stops = [e async for e in tenant.iter_usage_events() if e.kind == "STOP"]
-            assert allocation.create_time is not None and cancelled.cancel_time is not None
+            assert allocation.create_time is not None
+            assert cancelled.cancel_time is not None
             periods = sorted({period_of(datetime_to_us(t)) for t in (allocation.create_time, cancelled.cancel_time)})
             invoices = [await tenant.get_invoice(p.name) for p in periods]
 
     assert held_at < _ms(cancelled.cancel_time)  # written inside the hold
     assert [s.timestamps_ms.tolist() for s in seen.series] == [[held_at]]
-    assert len(stops) == 8 and {e.event_time for e in stops} == {cancelled.cancel_time}
+    assert len(stops) == 8
+    assert {e.event_time for e in stops} == {cancelled.cancel_time}
     held = datetime_to_us(cancelled.cancel_time) - datetime_to_us(allocation.create_time)
     billed = sum((line.gpu_seconds for invoice in invoices for line in invoice.lines), Decimal(0))
     assert billed == us_to_seconds(held) * 8

@@ -16,9 +16,9 @@ from collections import Counter
 from pathlib import Path
 
 from clients import AsyncClient, ResourceExhaustedError
-from services.store.engine import Store
+from services.store.engine import Database
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
-from tests.handover_checks import handovers_before_release, node_events_out_of_order, usage_overlaps
+from tests.services.store.handover_checks import handovers_before_release, node_events_out_of_order, usage_overlaps
 
 NODES = 48
 CHURNERS = 16
@@ -86,7 +86,7 @@ async def test_handovers_under_load_never_overlap(tmp_path: Path, database_url: 
 
     assert outcomes["placed"] > 0 and outcomes["refused"] > 0, outcomes
     assert outcomes["shared"] > 0 and outcomes["replayed"] > 0, outcomes
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         assert await handovers_before_release(store) == []
         assert await node_events_out_of_order(store) == []

@@ -33,7 +33,7 @@ from services.auth import repository as auth_repo
 from services.auth.principal import Role
 from services.metrics import commands as metrics_commands
 from services.metrics import samples as metrics_samples
-from services.store.engine import Store
+from services.store.engine import Database
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
 
@@ -186,7 +186,8 @@ async def test_a_batch_resent_after_it_was_sealed_adds_nothing(
     assert maintenance is not None
     await maintenance.run_once()
     sealed = await operator.query_metrics(start=now - 11 * hour, end=now - 9 * hour)
-    assert sealed.stats.head_samples == 0 and sealed.stats.points_returned == 12  # all in segments
+    assert sealed.stats.head_samples == 0
+    assert sealed.stats.points_returned == 12
     assert (await operator.write_samples(batch)).samples_written == 0
     with pytest.raises(InvalidArgumentError) as error:
         await operator.write_samples([push("node-000", now - 10 * hour + 1, 9.0)])
@@ -219,7 +220,9 @@ async def test_stats_show_a_window_skipping_sealed_segments_outside_it(
     assert stats.segments_total >= 3
     assert stats.segments_opened == 1
     assert stats.segments_skipped == stats.segments_total - 1
-    assert stats.points_returned == 2 and stats.head_samples == 0 and stats.samples_decoded >= 2
+    assert stats.points_returned == 2
+    assert stats.head_samples == 0
+    assert stats.samples_decoded >= 2
 
 
 async def test_the_maintenance_worker_deletes_segments_past_retention(tmp_path: Path, database_url: str) -> None:
@@ -307,7 +310,8 @@ async def test_a_tenant_reads_its_node_only_for_the_time_it_held_it(
 
         operation = await acme.cancel_allocation(allocation.allocation_id)
         done = await acme.wait_operation(operation.name, timeout=30)
-        assert done.done and done.allocation is not None
+        assert done.done
+        assert done.allocation is not None
         await settle()
         after = [now_ms() - 3 + i for i in range(3)]
         assert min(after) >= ms(done.allocation.release_time)
@@ -338,7 +342,8 @@ async def test_a_tenant_reads_its_node_only_for_the_time_it_held_it(
         assert np.nansum(fine.values) == pytest.approx(9.0)
         # Steps cover the hold, from the placement to the release, and nothing outside it.
         held_from, held_to = ms(allocation.create_time), ms(done.allocation.release_time)
-        assert fine.timestamps_ms.min() >= held_from - 2 and fine.timestamps_ms.max() <= held_to
+        assert fine.timestamps_ms.min() >= held_from - 2
+        assert fine.timestamps_ms.max() <= held_to
         assert fine.timestamps_ms[~np.isnan(fine.values)].tolist() == sorted({t - (t - before[0]) % 2 for t in during})
 
         everything = await operator.query_metrics(start=before[0], end=end, node_ids=[held], fields=["power_w"])
@@ -471,7 +476,7 @@ async def test_an_agent_writes_only_for_its_own_node_and_cannot_read(
 ) -> None:
     """An agent token writes its node's samples; another node's are PERMISSION_DENIED, and reads too."""
     await register_ready_nodes(operator, 2)
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         async with store.write() as session:
             token = await auth_repo.create_token(session, Role.AGENT, node_id="node-000")
@@ -523,7 +528,10 @@ async def test_cli_query_prints_a_table_json_and_draws_a_png(
 
     code, table = await asyncio.to_thread(run_cli, address, token, *common, "--gpu", "0")
     assert code == 0, table
-    assert "node-000" in table and "power_w" in table and "419" in table and "segments opened" in table
+    assert "node-000" in table
+    assert "power_w" in table
+    assert "419" in table
+    assert "segments opened" in table
 
     code, text = await asyncio.to_thread(run_cli, address, token, *common, "--step", "5s", "--agg", "max", "--json")
     assert code == 0, text
@@ -553,11 +561,13 @@ async def test_cli_query_prints_a_table_json_and_draws_a_png(
     assert chart.stat().st_size > 5000
 
     code, text = await asyncio.to_thread(run_cli, address, token, "query", "--start", "yesterday")
-    assert code == 2 and "RFC 3339" in text
+    assert code == 2
+    assert "RFC 3339" in text
     code, text = await asyncio.to_thread(
         run_cli, address, token, "write", "node-000", "--gpu", "3", "--set", "power_w=1"
     )
-    assert code == 0 and "wrote 1 sample" in text
+    assert code == 0
+    assert "wrote 1 sample" in text
 
 
 async def test_a_held_series_whose_steps_are_all_empty_reads_as_the_operator_reads_it(
@@ -581,5 +591,6 @@ async def test_a_held_series_whose_steps_are_all_empty_reads_as_the_operator_rea
         }
         as_operator = only(await operator.query_metrics_range(node_ids=[node_id], **window))
         as_tenant = only(await acme.query_metrics_range(node_ids=[node_id], **window))
-    assert np.isnan(as_operator.values).all() and np.isnan(as_tenant.values).all()
+    assert np.isnan(as_operator.values).all()
+    assert np.isnan(as_tenant.values).all()
     assert as_tenant.timestamps_ms.tolist() == as_operator.timestamps_ms.tolist() == [at - 10]

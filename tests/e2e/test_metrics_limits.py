@@ -47,7 +47,9 @@ async def test_a_sample_older_than_the_retention_is_refused_naming_the_field_and
         await operator.write_samples([push("node-000", now - 1000, {"temp_c": 2.0}), old])
     [(field, description)] = error.value.field_violations.items()
     assert field == "nodes[1].timestamp_ms"
-    assert "45 days old" in description and "30 days" in description and "milliseconds" in description
+    assert "45 days old" in description
+    assert "30 days" in description
+    assert "milliseconds" in description
     seconds = SeriesSamples({"node": "node-000", "field": "fan_rpm"}, [now // 1000, now - 2000], [1.0, 2.0])
     with pytest.raises(InvalidArgumentError) as in_seconds:
         await operator.write_samples([], [seconds])
@@ -218,7 +220,8 @@ async def test_series_past_the_per_node_and_total_limits_are_refused_and_not_reg
             "new_series": "2",
             "limit": "4",
         }
-        assert "node-000" in str(per_node.value) and "4" in str(per_node.value)
+        assert "node-000" in str(per_node.value)
+        assert "4" in str(per_node.value)
         assert catalog_bytes(plane) == before
         assert (await operator.write_samples([push("node-000", now - 80, both, gpus=2)])).samples_written == 4
         assert (await operator.write_samples([push("node-001", now - 80, both)])).series_written == 2
@@ -265,7 +268,8 @@ async def test_an_answer_over_four_mib_within_the_bounds_reaches_the_client(tmp_
             for first in range(0, 7500, 2500):
                 await operator.write_samples([], _long_labelled("node-000", first, 2500, at))
             result = await operator.query_metrics(start=at, end=at + 1)
-            assert len(result.series) == 7500 and result.stats.points_returned == 7500
+            assert len(result.series) == 7500
+            assert result.stats.points_returned == 7500
             stepped = await operator.query_metrics_range(start=at, end=at + 1, step=1, aggregation="last")
             assert len(stepped.series) == 7500
         small = AsyncClient(

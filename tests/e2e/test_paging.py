@@ -165,7 +165,8 @@ async def test_operator_lists_one_tenant_with_tenant_id_filter(
     listed_a = await list_all(operator, tenant_id="tenant-a", page_size=2)
     listed_b = await list_all(operator, tenant_id="tenant-b", page_size=1)
     listed_all = await list_all(operator, page_size=2)
-    assert [x.allocation_id for x in listed_a] and {x.allocation_id for x in listed_a} == of_a
+    assert [x.allocation_id for x in listed_a]
+    assert {x.allocation_id for x in listed_a} == of_a
     assert len(listed_a) == 3
     assert {x.tenant_id for x in listed_a} == {"tenant-a"}
     assert {x.allocation_id for x in listed_b} == of_b

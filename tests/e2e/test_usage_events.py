@@ -8,7 +8,7 @@ from pathlib import Path
 from sqlmodel import col, select
 
 from clients import Allocation
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import UsageEventRow
 from tests.conftest import RunningControlPlane, gpu_uuids, register_ready_nodes, start_control_plane
 
@@ -21,7 +21,7 @@ def _micros(moment: datetime | None) -> int:
 
 
 async def _events(database_url: str) -> list[UsageEventRow]:
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         async with store.read() as session:
             return list((await session.exec(select(UsageEventRow).order_by(col(UsageEventRow.event_id)))).all())
@@ -45,7 +45,8 @@ async def test_every_gpu_gets_one_start_at_placement_and_one_stop_at_the_cancel(
         started = await _events(database_url)
         operation = await operator.cancel_allocation(allocation.allocation_id)
         done = await operator.wait_operation(operation.name, timeout=30)
-    assert done.done and done.allocation is not None
+    assert done.done
+    assert done.allocation is not None
     assert {e.event_id for e in started} == _expected(allocation, "start")
     assert {e.at_us for e in started} == {_micros(allocation.create_time)}
     events = await _events(database_url)

@@ -11,10 +11,10 @@ from services.auth import repository
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, Role
 from services.errors import Unauthenticated
-from services.store.engine import Store
+from services.store.engine import Database
 
 
-async def operator_token(store: Store) -> str:
+async def operator_token(store: Database) -> str:
     async with store.write() as session:
         return await repository.create_token(session, Role.OPERATOR)
 
@@ -43,7 +43,7 @@ def bearer(token: str) -> list[tuple[str, str]]:
 
 
 async def test_calls_that_miss_the_cache_together_share_one_lookup(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = await operator_token(store)
     resolve = CountedResolve()
@@ -57,7 +57,7 @@ async def test_calls_that_miss_the_cache_together_share_one_lookup(
 
 
 async def test_an_unknown_token_is_refused_to_every_caller_after_one_lookup(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await operator_token(store)
     resolve = CountedResolve()
@@ -70,7 +70,7 @@ async def test_an_unknown_token_is_refused_to_every_caller_after_one_lookup(
     assert resolve.calls == 1
 
 
-async def test_waiters_outlive_the_caller_that_was_looking(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+async def test_waiters_outlive_the_caller_that_was_looking(store: Database, monkeypatch: pytest.MonkeyPatch) -> None:
     """The caller doing the lookup is cancelled (its client went away): the others still get
     their answer, from a lookup of their own."""
     token = await operator_token(store)

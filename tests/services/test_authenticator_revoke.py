@@ -11,7 +11,7 @@ from services.auth import repository, tokens
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, Role
 from services.errors import Unauthenticated
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.models import TokenRow
 from tests.services.test_authenticator import bearer, operator_token
 
@@ -22,7 +22,7 @@ def token_id_of(plaintext: str) -> str:
     return parts[0]
 
 
-async def revoke_row(store: Store, token_id: str) -> None:
+async def revoke_row(store: Database, token_id: str) -> None:
     """Revoke behind the authenticator's back, as another replica would."""
     async with store.write() as session:
         row = await session.get(TokenRow, token_id)
@@ -49,7 +49,7 @@ class ReadThenHold:
         return principal
 
 
-async def test_a_forgotten_token_is_looked_up_again_and_refused_once_revoked(store: Store) -> None:
+async def test_a_forgotten_token_is_looked_up_again_and_refused_once_revoked(store: Database) -> None:
     token = await operator_token(store)
     async with store.write() as session:
         other = await repository.create_token(session, Role.OPERATOR)
@@ -66,7 +66,7 @@ async def test_a_forgotten_token_is_looked_up_again_and_refused_once_revoked(sto
 
 
 async def test_a_lookup_that_read_the_row_before_the_revoke_caches_nothing(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lookup has read the row before the revoke committed, and the revoke's eviction comes
     before it caches what it read: its call, in flight before the revoke, passes, but the next
@@ -87,7 +87,7 @@ async def test_a_lookup_that_read_the_row_before_the_revoke_caches_nothing(
 
 
 async def test_a_call_after_the_revoke_does_not_join_a_lookup_begun_before_it(
-    store: Store, monkeypatch: pytest.MonkeyPatch
+    store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A lookup in progress read the row before the revoke: a call that arrives after the
     revoke answered must not share that lookup's answer, but look the token up itself."""

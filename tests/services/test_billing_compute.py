@@ -81,7 +81,8 @@ def test_without_late_events_the_finalized_months_carry_nothing_and_are_not_reco
     assert [line.gpu_seconds for line in frozen[parse_period("2026-02")].view.lines] == [Decimal(9 * DAY_S)]
     engine_runs.clear()
     march = read("2026-03", events, frozen)
-    assert march.adjustments == () and march.late_events == ()
+    assert march.adjustments == ()
+    assert march.late_events == ()
     assert engine_runs == ["2026-03"]
 
 
@@ -112,7 +113,8 @@ def test_corrections_frozen_into_a_later_month_are_not_owed_again(engine_runs: l
     assert {a.adjusted_period: a.gpu_seconds for a in february.adjustments} == {"2026-01": Decimal(-12 * DAY_S)}
     engine_runs.clear()
     march = read("2026-03", [start, late_stop], frozen)
-    assert march.adjustments == () and march.late_events == ()
+    assert march.adjustments == ()
+    assert march.late_events == ()
     assert engine_runs == ["2026-03"]
 
 

@@ -42,7 +42,8 @@ class TestPeriods:
         """2026-11 runs from Nov 1 00:00 UTC up to, not including, Dec 1 00:00 UTC."""
         period = parse_period("2026-11")
         assert (period.start_us, period.end_us) == (us(2026, 11, 1), us(2026, 12, 1))
-        assert period.span.start_us == period.start_us and period.span.end_us == period.end_us
+        assert period.span.start_us == period.start_us
+        assert period.span.end_us == period.end_us
         assert period_of(period.end_us - 1) == period
         assert period_of(period.end_us) == parse_period("2026-12")
 

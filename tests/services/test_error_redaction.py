@@ -46,15 +46,18 @@ def test_no_error_says_any_part_of_a_secret(text: str) -> None:
 def test_no_error_says_an_unbounded_text() -> None:
     huge = "x" * 1_000_000
     error = FailedPrecondition(reason="X", message=huge, metadata={"value": huge})
-    assert len(error.message) == MAX_MESSAGE and error.message.endswith("...")
+    assert len(error.message) == MAX_MESSAGE
+    assert error.message.endswith("...")
     assert all(len(value) <= MAX_MESSAGE for value in error.metadata.values())
     bad = InvalidArgument(reason="X", message="m", violations=tuple(FieldViolation(huge, huge) for _ in range(1000)))
-    assert len(bad.violations) == 10 and all(len(v.field) + len(v.description) < 300 for v in bad.violations)
+    assert len(bad.violations) == 10
+    assert all(len(v.field) + len(v.description) < 300 for v in bad.violations)
 
 
 def test_text_without_a_token_is_unchanged() -> None:
     for text in ("gpc_team_alpha", "gpc_0123", "node 'gpc-1' not found", "gpc_0123456789abcdef_"):
-        assert tokens.redact(text) == text and not tokens.contains_secret(text)
+        assert tokens.redact(text) == text
+        assert not tokens.contains_secret(text)
 
 
 @pytest.mark.parametrize("check", ["identifier", "text", "request_id"])
@@ -65,8 +68,10 @@ def test_every_string_check_refuses_a_token_without_showing_it(check: str) -> No
         with pytest.raises(InvalidArgument) as refused:
             v.raise_if_any()
         (violation,) = refused.value.violations
-        assert violation.field == "field" and "holds an API token" in violation.description
-        assert TOKEN_ID not in said(refused.value) and SECRET[:6] not in said(refused.value)
+        assert violation.field == "field"
+        assert "holds an API token" in violation.description
+        assert TOKEN_ID not in said(refused.value)
+        assert SECRET[:6] not in said(refused.value)
 
 
 def test_only_a_well_formed_request_id_may_be_logged() -> None:

@@ -8,14 +8,14 @@ from services.allocations import janitor
 from services.allocations import repository as repo
 from services.allocations.idempotency import RETENTION_HOURS
 from services.allocations.janitor import KeyJanitor
-from services.store.engine import Store
+from services.store.engine import Database
 from services.store.tx import Sql, Tx, run_in_session
 
 NOW = 1_900_000_000_000_000
 HOUR_US = 3600 * 1_000_000
 
 
-async def keys(store: Store) -> set[str]:
+async def keys(store: Database) -> set[str]:
     def read() -> Tx[set[str]]:
         result = yield Sql("SELECT request_id FROM idempotency_keys")
         return {str(row[0]) for row in result.rows}
@@ -24,7 +24,7 @@ async def keys(store: Store) -> set[str]:
         return await run_in_session(session, read())
 
 
-async def claim(store: Store, request_id: str, *, age_hours: float) -> None:
+async def claim(store: Database, request_id: str, *, age_hours: float) -> None:
     created = NOW - int(age_hours * HOUR_US)
     await store.transact(
         partial(
@@ -40,7 +40,7 @@ async def claim(store: Store, request_id: str, *, age_hours: float) -> None:
 
 
 async def test_keys_past_retention_go_and_younger_ones_stay(database_url: str) -> None:
-    store = await Store.open(database_url)
+    store = await Database.open(database_url)
     try:
         # More old keys than one batch, so the janitor has to go round again.
         old = [f"old-{i}" for i in range(janitor.BATCH + 3)]

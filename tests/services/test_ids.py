@@ -13,7 +13,8 @@ from services.validation import ID_PATTERN
 def test_an_id_is_its_prefix_then_ms_time_then_64_random_bits() -> None:
     made = ids.new_id("alloc")
     assert re.fullmatch(r"alloc-[0-9a-f]{12}[0-9a-f]{16}", made)
-    assert ID_PATTERN.fullmatch(made) and ID_PATTERN.fullmatch(ids.new_id("op"))
+    assert ID_PATTERN.fullmatch(made)
+    assert ID_PATTERN.fullmatch(ids.new_id("op"))
 
 
 def test_ids_made_later_sort_later_whatever_their_random_part(monkeypatch: pytest.MonkeyPatch) -> None:

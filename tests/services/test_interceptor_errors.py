@@ -12,10 +12,10 @@ from gpucloud.v1 import tenant_pb2
 from services.auth.authenticator import Authenticator
 from services.auth.repository import bootstrap_operator
 from services.interceptors import ControlPlaneInterceptor
-from services.store.engine import Store
+from services.store.engine import Database
 
 
-async def test_a_defect_is_internal_with_a_reason(store: Store, tmp_path: Path) -> None:
+async def test_a_defect_is_internal_with_a_reason(store: Database, tmp_path: Path) -> None:
     """A handler that raises something nobody foresaw: INTERNAL with reason INTERNAL_ERROR, and
     nothing of the exception in the answer (the server logs it as ``rpc_failed``)."""
     token_file = await bootstrap_operator(store, tmp_path)

@@ -40,7 +40,8 @@ class TestSampleTimes:
     def test_the_window_runs_from_the_retention_edge_to_the_allowed_skew(self) -> None:
         times = SampleTimes(NOW_MS, RETENTION_MS)
         assert (times.oldest_ms, times.newest_ms) == (NOW_MS - RETENTION_MS, NOW_MS + MAX_FUTURE_MS)
-        assert times.problem(NOW_MS - RETENTION_MS) is None and times.problem(NOW_MS + MAX_FUTURE_MS) is None
+        assert times.problem(NOW_MS - RETENTION_MS) is None
+        assert times.problem(NOW_MS + MAX_FUTURE_MS) is None
         assert times.problem(NOW_MS - RETENTION_MS - 1) is not None
         assert times.problem(NOW_MS + MAX_FUTURE_MS + 1) is not None
 
@@ -51,7 +52,8 @@ class TestSampleTimes:
         times = SampleTimes(NOW_MS, RETENTION_MS, MAINTENANCE_MS)
         later_pass_cutoff = NOW_MS + 2 * MAINTENANCE_MS - RETENTION_MS
         assert times.oldest_ms == later_pass_cutoff
-        assert times.accepts(later_pass_cutoff) and not times.accepts(later_pass_cutoff - 1)
+        assert times.accepts(later_pass_cutoff)
+        assert not times.accepts(later_pass_cutoff - 1)
         field, description = _refusal(NOW_MS - RETENTION_MS + MAINTENANCE_MS)
         assert field == "nodes[0].timestamp_ms"
         assert "past what retention keeps (30 days less 2 minutes)" in description

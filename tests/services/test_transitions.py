@@ -37,7 +37,8 @@ def test_every_pair_is_allowed_by_the_table_or_illegal(event: NodeEvent, state: 
     assert error.code is Code.FAILED_PRECONDITION
     assert error.reason == "ILLEGAL_NODE_TRANSITION"
     assert error.metadata == {"node_id": "node-1", "field": "node_id", "state": state, "event": event}
-    assert str(state) in error.message and str(event) in error.message
+    assert str(state) in error.message
+    assert str(event) in error.message
 
 
 def test_table_mentions_only_known_events_and_states() -> None:

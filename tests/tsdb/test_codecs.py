@@ -91,7 +91,8 @@ def test_decimals_pick_the_smallest_exact_k(places: int, ints: list[int]) -> Non
     if len(set(row)) == 1:
         assert kind == CONST
     else:
-        assert expected is not None and expected <= places
+        assert expected is not None
+        assert expected <= places
         assert (kind, k) == (DECIMAL, expected)
 
 
@@ -215,7 +216,9 @@ def test_huge_and_tiny_values() -> None:
     )
     blob = roundtrip(block)
     kinds = codecs.row_kinds(blob)
-    assert kinds[0][0] == XOR and kinds[1][0] == XOR and kinds[2][0] == XOR
+    assert kinds[0][0] == XOR
+    assert kinds[1][0] == XOR
+    assert kinds[2][0] == XOR
     assert kinds[3] == (DECIMAL, 0)
 
 
@@ -354,14 +357,16 @@ def test_decode_values_into_rows_of_a_larger_matrix() -> None:
     target = np.full((10, 30), np.nan)
     codecs.decode_values(blob, out=target[3:7])
     np.testing.assert_array_equal(target[3:7], block)
-    assert np.isnan(target[:3]).all() and np.isnan(target[7:]).all()
+    assert np.isnan(target[:3]).all()
+    assert np.isnan(target[7:]).all()
     with pytest.raises(codecs.CodecInputError):
         codecs.decode_values(blob, out=np.empty((4, 29)))
     for rows in ([2, 0], [1, 1, 3]):
         target = np.full((10, 30), np.nan)
         assert codecs.decode_value_rows(blob, rows, out=target[5 : 5 + len(rows)]) is not None
         np.testing.assert_array_equal(target[5 : 5 + len(rows)], block[rows])
-        assert np.isnan(target[:5]).all() and np.isnan(target[5 + len(rows) :]).all()
+        assert np.isnan(target[:5]).all()
+        assert np.isnan(target[5 + len(rows) :]).all()
     # A wrong target is refused whether or not a row repeats (repeats are decoded apart and copied).
     for rows in ([2, 0], [1, 1, 3]):
         # A float32 target among them: outside the declared float64, on purpose.
@@ -397,7 +402,8 @@ def test_non_contiguous_and_float32_inputs() -> None:
 def test_bad_value_inputs(bad: Any) -> None:  # Any: deliberately not what the codec accepts
     with pytest.raises(codecs.CodecInputError) as caught:
         codecs.encode_values(bad)
-    assert isinstance(caught.value, ValueError) and isinstance(caught.value, TsdbError)
+    assert isinstance(caught.value, ValueError)
+    assert isinstance(caught.value, TsdbError)
 
 
 def test_corrupt_value_blobs_are_refused() -> None:

@@ -37,9 +37,12 @@ def test_out_of_order_batch_is_rejected_whole_and_changes_nothing(tmp_path: Path
         with pytest.raises(tsdb.OutOfOrderError) as caught:
             store.append([a, b], T0 + 5_000, [3.0, 4.0])
         error = caught.value
-        assert error.series_id in (a, b) and error.timestamp_ms == T0 + 5_000 and error.newest_ms == T0 + 10_000
+        assert error.series_id in (a, b)
+        assert error.timestamp_ms == T0 + 5_000
+        assert error.newest_ms == T0 + 10_000
         assert error.rejected == 2
-        assert str(T0 + 5_000) in str(error) and "node" in str(error)
+        assert str(T0 + 5_000) in str(error)
+        assert "node" in str(error)
         # One good sample and one late one: neither goes in.
         with pytest.raises(tsdb.OutOfOrderError):
             store.append([a, b], [T0 + 20_000, T0 + 9_000], [5.0, 6.0])

@@ -38,7 +38,8 @@ def test_a_batch_refused_for_order_registers_none_of_its_new_series(tmp_path: Pa
         times[0] = T0 + 5_000  # older than OLD's newest sample
         with pytest.raises(tsdb.OutOfOrderError) as error:
             store.append_labelled(labels, series, times, np.ones(len(labels)))
-        assert error.value.labels == OLD and store.labels(error.value.series_id) == OLD
+        assert error.value.labels == OLD
+        assert store.labels(error.value.series_id) == OLD
         assert catalog(path) == before
         assert store.series_count({}) == 1
         assert store.series_count({"field": [labels["field"] for labels in fresh(3)]}) == 0
@@ -57,9 +58,11 @@ def test_a_new_series_behind_the_sealed_boundary_is_refused_and_named(tmp_path: 
         with pytest.raises(tsdb.OutOfOrderError) as error:
             store.append_labelled([fresh(1)[0], fresh(2)[1]], [0, 1], [T0 + 200_000, T0 + 1_000], [1.0, 2.0])
         assert error.value.behind_boundary
-        assert error.value.series_id == -1 and error.value.labels == fresh(2)[1]
+        assert error.value.series_id == -1
+        assert error.value.labels == fresh(2)[1]
         assert "new series" in str(error.value)
-        assert catalog(path) == before and store.series_count({}) == 1
+        assert catalog(path) == before
+        assert store.series_count({}) == 1
 
 
 def test_an_accepted_batch_registers_its_new_series_durably(tmp_path: Path) -> None:
@@ -71,8 +74,10 @@ def test_an_accepted_batch_registers_its_new_series_durably(tmp_path: Path) -> N
         assert added == 5
         ids = {s.labels["field"]: s.series_id for s in store.query({}, *WINDOW).series}
         assert ids == {"power_w": 0, "f0": 1, "f1": 2}
-        assert store.series_count({}) == 3 and store.series_count({"node": "n0"}) == 3
-        assert store.series_count({"field": ["f0", "f1"]}) == 2 and store.series_count({"node": "n9"}) == 0
+        assert store.series_count({}) == 3
+        assert store.series_count({"node": "n0"}) == 3
+        assert store.series_count({"field": ["f0", "f1"]}) == 2
+        assert store.series_count({"node": "n9"}) == 0
     with open_store(path) as store:
         got = {s.labels["field"]: s.timestamps.tolist() for s in store.query({}, *WINDOW).series}
         assert got == {"power_w": [T0, T0 + 1], "f0": [T0 + 1, T0 + 2, T0 + 3], "f1": [T0 + 1]}
@@ -93,7 +98,8 @@ def test_a_resent_batch_of_new_series_after_they_were_sealed_adds_nothing(tmp_pa
         # A resend with one more new series: that one is behind the boundary, so all is refused.
         with pytest.raises(tsdb.OutOfOrderError):
             store.append_labelled([*labels, {"node": "n0", "field": "late"}], [0, 1, 2, 3], T0, np.ones(4))
-        assert catalog(path) == before and store.series_count({}) == 3
+        assert catalog(path) == before
+        assert store.series_count({}) == 3
 
 
 def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
@@ -110,7 +116,8 @@ def test_bad_arguments_change_nothing(tmp_path: Path) -> None:
         ):
             with pytest.raises(tsdb.InvalidArgumentError):
                 store.append_labelled(labels, series, T0, values)
-        assert catalog(path) == before and store.series_count({}) == 0
+        assert catalog(path) == before
+        assert store.series_count({}) == 0
 
 
 def test_counts_create_nothing(tmp_path: Path) -> None:
@@ -155,6 +162,7 @@ def test_admit_sees_each_new_series_once_and_may_refuse_the_batch(tmp_path: Path
         with pytest.raises(Refused):
             store.append_labelled(labels, [0, 1, 2, 3], T0 + 1, np.ones(4), admit=admit)
         assert seen == [[0, 2]]
-        assert catalog(path) == before and store.series_count({}) == 1
+        assert catalog(path) == before
+        assert store.series_count({}) == 1
         store.append_labelled([OLD], [0], T0 + 2, [1.0], admit=admit)  # nothing new: not called
         assert seen == [[0, 2]]

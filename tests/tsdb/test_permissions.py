@@ -30,7 +30,8 @@ def fill(path: Path) -> None:
 def assert_private(path: Path) -> None:
     found = modes(path)
     assert {"catalog.tsc", "LOCK", "state.tss", "wal", "segments"} <= set(found)
-    assert any(name.endswith(".tsg") for name in found) and any(name.endswith(".wal") for name in found)
+    assert any(name.endswith(".tsg") for name in found)
+    assert any(name.endswith(".wal") for name in found)
     for name, mode in found.items():
         want = 0o700 if (path / name).is_dir() else 0o600
         assert mode == want, f"{name}: {oct(mode)}"

@@ -80,7 +80,8 @@ def test_head_segments_and_compacted_answer_alike(tmp_path: Path) -> None:
         ingest(store, fleet, store.series_ids(fleet.labels))
         # Sealed automatically up to about a window and a half behind the newest sample: every
         # window below straddles segments and head.
-        assert len(store.segments()) == 10 and store.head.samples > 0
+        assert len(store.segments()) == 10
+        assert store.head.samples > 0
         for start, end, step in WINDOWS:
             check_raw(store, fleet, start, end)
             for agg in AGGS:
@@ -222,7 +223,8 @@ def test_a_query_past_its_limit_stops_with_query_too_large(tmp_path: Path) -> No
             assert sum(s.values.size for s in store.query(selector, start, end, max_samples=matched).series) == matched
             with pytest.raises(tsdb.QueryTooLargeError) as raw:
                 store.query(selector, start, end, max_samples=matched - 1)
-            assert raw.value.limit == matched - 1 and raw.value.matched > matched - 1
+            assert raw.value.limit == matched - 1
+            assert raw.value.matched > matched - 1
         steps = 200_000 // 10_000
         assert len(store.query_range({}, start, end, 10_000, "avg", max_cells=6 * steps).series) == 6
         with pytest.raises(tsdb.QueryTooLargeError, match=f"6 series x {steps} steps") as ranged:

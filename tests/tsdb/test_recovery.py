@@ -41,7 +41,8 @@ def record_offsets(path: Path) -> tuple[Path, list[int], int]:
     data = files[0].read_bytes()
     end = framing.ScanEnd(0, False, None)
     offsets = [offset for offset, _ in framing.scan(data, len(wal.HEADER), end)]
-    assert not end.damaged and len(offsets) == BATCHES
+    assert not end.damaged
+    assert len(offsets) == BATCHES
     return files[0], offsets, len(data)
 
 
@@ -61,12 +62,14 @@ def test_torn_tail_keeps_every_record_before_it(tmp_path: Path) -> None:
         assert report.samples_replayed == (BATCHES - 1) * len(LABELS)
         assert report.records_discarded == 1
         assert report.bytes_discarded == cut - offsets[-1]
-        assert report.reason is not None and "torn" in report.reason
+        assert report.reason is not None
+        assert "torn" in report.reason
         assert times_in(store) == [T0 + 1_000 * i for i in range(BATCHES - 1)]
         # The store keeps working, and the damage was cut off, so it is reported once only.
         store.append(store.series_ids(LABELS), T0 + 1_000 * BATCHES, np.ones(len(LABELS)))
     with tsdb.Store.open(tmp_path / "s", segment_ms=3_600_000) as store:
-        assert store.recovery.bytes_discarded == 0 and store.recovery.reason is None
+        assert store.recovery.bytes_discarded == 0
+        assert store.recovery.reason is None
         assert times_in(store)[-2:] == [T0 + 1_000 * (BATCHES - 2), T0 + 1_000 * BATCHES]
 
 
@@ -83,7 +86,8 @@ def test_a_corrupted_byte_in_a_late_record_loses_only_that_record_and_what_follo
         assert report.records_discarded == 3
         assert report.samples_discarded == 2 * len(LABELS)  # the two intact records after the bad one
         assert report.bytes_discarded == size - offsets[damaged]
-        assert report.reason is not None and "CRC" in report.reason
+        assert report.reason is not None
+        assert "CRC" in report.reason
         assert times_in(store) == [T0 + 1_000 * i for i in range(damaged)]
         got = store.query({"gpu": "0", "field": "util"}, T0 - 1, T0 + 10**6).series[0].values
         assert got.tolist() == firsts[:damaged]

@@ -30,7 +30,8 @@ def test_time_retention_deletes_only_whole_expired_files(tmp_path: Path) -> None
         now = int(timestamps[-1]) + 1
         cutoff = now - 5 * SEGMENT_MS
         expired = {Path(s.path).name for s in segments if s.tmax < cutoff}
-        assert expired and len(expired) < len(segments)
+        assert expired
+        assert len(expired) < len(segments)
         oldest_kept = min(s.tmin for s in segments if s.tmax >= cutoff)
 
         report = store.enforce_retention(now)

@@ -35,7 +35,8 @@ def test_retention_that_deletes_every_segment_keeps_them_deleted(tmp_path: Path)
         fill(store)
         assert len(store.segments()) == 11
         report = store.enforce_retention(T0 + 10**9)
-        assert report.segments_deleted == 11 and store.segments() == ()
+        assert report.segments_deleted == 11
+        assert store.segments() == ()
         kept = samples(store)
         assert 0 < len(kept) < 70 * 4  # the head's samples only
         assert len(kept) == store.head.samples

@@ -43,7 +43,8 @@ def test_header_and_footer_give_the_time_range_without_decoding(tmp_path: Path) 
             assert Path(info.path).name == f"L0_{tmin}_{tmax}_{info.seq:08d}.tsg"
             assert tmax < sealed_until
             meta_off, meta_len, _, _, _, _, end = struct.unpack_from("<QIIIII4s", data, len(data) - 32)
-            assert end == b"GST1" and meta_off + meta_len + 32 == len(data)
+            assert end == b"GST1"
+            assert meta_off + meta_len + 32 == len(data)
             window = fleet.timestamps[(fleet.timestamps >= tmin) & (fleet.timestamps <= tmax)]
             assert (tmin, tmax) == (window[0], window[-1])
         # The last one was cut by the forced flush, mid-window.
@@ -100,7 +101,8 @@ def test_compaction_merges_whole_spans_and_a_crash_midway_is_finished_on_open(tm
     compacted = store.compact()
     assert len(compacted) == 2  # two complete 10-minute spans; the last partial one stays L0
     for info in compacted:
-        assert info.level == 1 and info.tmin // (10 * SEGMENT_MS) == info.tmax // (10 * SEGMENT_MS)
+        assert info.level == 1
+        assert info.tmin // (10 * SEGMENT_MS) == info.tmax // (10 * SEGMENT_MS)
     assert all_samples(store) == expected
     assert store.compact() == []  # nothing left to merge
     after = sha256_files(segments_dir)

@@ -1,0 +1,108 @@
+"""What single ``gpucloud`` commands promise: a cancel accepted is never hidden by a failed
+wait, times read as the UTC they are labelled, and ``--json`` keeps what the table mode says."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.clients.cli.test_connection import gpucloud
+from tests.conftest import RunningControlPlane, gpucloud_command, register_ready_nodes, running_control_plane
+
+
+def connect(plane: RunningControlPlane) -> list[str]:
+    return ["--addr", plane.address, "--token", plane.operator_token]
+
+
+def document(output: str) -> Any:
+    """The JSON document in a command's output; the in-process server's log lines share it."""
+    parsed, _ = json.JSONDecoder().raw_decode(output[output.index("{\n") :])
+    return parsed
+
+
+async def allocate(plane: RunningControlPlane) -> str:
+    async with plane.client() as operator:
+        await register_ready_nodes(operator, 1)
+        await operator.create_tenant("acme")
+        allocation = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+    return allocation.allocation_id
+
+
+async def test_a_cancel_whose_wait_runs_out_exits_3_as_operations_wait_does(tmp_path: Path, database_url: str) -> None:
+    """A scrub longer than the wait: the operation is printed not done, and the exit code is 3."""
+    async with running_control_plane(tmp_path / "data", database_url, scrub_seconds=600) as plane:
+        allocation_id = await allocate(plane)
+        cancel = ["allocations", "cancel", allocation_id, "--wait", "--timeout", "0", "--json"]
+        code, output = await asyncio.to_thread(gpucloud, *connect(plane), *cancel)
+        assert code == 3, output
+        operation = document(output)
+        assert operation["done"] is False
+        assert f"cancel accepted: {operation['name']}" in output
+        assert f"not done after 0 s; wait again with: gpucloud operations wait {operation['name']}" in output
+
+
+async def test_a_cancel_whose_wait_fails_names_the_accepted_operation(tmp_path: Path, database_url: str) -> None:
+    """The server stops while the command waits for the release: the cancel was recorded, so
+    besides the error the command names the operation to wait for, before and after the wait."""
+    async with running_control_plane(tmp_path / "data", database_url, scrub_seconds=600, grace_seconds=0) as plane:
+        allocation_id = await allocate(plane)
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")} | {"COLUMNS": "200"}
+        process = await asyncio.create_subprocess_exec(
+            *gpucloud_command(),
+            *connect(plane),
+            "allocations",
+            "cancel",
+            allocation_id,
+            "--wait",
+            "--timeout",
+            "60",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=environment,
+        )
+        try:
+            assert process.stderr is not None
+            # The command says it is waiting once the cancel is accepted: stop the server then.
+            before = ""
+            while not before.endswith("to be released\n"):
+                line = (await asyncio.wait_for(process.stderr.readline(), timeout=60)).decode()
+                assert line, f"the command ended without saying the cancel was accepted:\n{before}"
+                before += line
+            accepted = re.search(r"^cancel accepted: (operations/\S+); waiting for 1 node\(s\)", before, re.MULTILINE)
+            assert accepted is not None, before
+            await plane.plane.stop()
+            out, err = await asyncio.wait_for(process.communicate(), timeout=60)
+        finally:
+            if process.returncode is None:
+                process.kill()
+                await process.wait()
+    output = before + out.decode() + err.decode()
+    assert process.returncode == 1, output
+    assert "error UNAVAILABLE" in output or "error CANCELLED" in output, output
+    assert f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted[1]}\n" in output
+
+
+async def test_a_query_window_given_with_an_offset_is_titled_in_utc(control_plane: RunningControlPlane) -> None:
+    window = ["--start", "2026-12-02T00:00:00+01:00", "--end", "2026-12-02T01:00:00+01:00"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "metrics", "query", *window)
+    assert code == 0, output
+    lines = [line.strip() for line in output.splitlines()]
+    assert "all fields: samples, 2026-12-01 23:00:00 to 2026-12-02 00:00:00 UTC" in lines, output
+
+
+async def test_finalize_as_json_says_whether_this_call_froze_the_invoice(control_plane: RunningControlPlane) -> None:
+    async with control_plane.client() as operator:
+        await operator.create_tenant("acme")
+    finalize = ["invoice", "--period", "2020-01", "--tenant", "acme", "--finalize", "--json"]
+    for newly in (True, False):
+        code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *finalize)
+        assert code == 0, output
+        invoice = document(output)
+        assert (invoice["finalized"], invoice["newly_finalized"]) == (True, newly)
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *finalize[:-2], "--json")
+    assert code == 0, output
+    assert "newly_finalized" not in document(output)  # only --finalize says what it did

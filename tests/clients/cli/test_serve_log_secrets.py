@@ -1,0 +1,121 @@
+"""What `gpucloud serve` logs of a defect: the traceback, never the values in its frames.
+
+A frame's local variables hold the call's bearer token (the authenticator's) and the request
+message, so a traceback that printed them would copy secrets and strangers' fields into the log.
+The server runs as a process of its own: configuring logging is process-wide.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import threading
+from pathlib import Path
+
+import grpc
+import pytest
+from sqlalchemy import text
+
+from gpucloud.v1 import node_pb2, node_pb2_grpc
+from services.store.engine import Database
+from tests.conftest import gpucloud_command
+
+
+class ServedWithLog:
+    """``gpucloud serve`` in a process of its own, its log (stdout and stderr) read on a thread."""
+
+    def __init__(self, *args: str) -> None:
+        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
+        self.process = subprocess.Popen(
+            [*gpucloud_command(), "serve", *args],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=environment,
+        )
+        self.lines: list[str] = []
+        self._new: queue.Queue[str] = queue.Queue()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        for line in self.process.stdout:
+            self._new.put(line)
+
+    def until(self, pattern: str, timeout: float = 60) -> re.Match[str]:
+        """The first match of ``pattern`` in a line not read yet, waiting up to ``timeout`` seconds."""
+        while True:
+            try:
+                line = self._new.get(timeout=timeout)
+            except queue.Empty:
+                raise AssertionError(f"no line matching {pattern!r} in {timeout} s: {self.lines[-5:]}") from None
+            self.lines.append(line)
+            if found := re.search(pattern, line):
+                return found
+
+    def stop(self) -> str:
+        """SIGTERM, then the whole output once the process has exited."""
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        try:
+            self.process.wait(timeout=60)
+        finally:
+            if self.process.poll() is None:
+                self.process.kill()
+                self.process.wait()
+            self._reader.join(timeout=10)
+            assert self.process.stdout is not None
+            self.process.stdout.close()
+        while not self._new.empty():
+            self.lines.append(self._new.get())
+        return "".join(self.lines)
+
+
+@pytest.mark.parametrize("log_format", ["console", "json"])
+async def test_a_defect_while_authenticating_logs_no_token(tmp_path: Path, database_url: str, log_format: str) -> None:
+    """A token row the code cannot read (a role it does not know) fails the call INTERNAL and
+    logs ``rpc_failed`` with a traceback through the authenticator, whose frames hold the token:
+    the log shows the error, not the token's secret."""
+    data_dir = tmp_path / "data"
+    served = ServedWithLog(
+        "--data-dir",
+        str(data_dir),
+        "--listen",
+        "127.0.0.1:0",
+        "--database-url",
+        database_url,
+        "--log-format",
+        log_format,
+    )
+    try:
+        address = served.until(r"(?=.*control_plane_started).*?address\W+([0-9.]+:[0-9]+)").group(1)
+        token = (data_dir / "operator.token").read_text().strip()
+        _, token_id, secret = token.split("_", 2)
+        store = await Database.open(database_url)
+        try:
+            async with store.write() as session:
+                await (await session.connection()).execute(
+                    text("UPDATE api_tokens SET role = 'auditor' WHERE token_id = :token_id"),
+                    {"token_id": token_id},
+                )
+        finally:
+            await store.close()
+        async with grpc.aio.insecure_channel(address) as channel:
+            stub = node_pb2_grpc.NodeServiceStub(channel)
+            with pytest.raises(grpc.aio.AioRpcError) as failed:
+                await stub.GetNode(
+                    node_pb2.GetNodeRequest(node_id="node-1"),
+                    metadata=(("authorization", f"Bearer {token}"),),
+                    timeout=30,
+                )
+        assert failed.value.code() == grpc.StatusCode.INTERNAL
+        served.until("rpc_failed")
+    finally:
+        output = served.stop()
+    assert "'auditor' is not a valid Role" in output  # the error itself is logged
+    assert "authenticate" in output  # through the authenticator's frame
+    assert secret not in output

@@ -1,0 +1,292 @@
+"""Races between writers that the store must settle correctly, on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import sqlite3
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import asyncpg
+import pytest
+from sqlalchemy.engine import make_url
+
+from services.allocations import commands
+from services.allocations.releaser import Releaser
+from services.allocations.requests import AllocationRequest
+from services.auth.principal import CONTROL_PLANE, Principal, Role
+from services.auth.repository import BOOTSTRAP_LOCK_ID, OPERATOR_TOKEN_FILE, bootstrap_operator, create_token
+from services.errors import ResourceExhausted
+from services.nodes import commands as node_commands
+from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel, GpuSpec, Inventory
+from services.notify import Notifier
+from services.store.engine import Database
+from services.store.set_based import SetBased
+from services.store.tx import Deadlock, Tx
+from tests.conftest import backend
+from tests.services.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
+
+T = TypeVar("T")
+
+
+async def _cordon_in_open_transaction(url: str) -> tuple[Callable[[], Awaitable[None]], Callable[[], Awaitable[bool]]]:
+    """Lock and cordon n1 in a transaction left open; return (commit, is_someone_waiting)."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        raw = sqlite3.connect(str(parsed.database), isolation_level=None, check_same_thread=False)
+        raw.execute("BEGIN IMMEDIATE")
+        raw.execute("UPDATE nodes SET cordoned = 1 WHERE node_id = 'n1'")
+
+        async def commit_sqlite() -> None:
+            raw.execute("COMMIT")
+            raw.close()
+
+        async def waiting_sqlite() -> bool:
+            # The create blocks on SQLite's write lock inside the driver's thread; nothing to poll.
+            return True
+
+        return commit_sqlite, waiting_sqlite
+    connection = await asyncpg.connect(parsed.set(drivername="postgresql").render_as_string(hide_password=False))
+    transaction = connection.transaction()
+    await transaction.start()
+    await connection.execute("SELECT node_id FROM nodes WHERE node_id = 'n1' FOR UPDATE")
+    await connection.execute("UPDATE nodes SET cordoned = true WHERE node_id = 'n1'")
+
+    async def commit_pg() -> None:
+        await transaction.commit()
+        await connection.close()
+
+    async def waiting_pg() -> bool:
+        count = await connection.fetchval(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return bool(count)
+
+    return commit_pg, waiting_pg
+
+
+async def test_cordon_committed_during_placement_keeps_the_node_free(store: Database, database_url: str) -> None:
+    """A create racing an operator's cordon of the only free node refuses instead of taking it."""
+    commit, someone_waiting = await _cordon_in_open_transaction(database_url)
+    create = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1")))
+    # Wait (bounded) until the create is blocked on the cordon's lock; each check is a query.
+    deadline = asyncio.get_running_loop().time() + 10
+    while not await someone_waiting():
+        if asyncio.get_running_loop().time() > deadline:
+            break
+    await commit()
+    with pytest.raises(ResourceExhausted):
+        await create
+    async with store.read() as session:
+        node = await nodes_repo.get_view(session, "n1")
+    assert node.row.state == "READY"
+    assert node.row.cordoned is True
+    assert node.allocation_id is None
+
+
+async def test_replicas_opening_a_fresh_database_together_both_start(database_url: str) -> None:
+    """Two control planes migrating one empty database at once both come up (migrations serialize)."""
+    # Without the migration lock this deadlocks on PostgreSQL: bound it so the test fails instead.
+    first, second = await asyncio.wait_for(asyncio.gather(Database.open(database_url), Database.open(database_url)), 60)
+    try:
+        async with first.read() as session:
+            version = await session.connection()
+            rows = (await version.exec_driver_sql("SELECT version_num FROM alembic_version")).all()
+        assert len(rows) == 1
+    finally:
+        await first.close()
+        await second.close()
+
+
+def count_deadlock_victims(store: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count the store's transactions PostgreSQL aborts to break a deadlock. Callers such as
+    create retry those, so a test cannot see them in the outcome alone."""
+    victims = 0
+    transact = store.transact
+
+    async def counting(make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
+        nonlocal victims
+        try:
+            return await transact(make, set_based)
+        except Deadlock:
+            victims += 1
+            raise
+
+    monkeypatch.setattr(store, "transact", counting)
+    return lambda: victims
+
+
+async def test_concurrent_multi_node_creates_never_deadlock(store: Database, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Creates of 3 nodes from 8 callers on a fleet with room for two: a create whose
+    SKIP LOCKED pass came up short used to wait for the other creates' nodes while holding
+    some of its own, and two such creates deadlocked (PostgreSQL broke it after a second).
+    Every create must end placed or refused for capacity, and no transaction may be a
+    deadlock's victim (create retries those, so they are counted where they happen)."""
+    victims = count_deadlock_victims(store, monkeypatch)
+    for i in range(2, 8):
+        gpus = tuple(GpuSpec(f"GPU-n{i}-{g}", g) for g in range(8))
+        await node_commands.register(store, CONTROL_PLANE, Inventory(f"n{i}", GpuModel.H100, gpus, "z", "r", "l"))
+        await node_commands.complete_burn_in(store, CONTROL_PLANE, f"n{i}", passed=True, detail="")
+    tenant = Principal("t", Role.TENANT, tenant_id="acme")
+    wake, released = Notifier(), Notifier()
+    releaser = Releaser(store, scrub_seconds=0, wake=wake, done=released)
+    outcomes: Counter[str] = Counter()
+    loop = asyncio.get_running_loop()
+    stop = loop.time() + 3
+
+    async def caller(number: int) -> None:
+        attempt = 0
+        while loop.time() < stop:
+            attempt += 1
+            request = AllocationRequest("acme", GpuModel.H100, 3, f"caller-{number}-{attempt}")
+            seen = released.generation
+            try:
+                view = (await commands.create(store, request)).view
+            except ResourceExhausted:
+                outcomes["refused"] += 1
+                # Capacity comes back with a release: try again after the next one.
+                await released.wait(seen, timeout=1.0)
+                continue
+            outcomes["placed"] += 1
+            await commands.cancel(store, tenant, view.row.allocation_id)
+            wake.notify()
+
+    releasing = asyncio.create_task(releaser.run())
+    try:
+        # A deadlock surfaces here as a caller's exception (ABORTED once translated).
+        await asyncio.gather(*(caller(n) for n in range(8)))
+    finally:
+        releasing.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await releasing
+    assert outcomes["placed"] > 0 and outcomes["refused"] > 0, outcomes
+    assert victims() == 0
+
+
+@pytest.mark.skipif(
+    backend() != "postgresql",
+    reason="PostgreSQL row-lock order (runs in .ci/run's PostgreSQL pass); SQLite has no row locks to order",
+)
+async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
+    store: Database, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The releaser used to lock its allocations' nodes in allocation order while a create
+    waiting for nodes locked them in placement order; each got one the other wanted, and
+    PostgreSQL broke the deadlock after a second. Steps as a slow operator transaction makes
+    them happen: the create waits on n0 while n2, n3, n1 are allocated in that order and
+    cancelled, and the release waits on n3."""
+    for node in ("n0", "n2", "n3", "n4"):  # with n1: one rack, so placement order is id order
+        gpus = tuple(GpuSpec(f"GPU-{node}-{g}", g) for g in range(8))
+        await node_commands.register(store, CONTROL_PLANE, Inventory(node, GpuModel.H100, gpus, "z", "r", "l"))
+        await node_commands.complete_burn_in(store, CONTROL_PLANE, node, passed=True, detail="")
+    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
+    monitor = await asyncpg.connect(dsn)
+    holders: list[asyncpg.Connection] = []
+
+    async def hold(node_id: str) -> asyncpg.Connection:
+        """An operator transaction on ``node_id`` in progress: its row lock, left open."""
+        connection = await asyncpg.connect(dsn)
+        holders.append(connection)
+        await connection.execute("BEGIN")
+        await connection.execute("SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE", node_id)
+        return connection
+
+    async def until_waiting(count: int) -> None:
+        deadline = asyncio.get_running_loop().time() + 10
+        while (
+            await monitor.fetchval(
+                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+            )
+            < count
+        ):
+            # No pause: each check is a round trip to the server, which paces the loop.
+            assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
+
+    async def until_the_store_blocks_itself() -> None:
+        """Wait until one of the store's sessions waits on another of its own (not on ours)."""
+        ours = [await connection.fetchval("SELECT pg_backend_pid()") for connection in holders]
+        deadline = asyncio.get_running_loop().time() + 10
+        while not await monitor.fetchval(
+            "SELECT count(*) FROM pg_stat_activity a WHERE datname = current_database()"
+            " AND EXISTS (SELECT 1 FROM unnest(pg_blocking_pids(a.pid)) b WHERE NOT b = ANY($1::int[]))",
+            ours,
+        ):
+            assert asyncio.get_running_loop().time() < deadline, "the create never waited on the release"
+
+    async def release(connection: asyncpg.Connection) -> None:
+        await connection.execute("ROLLBACK")
+
+    tenant = Principal("t", Role.TENANT, tenant_id="acme")
+    victims = count_deadlock_victims(store, monkeypatch)
+    tasks: list[asyncio.Task[object]] = []
+    try:
+        on_n0 = await hold("n0")
+        big = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 5, "big")))
+        tasks.append(big)
+        await until_waiting(1)  # four free nodes without waiting, one short: it waits on n0
+        on_n1 = await hold("n1")
+        small = [(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))).view]
+        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n3"))).view)
+        await release(on_n1)
+        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n1"))).view)
+        assert [view.node_ids for view in small] == [("n2",), ("n3",), ("n1",)]
+        for view in small:
+            await commands.cancel(store, tenant, view.row.allocation_id)
+        on_n3 = await hold("n3")
+        releaser = Releaser(store, scrub_seconds=0, wake=Notifier(), done=Notifier())
+        releasing = asyncio.create_task(releaser.release_due())
+        tasks.append(releasing)
+        await until_waiting(2)
+        await release(on_n0)
+        # The create moves on and waits for a node the release holds (with the old order, n2,
+        # holding n1 the release wants next).
+        await until_the_store_blocks_itself()
+        await release(on_n3)
+        placed = (await big).view
+        await releasing
+        assert victims() == 0
+        assert sorted(placed.node_ids) == ["n0", "n1", "n2", "n3", "n4"]
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        for connection in holders:
+            await connection.close()
+        await monitor.close()
+
+
+@pytest.mark.skipif(
+    backend() != "postgresql",
+    reason="replicas share a PostgreSQL database (runs in .ci/run's PostgreSQL pass); SQLite writes run one at a time",
+)
+async def test_a_replica_starting_while_another_mints_the_operator_token_mints_none(
+    database_url: str, tmp_path: Path
+) -> None:
+    """Replica A is minting the first operator token of a fresh database (in its bootstrap
+    transaction, not committed yet) when replica B starts: B waits for A, then finds A's token
+    and writes no token file of its own."""
+    first, second = await Database.open(database_url), await Database.open(database_url)
+    monitor = await asyncpg.connect(make_url(database_url).set(drivername="postgresql").render_as_string(False))
+    try:
+        async with first.write() as session:
+            connection = await session.connection()
+            await connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({BOOTSTRAP_LOCK_ID})")
+            starting = asyncio.create_task(bootstrap_operator(second, tmp_path))
+            deadline = asyncio.get_running_loop().time() + 10
+            while not await monitor.fetchval(
+                "SELECT count(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database"
+                " WHERE d.datname = current_database() AND l.locktype = 'advisory' AND NOT l.granted"
+            ):
+                # No pause: each check is a round trip to the server, which paces the loop.
+                assert asyncio.get_running_loop().time() < deadline, "the second replica never waited"
+            await create_token(session, Role.OPERATOR)
+        assert await starting is None
+        assert not (tmp_path / OPERATOR_TOKEN_FILE).exists()
+    finally:
+        await monitor.close()
+        await first.close()
+        await second.close()
