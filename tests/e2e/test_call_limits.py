@@ -239,7 +239,8 @@ async def test_a_tenants_flood_is_answered_in_time_and_an_operators_read_stays_f
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED"}, codes
     for o in outcomes:
         if o.code == "RESOURCE_EXHAUSTED":
-            assert o.retry_delay is not None and o.retry_delay > 0, o
+            assert o.retry_delay is not None, o
+            assert o.retry_delay > 0, o
     assert codes["OK"] >= 8, codes
     # A ratio on the same machine in the same test, never an absolute time. The operator shares
     # the server with at most the tenant's bound of its calls in flight, so its read is slowed
@@ -292,7 +293,8 @@ async def test_calls_beyond_the_servers_bound_are_refused_and_logged(limited: Se
     assert codes == {("OK", ""): 10, ("RESOURCE_EXHAUSTED", "SERVER_OVERLOADED"): 30}, codes
     assert all(o.retry_delay for o in outcomes if o.code != "OK")
     refusals = [e for e in logs if e["event"] == "calls_refused"]
-    assert refusals and refusals[0]["reason"] == "SERVER_OVERLOADED", logs[-5:]
+    assert refusals, logs[-5:]
+    assert refusals[0]["reason"] == "SERVER_OVERLOADED", logs[-5:]
 
 
 async def test_a_burst_past_grpcs_pending_queue_is_served_not_cancelled(tmp_path: Path, database_url: str) -> None:
@@ -392,4 +394,5 @@ async def test_a_burst_past_grpcs_queue_is_refused_before_the_server_sees_it(tmp
             outcomes = await asyncio.gather(*(timed(raw.get_node(node_id)) for _ in range(4000)))
     codes = Counter(o.code for o in outcomes)
     assert set(codes) <= {"OK", "RESOURCE_EXHAUSTED", "CANCELLED"}, codes
-    assert codes["OK"] > 0 and codes["CANCELLED"] > 0, codes
+    assert codes["OK"] > 0, codes
+    assert codes["CANCELLED"] > 0, codes

@@ -84,8 +84,10 @@ async def test_handovers_under_load_never_overlap(tmp_path: Path, database_url: 
             for client in churners + sharers:
                 await client.close()
 
-    assert outcomes["placed"] > 0 and outcomes["refused"] > 0, outcomes
-    assert outcomes["shared"] > 0 and outcomes["replayed"] > 0, outcomes
+    assert outcomes["placed"] > 0, outcomes
+    assert outcomes["refused"] > 0, outcomes
+    assert outcomes["shared"] > 0, outcomes
+    assert outcomes["replayed"] > 0, outcomes
     store = await Database.open(database_url)
     try:
         assert await handovers_before_release(store) == []

@@ -122,13 +122,13 @@ async def test_bad_page_token_is_invalid(control_plane: RunningControlPlane, ope
         assert first.next_page_token
         # The genuine token works.
         assert len(await tenant.list_allocations(page_size=1, page_token=first.next_page_token)) == 1
+        bad = {
+            "tampered": {"page_token": tamper(first.next_page_token)},
+            "garbage": {"page_token": "this-is-not-a-page-token"},
+            "other-filter": {"state": "ACTIVE", "page_token": first.next_page_token},
+        }[kind]
         with pytest.raises(InvalidArgumentError) as caught:
-            if kind == "tampered":
-                await tenant.list_allocations(page_size=1, page_token=tamper(first.next_page_token))
-            elif kind == "garbage":
-                await tenant.list_allocations(page_size=1, page_token="this-is-not-a-page-token")
-            else:
-                await tenant.list_allocations(page_size=1, state="ACTIVE", page_token=first.next_page_token)
+            await tenant.list_allocations(page_size=1, **bad)
     assert "page_token" in caught.value.field_violations
 
 

@@ -59,7 +59,8 @@ async def test_replicas_share_one_fleet_without_granting_a_gpu_twice(tmp_path: P
                     allocation = await here.create_allocation(gpu_model="H100", node_count=1)
                     operation = await there.cancel_allocation(allocation.allocation_id)
                     done = await here.wait_operation(operation.name, timeout=10)
-                    assert done.done and done.error_code is None, done
+                    assert done.done, done
+                    assert done.error_code is None, done
                     made.append(allocation.allocation_id)
             return made
 

@@ -209,7 +209,8 @@ async def test_two_operators_revoking_each_other_at_once_leave_one_operator_toke
             )
         won = [o for o in outcomes if isinstance(o, ApiToken)]
         lost = [o for o in outcomes if not isinstance(o, ApiToken)]
-        assert len(won) == 1 and len(lost) == 1, outcomes
+        assert len(won) == 1, outcomes
+        assert len(lost) == 1, outcomes
         assert isinstance(lost[0], FailedPreconditionError | UnauthenticatedError), lost
         if won[0].token_id == own:
             return  # the fixture's operator token is gone: nothing more can be asked with it

@@ -8,7 +8,7 @@ FinalizeInvoice does. Where a test says which months the engine ran for, it watc
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
 
@@ -60,7 +60,7 @@ def read(period: str, events: Sequence[LoggedEvent], frozen: Mapping[BillingPeri
 
 
 @pytest.fixture
-def engine_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
+def engine_runs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     """The months the accounting engine is run for, in order."""
     runs: list[str] = []
     real = compute.period_invoice
@@ -70,7 +70,7 @@ def engine_runs(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
         return real(tenant_id, period, events, rates)
 
     monkeypatch.setattr(compute, "period_invoice", watched)
-    yield runs
+    return runs
 
 
 def test_without_late_events_the_finalized_months_carry_nothing_and_are_not_recomputed(

@@ -91,7 +91,8 @@ def test_gpucloud_serve_on_an_open_data_directory_exits_2_in_one_line(tmp_path: 
     code, output = serve("--data-dir", str(data_dir), "--listen", "127.0.0.1:0")
     assert code == 2, output
     assert output.startswith(f"error: {data_dir} is open to other users (mode 0755)"), output
-    assert output.count("\n") == 1 and "Traceback" not in output, output
+    assert output.count("\n") == 1, output
+    assert "Traceback" not in output, output
 
 
 @pytest.mark.parametrize("where", ["beside-the-data-directory", "in-the-data-directory"])

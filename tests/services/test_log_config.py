@@ -67,7 +67,7 @@ def test_configuring_twice_keeps_one_handler(restored: None) -> None:
 
 
 def test_an_unknown_level_or_format_is_refused(restored: None) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'loud' is not a valid LogLevel"):
         configure("loud", LogFormat.JSON)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="'xml' is not a valid LogFormat"):
         configure(LogLevel.INFO, "xml")

@@ -194,7 +194,7 @@ class TestSelection:
         assert tsdb_selector(selector, None) == {"node": frozenset({"n1"}), "gpu": frozenset({"0", "1"})}
         assert tsdb_selector(selector, ["n2"]) == {"node": frozenset({"n2"}), "gpu": frozenset({"0", "1"})}
         assert tsdb_selector(Selector(), None) == {}
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="node_ids is empty"):
             tsdb_selector(selector, [])
 
 

@@ -869,7 +869,9 @@ async def test_wait_operation_any_timeout(world: World, seconds: int) -> None:
     request = operations_pb2.WaitOperationRequest(name=world.done_operation, timeout=Duration(seconds=seconds))
     error = await world.call("operations", "WaitOperation", request)
     if seconds < 0:
-        assert error is not None and error.code == INVALID and set(error.field_violations) == {"timeout"}, error
+        assert error is not None, error
+        assert error.code == INVALID, error
+        assert set(error.field_violations) == {"timeout"}, error
     elif seconds <= MAX_DURATION_SECONDS:
         assert error is None, error
     else:
@@ -890,7 +892,8 @@ async def test_list_nodes_any_enum_numbers(world: World, state: int, gpu_model: 
     request = node_pb2.ListNodesRequest(state=_as_node_state(state), gpu_model=_as_gpu_model(gpu_model))
     error = await world.call("node", "ListNodes", request)
     if bad:
-        assert error is not None and error.code == INVALID, error
+        assert error is not None, error
+        assert error.code == INVALID, error
         assert set(error.field_violations) == bad
     else:
         assert error is None, error
@@ -907,7 +910,9 @@ async def test_list_allocations_any_state_number(world: World, state: int) -> No
     if state == 0 or state in KNOWN_ALLOCATION_STATES:
         assert error is None, error
     else:
-        assert error is not None and error.code == INVALID and set(error.field_violations) == {"state"}, error
+        assert error is not None, error
+        assert error.code == INVALID, error
+        assert set(error.field_violations) == {"state"}, error
     assert await world.rows() == world.tables
 
 
@@ -989,9 +994,11 @@ async def test_register_node_any_gpu_list(world: World, items: list[tuple[str, i
     assume(not _valid_gpus(items))
     request = register_request(gpus=[node_pb2.Gpu(uuid=u, index=i) for u, i in items])
     error = await world.call("node", "RegisterNode", request)
-    assert error is not None and error.code == INVALID, error
+    assert error is not None, error
+    assert error.code == INVALID, error
     allowed = {"gpus"} | {f"gpus[{i}].uuid" for i in range(len(items))}
-    assert error.field_violations and set(error.field_violations) <= allowed, error.field_violations
+    assert error.field_violations, error.field_violations
+    assert set(error.field_violations) <= allowed, error.field_violations
     assert await world.rows() == world.tables
 
 

@@ -8,7 +8,6 @@ every table, and the token listing, as it was.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
@@ -38,10 +37,10 @@ class TokenWorld(World):
 
 
 @pytest.fixture
-async def tokens_world(world: World) -> AsyncIterator[TokenWorld]:
+async def tokens_world(world: World) -> TokenWorld:
     made = TokenWorld(**{f.name: getattr(world, f.name) for f in dataclasses.fields(world)})
     made.baseline = await made.snapshot()
-    yield made
+    return made
 
 
 def list_tokens(**fields: Any) -> token_pb2.ListTokensRequest:

@@ -157,7 +157,8 @@ async def test_gpu_uuid_belongs_to_one_node(store: Database) -> None:
     await _seed(store, allocations=0)
     async with store.write() as session:
         session.add(GpuRow(gpu_uuid="GPU-shared", node_id="node-000", gpu_index=0))
-    with pytest.raises(IntegrityError):
+
+    async def register_with_the_shared_gpu() -> None:
         async with store.write() as session:
             session.add(
                 NodeRow(
@@ -173,6 +174,9 @@ async def test_gpu_uuid_belongs_to_one_node(store: Database) -> None:
             )
             await session.flush()
             session.add(GpuRow(gpu_uuid="GPU-shared", node_id="node-001", gpu_index=0))
+
+    with pytest.raises(IntegrityError):
+        await register_with_the_shared_gpu()
     async with store.read() as session:
         assert (await session.get(NodeRow, "node-001")) is None
 

@@ -449,8 +449,7 @@ def _real_sqlite_error(tmp_path: Path, *, full: bool) -> sqlite3.OperationalErro
     else:
         connection = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
     with pytest.raises(sqlite3.OperationalError) as raised:
-        connection.execute("INSERT INTO t VALUES (zeroblob(100000))")
-        connection.commit()
+        connection.executescript("INSERT INTO t VALUES (zeroblob(100000));")
     connection.close()
     return raised.value
 
