@@ -128,8 +128,8 @@ _operations_stub: Callable[[grpc.aio.Channel], Any] = operations_pb2_grpc.Operat
 @dataclass(frozen=True, slots=True)
 class _Stubs:
     """A channel and one stub per service on it, made together on first use. A stub builds a
-    callable for every method of its service: 7 us for AllocationService's, which a stub made
-    per call paid on every call."""
+    callable for every method of its service, a cost that a stub made per call would pay on
+    every call."""
 
     channel: grpc.aio.Channel
     # The loop the channel was made on, the only one it works on.

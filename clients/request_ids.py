@@ -2,9 +2,9 @@
 
 A UUIDv7 starts with the time in milliseconds and ends with 74 random bits. It is as unique
 and as unguessable as a UUID4 for idempotency, and ids made later sort later, so the server's
-idempotency-key index takes each new key at its right edge instead of on a random page (on
-SQLite the key's insert went from 10 to 8 us and its lookup from 7 to 5 us,
-docs/performance.md). Python has ``uuid.uuid7`` only from 3.14.
+idempotency-key index takes each new key at its right edge instead of on a random page, which
+makes the key's insert and lookup cheaper (docs/performance.md). Python has ``uuid.uuid7`` only
+from 3.14.
 """
 
 from __future__ import annotations

@@ -9,33 +9,16 @@ async client (deadlines, retries, automatic request ids, error types), except th
 from __future__ import annotations
 
 import asyncio
+import functools
 import threading
 import weakref
-from collections.abc import Callable, Coroutine, Iterator, Sequence
-from datetime import timedelta
-from typing import Any, TypeVar
+from collections.abc import AsyncIterator, Callable, Coroutine, Generator
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
-from clients import billing, instants, metrics, models
-from clients.async_client import (
-    DEFAULT_MAX_RECEIVE_BYTES,
-    DEFAULT_TIMEOUT,
-    AsyncClient,
-    CreatedTenant,
-    RetryPolicy,
-    next_page_token,
-)
+from clients.async_client import DEFAULT_MAX_RECEIVE_BYTES, DEFAULT_TIMEOUT, AsyncClient, RetryPolicy
 
 T = TypeVar("T")
-
-
-def _pages(fetch: Callable[[str], models.Page[T]], token: str) -> Iterator[models.Page[T]]:
-    """Every page of a listing, from ``token``'s on ("" for the first)."""
-    while True:
-        page = fetch(token)
-        yield page
-        token = next_page_token(page, token)
-        if not token:
-            return
+P = ParamSpec("P")
 
 
 def _run_loop(loop: asyncio.AbstractEventLoop) -> None:
@@ -77,6 +60,52 @@ def _stop(loop: asyncio.AbstractEventLoop, thread: threading.Thread, client: Asy
         finally:
             loop.call_soon_threadsafe(loop.stop)
             thread.join()
+
+
+def _blocking(
+    method: Callable[Concatenate[AsyncClient, P], Coroutine[Any, Any, T]],
+) -> Callable[Concatenate[Client, P], T]:
+    """``Client``'s form of an ``AsyncClient`` method: the same call, awaited on the client's loop."""
+
+    def call(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return self._run(method(self._async, *args, **kwargs))
+
+    functools.update_wrapper(call, method)
+    return call
+
+
+def _blocking_iter(
+    method: Callable[Concatenate[AsyncClient, P], AsyncIterator[T]],
+) -> Callable[Concatenate[Client, P], Generator[T, None, None]]:
+    """``Client``'s form of an ``AsyncClient`` iterator: each item fetched on the client's loop,
+    and the listing closed there when the caller stops early."""
+
+    def iterate(self: Client, /, *args: P.args, **kwargs: P.kwargs) -> Generator[T, None, None]:
+        items = method(self._async, *args, **kwargs)
+        try:
+            while True:
+                try:
+                    yield self._run(_next(items))
+                except StopAsyncIteration:
+                    return
+        finally:
+            if not self._loop.is_closed():
+                self._run(_close(items))
+
+    functools.update_wrapper(iterate, method)
+    return iterate
+
+
+async def _next(items: AsyncIterator[T]) -> T:
+    """The next item of ``items`` (StopAsyncIteration after the last)."""
+    return await anext(items)
+
+
+async def _close(items: AsyncIterator[Any]) -> None:
+    """Close ``items`` if it is an async generator (what AsyncClient's listings are)."""
+    close = getattr(items, "aclose", None)
+    if close is not None:
+        await close()
 
 
 class Client:
@@ -130,363 +159,47 @@ class Client:
         """Close the client."""
         self.close()
 
-    def create_tenant(self, tenant_id: str, display_name: str = "", *, timeout: float | None = None) -> CreatedTenant:
-        """Create a tenant and its first API token (operators). Not retried; a taken id is ``AlreadyExistsError``."""
-        return self._run(self._async.create_tenant(tenant_id, display_name, timeout=timeout))
+    # Each method is AsyncClient's, run on the client's loop: one signature, one docstring and
+    # one behaviour for both clients, written once.
 
-    def get_tenant(self, tenant_id: str, *, timeout: float | None = None) -> models.Tenant:
-        """The tenant ``tenant_id``. A tenant may read only itself: any other id is ``NotFoundError``."""
-        return self._run(self._async.get_tenant(tenant_id, timeout=timeout))
+    create_tenant = _blocking(AsyncClient.create_tenant)
+    get_tenant = _blocking(AsyncClient.get_tenant)
+    list_tenants = _blocking(AsyncClient.list_tenants)
+    create_tenant_token = _blocking(AsyncClient.create_tenant_token)
+    create_agent_token = _blocking(AsyncClient.create_agent_token)
+    create_operator_token = _blocking(AsyncClient.create_operator_token)
+    list_tokens = _blocking(AsyncClient.list_tokens)
+    iter_tokens = _blocking_iter(AsyncClient.iter_tokens)
+    revoke_token = _blocking(AsyncClient.revoke_token)
 
-    def list_tenants(
-        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
-    ) -> models.Page[models.Tenant]:
-        """One page of every tenant, ordered by id (operators)."""
-        return self._run(self._async.list_tenants(page_size=page_size, page_token=page_token, timeout=timeout))
+    register_node = _blocking(AsyncClient.register_node)
+    get_node = _blocking(AsyncClient.get_node)
+    list_nodes = _blocking(AsyncClient.list_nodes)
+    complete_burn_in = _blocking(AsyncClient.complete_burn_in)
+    cordon_node = _blocking(AsyncClient.cordon_node)
+    uncordon_node = _blocking(AsyncClient.uncordon_node)
+    drain_node = _blocking(AsyncClient.drain_node)
+    start_repair = _blocking(AsyncClient.start_repair)
+    return_to_service = _blocking(AsyncClient.return_to_service)
+    retire_node = _blocking(AsyncClient.retire_node)
+    list_node_events = _blocking(AsyncClient.list_node_events)
 
-    def create_tenant_token(self, tenant_id: str, *, timeout: float | None = None) -> models.CreatedToken:
-        """Issue another API token for a tenant, for rotation (operators); old tokens stay valid until revoked
-        (``list_tokens(tenant_id=...)`` shows their ids). Not retried."""
-        return self._run(self._async.create_tenant_token(tenant_id, timeout=timeout))
+    create_allocation = _blocking(AsyncClient.create_allocation)
+    get_allocation = _blocking(AsyncClient.get_allocation)
+    list_allocations = _blocking(AsyncClient.list_allocations)
+    iter_allocations = _blocking_iter(AsyncClient.iter_allocations)
+    cancel_allocation = _blocking(AsyncClient.cancel_allocation)
 
-    def create_agent_token(self, node_id: str, *, timeout: float | None = None) -> models.CreatedToken:
-        """Mint an agent token bound to ``node_id`` (operators), shown only once; the node need not be registered
-        yet. Not retried."""
-        return self._run(self._async.create_agent_token(node_id, timeout=timeout))
+    get_operation = _blocking(AsyncClient.get_operation)
+    wait_operation = _blocking(AsyncClient.wait_operation)
+    list_operations = _blocking(AsyncClient.list_operations)
+    delete_operation = _blocking(AsyncClient.delete_operation)
 
-    def create_operator_token(self, *, timeout: float | None = None) -> models.CreatedToken:
-        """Mint another operator token (operators), shown only once, for rotation. Not retried."""
-        return self._run(self._async.create_operator_token(timeout=timeout))
+    write_samples = _blocking(AsyncClient.write_samples)
+    query_metrics = _blocking(AsyncClient.query_metrics)
+    query_metrics_range = _blocking(AsyncClient.query_metrics_range)
 
-    def list_tokens(
-        self,
-        *,
-        tenant_id: str = "",
-        node_id: str = "",
-        role: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> models.Page[models.ApiToken]:
-        """One page of API tokens, newest first, never with their secrets (operators); ``tenant_id``, ``node_id``
-        and ``role`` filter it."""
-        return self._run(
-            self._async.list_tokens(
-                tenant_id=tenant_id,
-                node_id=node_id,
-                role=role,
-                page_size=page_size,
-                page_token=page_token,
-                timeout=timeout,
-            )
-        )
-
-    def iter_tokens(
-        self,
-        *,
-        tenant_id: str = "",
-        node_id: str = "",
-        role: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> Iterator[models.ApiToken]:
-        """Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
-        on when one is given. ``timeout`` bounds each page's call."""
-        for page in _pages(
-            lambda token: self.list_tokens(
-                tenant_id=tenant_id,
-                node_id=node_id,
-                role=role,
-                page_size=page_size,
-                page_token=token,
-                timeout=timeout,
-            ),
-            page_token,
-        ):
-            yield from page
-
-    def revoke_token(self, token_id: str, *, timeout: float | None = None) -> models.ApiToken:
-        """Revoke a token (operators); idempotent, so retried. The last operator token that is not revoked is
-        ``FailedPreconditionError``."""
-        return self._run(self._async.revoke_token(token_id, timeout=timeout))
-
-    def register_node(
-        self,
-        node_id: str,
-        *,
-        gpu_model: str,
-        gpu_uuids: Sequence[str],
-        zone: str,
-        rack: str,
-        leaf_switch: str,
-        timeout: float | None = None,
-    ) -> models.Node:
-        """Register a node whose GPUs are ``gpu_uuids`` in index order. Safe to repeat."""
-        return self._run(
-            self._async.register_node(
-                node_id,
-                gpu_model=gpu_model,
-                gpu_uuids=gpu_uuids,
-                zone=zone,
-                rack=rack,
-                leaf_switch=leaf_switch,
-                timeout=timeout,
-            )
-        )
-
-    def get_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
-        """The node ``node_id`` (operators and agents; an agent reading another node is ``PermissionDeniedError``)."""
-        return self._run(self._async.get_node(node_id, timeout=timeout))
-
-    def list_nodes(
-        self,
-        *,
-        state: str | None = None,
-        gpu_model: str | None = None,
-        zone: str = "",
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> models.Page[models.Node]:
-        """One page of the fleet, ordered by node id (operators). ``state``, ``gpu_model`` and ``zone`` filter it."""
-        return self._run(
-            self._async.list_nodes(
-                state=state,
-                gpu_model=gpu_model,
-                zone=zone,
-                page_size=page_size,
-                page_token=page_token,
-                timeout=timeout,
-            )
-        )
-
-    def complete_burn_in(
-        self, node_id: str, *, passed: bool = True, detail: str = "", timeout: float | None = None
-    ) -> models.Node:
-        """Record a burn-in result: passed -> READY, failed -> QUARANTINED. Not retried."""
-        return self._run(self._async.complete_burn_in(node_id, passed=passed, detail=detail, timeout=timeout))
-
-    def cordon_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
-        """Stop new placements on the node without changing its state (operators). Idempotent, so retried."""
-        return self._run(self._async.cordon_node(node_id, reason, timeout=timeout))
-
-    def uncordon_node(self, node_id: str, *, timeout: float | None = None) -> models.Node:
-        """Let placement pick the node again and clear its status reason (operators). Idempotent, so retried."""
-        return self._run(self._async.uncordon_node(node_id, timeout=timeout))
-
-    def drain_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
-        """Take the node out of service and cordon it (operators); a held node drains until released. Not retried."""
-        return self._run(self._async.drain_node(node_id, reason, timeout=timeout))
-
-    def start_repair(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
-        """Move a QUARANTINED node to REPAIR (operators). Not retried; other states are ``FailedPreconditionError``."""
-        return self._run(self._async.start_repair(node_id, reason, timeout=timeout))
-
-    def return_to_service(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
-        """Send a QUARANTINED or REPAIR node back to BURN_IN, uncordoned (operators). Not retried."""
-        return self._run(self._async.return_to_service(node_id, reason, timeout=timeout))
-
-    def retire_node(self, node_id: str, reason: str = "", *, timeout: float | None = None) -> models.Node:
-        """Retire a REGISTERED, QUARANTINED or REPAIR node for good (operators). Not retried."""
-        return self._run(self._async.retire_node(node_id, reason, timeout=timeout))
-
-    def list_node_events(
-        self, node_id: str, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
-    ) -> models.Page[models.NodeEvent]:
-        """One page of a node's recorded state changes, oldest first."""
-        return self._run(
-            self._async.list_node_events(node_id, page_size=page_size, page_token=page_token, timeout=timeout)
-        )
-
-    def create_allocation(
-        self,
-        *,
-        gpu_model: str,
-        node_count: int,
-        tenant_id: str = "",
-        request_id: str | None = None,
-        timeout: float | None = None,
-    ) -> models.CreatedAllocation:
-        """Allocate ``node_count`` whole nodes, all or nothing; retried under one ``request_id`` (made if not
-        given; ``replayed`` says the server answered from an earlier call's record); ``timeout`` bounds the
-        whole call, retries included. Its errors carry the key as ``.request_id``:
-        after ``DeadlineExceededError`` or ``UnavailableError``, call again with ``request_id=error.request_id``."""
-        return self._run(
-            self._async.create_allocation(
-                gpu_model=gpu_model, node_count=node_count, tenant_id=tenant_id, request_id=request_id, timeout=timeout
-            )
-        )
-
-    def get_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Allocation:
-        """The allocation ``allocation_id``; another tenant's is ``NotFoundError``."""
-        return self._run(self._async.get_allocation(allocation_id, timeout=timeout))
-
-    def list_allocations(
-        self,
-        *,
-        tenant_id: str = "",
-        state: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> models.Page[models.Allocation]:
-        """One page of allocations, newest first; tenants see only their own, operators may filter by ``tenant_id``."""
-        return self._run(
-            self._async.list_allocations(
-                tenant_id=tenant_id, state=state, page_size=page_size, page_token=page_token, timeout=timeout
-            )
-        )
-
-    def iter_allocations(
-        self,
-        *,
-        tenant_id: str = "",
-        state: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> Iterator[models.Allocation]:
-        """Every allocation visible to the caller, newest first, fetching pages as needed; from
-        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call."""
-        for page in _pages(
-            lambda token: self.list_allocations(
-                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token, timeout=timeout
-            ),
-            page_token,
-        ):
-            yield from page
-
-    def cancel_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Operation:
-        """Accept a cancel; the returned operation finishes when every node is released."""
-        return self._run(self._async.cancel_allocation(allocation_id, timeout=timeout))
-
-    def get_operation(self, name: str, *, timeout: float | None = None) -> models.Operation:
-        """The operation ``name`` (``operations/<id>``), done or not; another tenant's is ``NotFoundError``."""
-        return self._run(self._async.get_operation(name, timeout=timeout))
-
-    def wait_operation(self, name: str, *, timeout: float = 60.0) -> models.Operation:
-        """Wait until the operation is done or ``timeout`` seconds pass (0 or more); check ``.done``."""
-        return self._run(self._async.wait_operation(name, timeout=timeout))
-
-    def list_operations(
-        self, *, page_size: int = 0, page_token: str = "", timeout: float | None = None
-    ) -> models.Page[models.Operation]:
-        """One page of the operations the caller may see, newest first."""
-        return self._run(self._async.list_operations(page_size=page_size, page_token=page_token, timeout=timeout))
-
-    def delete_operation(self, name: str, *, timeout: float | None = None) -> None:
-        """Forget a finished operation; one still running is ``FailedPreconditionError``."""
-        self._run(self._async.delete_operation(name, timeout=timeout))
-
-    def write_samples(
-        self,
-        nodes: Sequence[metrics.NodeSamples] = (),
-        series: Sequence[metrics.SeriesSamples] = (),
-        *,
-        timeout: float | None = None,
-    ) -> metrics.WriteResult:
-        """Write node pushes and columnar series in one all-or-nothing batch. Retried: repeats are not added twice."""
-        return self._run(self._async.write_samples(nodes, series, timeout=timeout))
-
-    def query_metrics(
-        self,
-        *,
-        start: instants.Instant,
-        end: instants.Instant,
-        node_ids: Sequence[str] = (),
-        gpu_indexes: Sequence[int] = (),
-        fields: Sequence[str] = (),
-        timeout: float | None = None,
-    ) -> metrics.MetricsResult:
-        """Raw samples in [start, end): datetimes (naive ones are UTC) or int ms since the epoch; empty lists match
-        all."""
-        return self._run(
-            self._async.query_metrics(
-                start=start, end=end, node_ids=node_ids, gpu_indexes=gpu_indexes, fields=fields, timeout=timeout
-            )
-        )
-
-    def query_metrics_range(
-        self,
-        *,
-        start: instants.Instant,
-        end: instants.Instant,
-        step: timedelta | int,
-        aggregation: str = "avg",
-        node_ids: Sequence[str] = (),
-        gpu_indexes: Sequence[int] = (),
-        fields: Sequence[str] = (),
-        timeout: float | None = None,
-    ) -> metrics.MetricsResult:
-        """One ``aggregation`` (avg, min, max, sum, count, last, rate) per ``step`` (ms if an int) in [start, end),
-        whose times are as for ``query_metrics``."""
-        return self._run(
-            self._async.query_metrics_range(
-                start=start,
-                end=end,
-                step=step,
-                aggregation=aggregation,
-                node_ids=node_ids,
-                gpu_indexes=gpu_indexes,
-                fields=fields,
-                timeout=timeout,
-            )
-        )
-
-    def get_invoice(self, period: str, *, tenant_id: str = "", timeout: float | None = None) -> billing.Invoice:
-        """The invoice for ``period`` (``YYYY-MM``, UTC); operators must name ``tenant_id``, tenants may omit it."""
-        return self._run(self._async.get_invoice(period, tenant_id=tenant_id, timeout=timeout))
-
-    def finalize_invoice(
-        self, period: str, *, tenant_id: str, timeout: float | None = None
-    ) -> billing.FinalizedInvoice:
-        """Freeze a tenant's invoice for an ended period (operators). Idempotent, so retried."""
-        return self._run(self._async.finalize_invoice(period, tenant_id=tenant_id, timeout=timeout))
-
-    def list_usage_events(
-        self,
-        *,
-        tenant_id: str = "",
-        start_time: instants.Instant | None = None,
-        end_time: instants.Instant | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> models.Page[billing.UsageEvent]:
-        """One page of the usage-event log, oldest first; ``[start_time, end_time)`` if given, as datetimes (naive
-        ones are UTC) or int ms since the epoch."""
-        return self._run(
-            self._async.list_usage_events(
-                tenant_id=tenant_id,
-                start_time=start_time,
-                end_time=end_time,
-                page_size=page_size,
-                page_token=page_token,
-                timeout=timeout,
-            )
-        )
-
-    def iter_usage_events(
-        self,
-        *,
-        tenant_id: str = "",
-        start_time: instants.Instant | None = None,
-        end_time: instants.Instant | None = None,
-        page_size: int = 0,
-        timeout: float | None = None,
-    ) -> Iterator[billing.UsageEvent]:
-        """Every usage event the caller sees in the window, oldest first, page by page; ``timeout`` bounds each
-        page's call."""
-        for page in _pages(
-            lambda token: self.list_usage_events(
-                tenant_id=tenant_id,
-                start_time=start_time,
-                end_time=end_time,
-                page_size=page_size,
-                page_token=token,
-                timeout=timeout,
-            ),
-            "",
-        ):
-            yield from page
+    get_invoice = _blocking(AsyncClient.get_invoice)
+    finalize_invoice = _blocking(AsyncClient.finalize_invoice)
+    list_usage_events = _blocking(AsyncClient.list_usage_events)
+    iter_usage_events = _blocking_iter(AsyncClient.iter_usage_events)

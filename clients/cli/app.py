@@ -11,10 +11,13 @@ from typing import Annotated, Any
 
 import typer
 
+from clients.cli import allocations as allocations_verbs
 from clients.cli import billing as billing_verbs
 from clients.cli import metrics as metrics_verbs
+from clients.cli import nodes as nodes_verbs
+from clients.cli import operations as operations_verbs
+from clients.cli import tenants as tenants_verbs
 from clients.cli import tokens as tokens_verbs
-from clients.cli import verbs
 from clients.cli.context import DEFAULT_ADDR, Connection
 from clients.cli.times import INSTANT_FORMS
 from services.log_config import LogFormat, LogLevel
@@ -29,11 +32,11 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-app.add_typer(verbs.tenants, name="tenants")
+app.add_typer(tenants_verbs.tenants, name="tenants")
 app.add_typer(tokens_verbs.tokens, name="tokens")
-app.add_typer(verbs.nodes, name="nodes")
-app.add_typer(verbs.allocations, name="allocations")
-app.add_typer(verbs.operations, name="operations")
+app.add_typer(nodes_verbs.nodes, name="nodes")
+app.add_typer(allocations_verbs.allocations, name="allocations")
+app.add_typer(operations_verbs.operations, name="operations")
 app.add_typer(billing_verbs.usage, name="usage")
 app.add_typer(metrics_verbs.metrics, name="metrics")
 

@@ -1,17 +1,22 @@
-"""Connection settings shared by every client verb, and the error handling around a call."""
+"""Connection settings shared by every client verb, the error handling around a call, and the
+exit codes: 1 for an error, 2 for a usage error (with the option checks made before any call), 3
+for an operation not done within the wait."""
 
 from __future__ import annotations
 
 import asyncio
+import math
 import re
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import NoReturn, TypeVar
 
 import grpc
 import typer
+from rich.text import Text
 
+from clients import models
 from clients.async_client import AsyncClient, RetryPolicy
 from clients.cli import render
 from clients.errors import GpucloudError, InvalidValueError
@@ -122,6 +127,8 @@ def is_address(address: str) -> bool:
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
+# An operation waited for did not finish within the wait (``operations wait``, ``cancel --wait``).
+EXIT_NOT_DONE = 3
 # What the server's validation says of a field that must have a value (services/validation.py).
 REQUIRED = "is required"
 
@@ -245,3 +252,21 @@ def refuse_unwritable_path(option: str, path: Path) -> None:
     if problem is not None:
         render.fail(f"{option} {path}: {problem}")
         raise typer.Exit(EXIT_USAGE)
+
+
+def check_wait_timeout(timeout: float) -> None:
+    """Exit 2 unless ``--timeout`` is a finite number of seconds, 0 or more: the option's ``min=0``
+    lets inf through (and nan, in some typer versions). Checked before the command does anything:
+    a cancel carried out stands, whatever the wait then says."""
+    if not (math.isfinite(timeout) and timeout >= 0):
+        render.fail(f"--timeout {timeout}: must be a finite number of seconds, 0 or more")
+        raise typer.Exit(EXIT_USAGE)
+
+
+def exit_not_done(operation: models.Operation, timeout: float) -> NoReturn:
+    """Exit 3, saying why on stderr (the output above is the operation as it stands)."""
+    render.errors.print(
+        Text(f"not done after {timeout:g} s; wait again with: gpucloud operations wait {operation.name}"),
+        soft_wrap=True,
+    )
+    raise typer.Exit(EXIT_NOT_DONE)

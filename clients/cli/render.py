@@ -41,6 +41,18 @@ def print_json(value: Any) -> None:
     print(json.dumps(_jsonable(value), indent=2))
 
 
+def show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
+    """Print one page of a listing: as JSON (items and the next page token), or as the table
+    with a line naming the --page-token of the next page."""
+    if json_out:
+        print_json({"items": page.items, "next_page_token": page.next_page_token})
+        return
+    console.print(as_table)
+    if page.next_page_token:
+        # Unwrapped, however narrow the terminal: a token folded over lines cannot be pasted back.
+        console.print(f"[dim]more: --page-token {page.next_page_token}[/dim]", soft_wrap=True)
+
+
 def when(value: datetime | None) -> str:
     """``2026-11-03 14:05:00`` in UTC, or "-" for None. An aware datetime in another zone is
     converted first (every time the CLI shows is read as UTC); a naive one is shown as it is."""

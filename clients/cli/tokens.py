@@ -12,7 +12,7 @@ from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.context import call
-from clients.cli.verbs import AllPages, JsonFlag, PageSize, PageToken, show_page
+from clients.cli.options import AllPages, JsonFlag, PageSize, PageToken
 
 tokens = typer.Typer(
     help="API tokens: mint agent and operator tokens, list and revoke tokens (operator).", no_args_is_help=True
@@ -60,7 +60,7 @@ def tokens_list(
         return models.Page([t async for t in pages], "")
 
     page = call(ctx, fetch)
-    show_page(page, json_out, tokens_table(page.items))
+    render.show_page(page, json_out, tokens_table(page.items))
 
 
 @tokens.command("create-agent")

@@ -249,7 +249,8 @@ def test_every_method_of_both_clients_takes_a_timeout_with_the_same_signature() 
         if name == "close":
             continue
         timeout = signature.parameters.get("timeout")
-        assert timeout is not None and timeout.kind is inspect.Parameter.KEYWORD_ONLY, name
+        assert timeout is not None, name
+        assert timeout.kind is inspect.Parameter.KEYWORD_ONLY, name
         if name in sync_methods:
             assert list(sync_methods[name].parameters.values()) == list(signature.parameters.values()), name
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC
 
 import pytest
@@ -44,7 +45,7 @@ def test_enum_numbers_read_as_names_and_unknown_ones_say_so() -> None:
 )
 def test_an_out_of_range_timestamp_is_refused_as_protobuf_refuses_it(seconds: int, nanos: int) -> None:
     message = allocation_pb2.Allocation(create_time=Timestamp(seconds=seconds, nanos=nanos))
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"^Timestamp is not valid") as by_protobuf:
         message.create_time.ToDatetime(tzinfo=UTC)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=f"^{re.escape(str(by_protobuf.value))}$"):
         convert.optional_time(message, "create_time")

@@ -59,3 +59,28 @@ async def test_blocking_client_round_trip(control_plane: RunningControlPlane, op
     for node_id in result.created.node_ids:
         node = await operator.get_node(node_id)
         assert (node.state, node.allocation_id) == ("READY", None)
+
+
+def first_then_stop(address: str, token: str) -> tuple[Allocation, list[Allocation]]:
+    """Take one allocation of a three-page listing and stop; then list them all again."""
+    with Client(address, token, timeout=15) as client:
+        listing = client.iter_allocations(page_size=1)
+        first = next(listing)
+        listing.close()  # stopped early: the listing is closed on the client's loop
+        return first, list(client.iter_allocations(page_size=1))
+
+
+async def test_a_listing_stopped_early_is_closed_and_the_client_goes_on(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """Stopping a blocking listing after its first item leaves the client usable, and a new
+    listing walks every page."""
+    await register_ready_nodes(operator, 3)
+    token = (await operator.create_tenant("acme")).token
+    async with AsyncClient(control_plane.address, token) as tenant:
+        made = [(await tenant.create_allocation(gpu_model="H100", node_count=1)).allocation_id for _ in range(3)]
+
+    first, everything = await asyncio.to_thread(first_then_stop, control_plane.address, token)
+
+    assert first.allocation_id == made[-1]  # newest first
+    assert [a.allocation_id for a in everything] == made[::-1]

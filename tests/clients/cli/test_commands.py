@@ -10,6 +10,10 @@ import re
 from pathlib import Path
 from typing import Any
 
+import typer
+from typer.core import TyperGroup
+
+from clients.cli.app import app
 from tests.clients.cli.test_connection import gpucloud
 from tests.conftest import RunningControlPlane, gpucloud_command, register_ready_nodes, running_control_plane
 
@@ -106,3 +110,42 @@ async def test_finalize_as_json_says_whether_this_call_froze_the_invoice(control
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *finalize[:-2], "--json")
     assert code == 0, output
     assert "newly_finalized" not in document(output)  # only --finalize says what it did
+
+
+def test_every_listing_takes_json() -> None:
+    """Each ``list`` and ``events`` command of every resource can print its page as JSON."""
+    root = typer.main.get_command(app)
+    assert isinstance(root, TyperGroup)
+    listings = {}
+    for group_name, group in root.commands.items():
+        for name, command in getattr(group, "commands", {}).items():
+            if name in ("list", "events"):
+                listings[f"{group_name} {name}"] = {opt for param in command.params for opt in param.opts}
+    assert set(listings) >= {
+        "tenants list",
+        "tokens list",
+        "nodes list",
+        "nodes events",
+        "allocations list",
+        "operations list",
+    }
+    assert [listing for listing, options in listings.items() if "--json" not in options] == []
+
+
+async def test_node_events_and_operations_list_as_json(control_plane: RunningControlPlane) -> None:
+    """``--json`` prints the page as one document: its items and the next page's token."""
+    allocation_id = await allocate(control_plane)
+    async with control_plane.client() as operator:
+        node_id = (await operator.get_allocation(allocation_id)).node_ids[0]
+        await operator.cancel_allocation(allocation_id)
+    events = ["nodes", "events", node_id, "--page-size", "1", "--json"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *events)
+    assert code == 0, output
+    page = document(output)
+    assert len(page["items"]) == 1
+    assert page["next_page_token"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "operations", "list", "--json")
+    assert code == 0, output
+    page = document(output)
+    assert [operation["allocation_id"] for operation in page["items"]] == [allocation_id]
+    assert page["next_page_token"] == ""

@@ -1,0 +1,115 @@
+"""``gpucloud nodes ...``: register nodes, inspect them and their events, and move them through
+their lifecycle: cordon, drain, burn-in, repair, retire (operator)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Annotated
+
+import typer
+
+from clients import models
+from clients.async_client import AsyncClient
+from clients.cli import render
+from clients.cli.context import call
+from clients.cli.options import JsonFlag, PageSize, PageToken
+
+nodes = typer.Typer(help="The fleet: register, inspect and change node lifecycle (operator).", no_args_is_help=True)
+
+
+@nodes.command("register")
+def nodes_register(
+    ctx: typer.Context,
+    node_id: str,
+    gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
+    zone: Annotated[str, typer.Option()],
+    rack: Annotated[str, typer.Option()],
+    leaf_switch: Annotated[str, typer.Option()],
+    gpu_uuid: Annotated[list[str], typer.Option(help="Repeat 8 times, in index order.")],
+    json_out: JsonFlag = False,
+) -> None:
+    """Register a node with its 8 GPUs; it enters burn-in."""
+    node = call(
+        ctx,
+        lambda c: c.register_node(
+            node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuid, zone=zone, rack=rack, leaf_switch=leaf_switch
+        ),
+    )
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Registered"))
+
+
+@nodes.command("list")
+def nodes_list(
+    ctx: typer.Context,
+    state: Annotated[str | None, typer.Option(help="Only nodes in this state, e.g. READY.")] = None,
+    gpu_model: Annotated[str | None, typer.Option(help="Only this GPU model.")] = None,
+    zone: Annotated[str, typer.Option(help="Only this zone.")] = "",
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """List nodes, ordered by id."""
+    page = call(
+        ctx,
+        lambda c: c.list_nodes(state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token),
+    )
+    render.show_page(page, json_out, render.nodes_table(page.items))
+
+
+@nodes.command("get")
+def nodes_get(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+    """Show one node."""
+    node = call(ctx, lambda c: c.get_node(node_id))
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Node"))
+
+
+@nodes.command("events")
+def nodes_events(
+    ctx: typer.Context, node_id: str, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
+) -> None:
+    """Why a node is in its state: its recorded changes, oldest first."""
+    page = call(ctx, lambda c: c.list_node_events(node_id, page_size=page_size, page_token=page_token))
+    render.show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
+
+
+Reason = Annotated[str, typer.Option(help="Recorded with the change.")]
+
+
+def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -> None:
+    """Register ``gpucloud nodes <name>``, calling ``AsyncClient.<method>``; with ``--reason``
+    only where the request carries one (uncordon's does not)."""
+
+    def show(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[models.Node]], json_out: bool) -> None:
+        node = call(ctx, action)
+        render.print_json(node) if json_out else render.console.print(render.nodes_table([node], name))
+
+    def with_reason(ctx: typer.Context, node_id: str, reason: Reason = "", json_out: JsonFlag = False) -> None:
+        show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out)
+
+    def without_reason(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
+        show(ctx, lambda client: getattr(client, method)(node_id), json_out)
+
+    verb: Callable[..., None] = with_reason if takes_reason else without_reason
+    verb.__doc__ = doc
+    nodes.command(name)(verb)
+
+
+_node_verb("cordon", "Stop new placements on a node (state unchanged).", "cordon_node")
+_node_verb("uncordon", "Allow placements on a node again.", "uncordon_node", takes_reason=False)
+_node_verb("drain", "Take a node out of service (allocated nodes drain first).", "drain_node")
+_node_verb("repair", "QUARANTINED -> REPAIR.", "start_repair")
+_node_verb("return", "QUARANTINED or REPAIR -> BURN_IN.", "return_to_service")
+_node_verb("retire", "Retire a node for good.", "retire_node")
+
+
+@nodes.command("burn-in")
+def nodes_burn_in(
+    ctx: typer.Context,
+    node_id: str,
+    failed: Annotated[bool, typer.Option("--failed", help="Record a failure (node is quarantined).")] = False,
+    detail: Annotated[str, typer.Option()] = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """Record a burn-in result: passed -> READY, --failed -> QUARANTINED."""
+    node = call(ctx, lambda c: c.complete_burn_in(node_id, passed=not failed, detail=detail))
+    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Burn-in recorded"))

@@ -1,0 +1,50 @@
+"""``gpucloud operations ...``: show, list and wait for the long-running operations (a cancel's
+release of its nodes)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from clients.cli import render
+from clients.cli.context import call, check_wait_timeout, exit_not_done
+from clients.cli.options import JsonFlag, PageSize, PageToken
+
+operations = typer.Typer(help="Long-running operations.", no_args_is_help=True)
+
+
+@operations.command("get")
+def operations_get(ctx: typer.Context, name: str, json_out: JsonFlag = False) -> None:
+    """Show one operation (operations/<id>)."""
+    operation = call(ctx, lambda c: c.get_operation(name))
+    render.print_json(operation) if json_out else render.console.print(
+        render.operations_table([operation], "Operation")
+    )
+
+
+@operations.command("wait")
+def operations_wait(
+    ctx: typer.Context,
+    name: str,
+    timeout: Annotated[float, typer.Option(min=0, help="Seconds to wait at most.")] = 60.0,
+    json_out: JsonFlag = False,
+) -> None:
+    """Wait for an operation to finish; exit code 3 if it did not within the timeout."""
+    check_wait_timeout(timeout)
+    with render.console.status(f"waiting for {name}..."):
+        operation = call(ctx, lambda c: c.wait_operation(name, timeout=timeout))
+    render.print_json(operation) if json_out else render.console.print(
+        render.operations_table([operation], "Operation")
+    )
+    if not operation.done:
+        exit_not_done(operation, timeout)
+
+
+@operations.command("list")
+def operations_list(
+    ctx: typer.Context, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
+) -> None:
+    """List operations, newest first."""
+    page = call(ctx, lambda c: c.list_operations(page_size=page_size, page_token=page_token))
+    render.show_page(page, json_out, render.operations_table(page.items))
