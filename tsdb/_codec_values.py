@@ -471,6 +471,22 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
         joined = np.frombuffer(_join_planes(content, offset, n, 8, 0, stop), dtype=_LE_U64)
         result: F64 = np.bitwise_xor.accumulate(joined)[start:].view(np.float64)
         return result
+    ints = _decimal_row_ints(content, descriptor, offset, param_offset, n, start, stop)
+    # int64 -> float64, then / 10**k: the very operations the encoder checked the values against.
+    out: F64 = np.divide(ints.view(np.int64), POW10[k]) if k else ints.view(np.int64).astype(np.float64)
+    if kind == PATCHED:
+        exceptions = _read_exceptions(content, 8 * layout.params_count + layout.payload_size, layout.patched, n)
+        rows_of, positions, values = exceptions
+        mine = (rows_of == row) & (positions >= start) & (positions < stop)
+        out.view(np.uint64)[positions[mine] - start] = values[mine]
+    return out
+
+
+def _decimal_row_ints(
+    content: bytes, descriptor: int, offset: int, param_offset: int, n: int, start: int, stop: int
+) -> U64:
+    """The integers start..stop of a DECIMAL or PATCHED row (its values times 10**k, before any
+    exception), from its residuals at `offset` and its parameters at `param_offset` in `content`."""
     order, code, shuffle = (descriptor >> 2) & 3, (descriptor >> 4) & 7, descriptor & _SHUFFLE
     width = WIDTHS[code]
     params = struct.unpack_from(f"<{order + 1}Q", content, param_offset)
@@ -487,23 +503,15 @@ def decode_value_row(blob: bytes | memoryview, row: int, start: int = 0, stop: i
         residual = np.frombuffer(_join_planes(content, offset, n - order, width, first, upto), dtype=width_dtype(width))
     # The same wrapping uint64 sums as integrate(): prefix sums of a prefix are exact.
     if order == 0:
-        ints = np.add(residual, params[0], dtype=np.uint64)
-    else:
-        ints = np.empty(max(stop, order), dtype=np.uint64)
-        np.add(residual, params[order], out=ints[order:], dtype=np.uint64)
-        for stage in range(order - 1, -1, -1):
-            ints[stage] = params[stage]
-            tail = ints[stage:]
-            np.cumsum(tail, out=tail)
-        ints = ints[start:stop]
-    # int64 -> float64, then / 10**k: the very operations the encoder checked the values against.
-    out: F64 = np.divide(ints.view(np.int64), POW10[k]) if k else ints.view(np.int64).astype(np.float64)
-    if kind == PATCHED:
-        exceptions = _read_exceptions(content, 8 * layout.params_count + layout.payload_size, layout.patched, n)
-        rows_of, positions, values = exceptions
-        mine = (rows_of == row) & (positions >= start) & (positions < stop)
-        out.view(np.uint64)[positions[mine] - start] = values[mine]
-    return out
+        shifted: U64 = np.add(residual, params[0], dtype=np.uint64)
+        return shifted
+    ints = np.empty(max(stop, order), dtype=np.uint64)
+    np.add(residual, params[order], out=ints[order:], dtype=np.uint64)
+    for stage in range(order - 1, -1, -1):
+        ints[stage] = params[stage]
+        tail = ints[stage:]
+        np.cumsum(tail, out=tail)
+    return ints[start:stop]
 
 
 def _join_planes(content: bytes, offset: int, length: int, width: int, first: int, upto: int) -> bytearray:

@@ -1,4 +1,4 @@
-"""Length + CRC32 record framing shared by the write-ahead log and the label catalog.
+"""Length + CRC32 record framing shared by the write-ahead log, the label catalog and the state file.
 
 A frame is ``length u32 | crc32(payload) u32 | payload`` (little-endian). Reading stops at the
 first frame that is torn (shorter than it claims) or whose CRC does not match: nothing after a bad

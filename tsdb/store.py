@@ -1,5 +1,9 @@
 """The Store: a directory holding a label catalog, a write-ahead log and sealed segment files.
 
+The Store opens and recovers the directory, takes appends and answers queries. Sealing the head
+into segments (tsdb.sealing), compaction (tsdb.compaction) and retention (tsdb.retention) each
+live in a module that states the order of its steps; tsdb.segment_files keeps the segment files.
+
 Layout of a store directory::
 
     LOCK                 flock'ed while a Store has the directory open
@@ -14,13 +18,13 @@ Durability: append returns after the batch is written to the WAL (it survives ki
 on) and is on disk after the next group-commit fsync (within fsync_interval_ms) or sync(). New
 series reach the catalog file before any WAL record names them, and the catalog is fsynced first.
 The state file is rewritten after a flush moves the sealed boundary and before any WAL file or
-segment is deleted, so what retention deleted is never replayed back, and no id that a segment or
-the WAL names is handed to a new series.
+segment is deleted (compaction aside: the file it writes carries what its inputs held), so what
+retention deleted is never replayed back, and no id that a segment or the WAL names is handed to
+a new series.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fcntl
 import itertools
 import os
@@ -35,13 +39,12 @@ import numpy as np
 import structlog
 from numpy.typing import ArrayLike, NDArray
 
-from tsdb import segment_format as fmt
-from tsdb._fs import fsync_dir, narrow_files, open_private, private_dir
+from tsdb import compaction, retention, sealing
+from tsdb._fs import narrow_files, open_private, private_dir
 from tsdb._int64 import INT64_MAX, INT64_MIN
 from tsdb.aggregate import Partials, needs
 from tsdb.catalog import Catalog, LabelKey, Selector
 from tsdb.errors import (
-    CorruptSegmentError,
     InvalidArgumentError,
     QueryTooLargeError,
     StateError,
@@ -49,13 +52,14 @@ from tsdb.errors import (
     StoreLockedError,
     TsdbError,
 )
-from tsdb.head import FastBatch, Head, Taken
+from tsdb.head import FastBatch, Head
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
-from tsdb.query import SampleBudget, join_parts, read_one, read_range, read_raw
-from tsdb.segment_reader import ReaderCache, SegmentReader
-from tsdb.segment_writer import Grouping, SeriesBatch, write_segment
+from tsdb.query import SampleBudget, read_one, read_range, read_raw
+from tsdb.segment_files import SegmentFiles
+from tsdb.segment_reader import ReaderCache
+from tsdb.segment_writer import Grouping
 from tsdb.state import StoreState, read_state, write_state
 from tsdb.wal import Wal, encode_sids
 
@@ -73,8 +77,10 @@ log = structlog.get_logger("tsdb")
 # Batches of at most this many ids are remembered once validated, up to this many distinct ones.
 _KNOWN_BATCH_MAX = 1024
 _KNOWN_BATCHES = 4096
-# A flush starts a new WAL file once the active one holds this much.
-WAL_ROTATE_BYTES = 1 << 20
+_NO_SIDS: I64 = np.empty(0, dtype=np.int64)
+_NO_VALUES: F64 = np.empty(0, dtype=np.float64)
+_NO_SIDS.setflags(write=False)
+_NO_VALUES.setflags(write=False)
 
 
 @dataclass(slots=True, frozen=True)
@@ -83,6 +89,26 @@ class _KnownBatch:
 
     sid_part: bytes
     fast: FastBatch
+
+
+def _sample_arrays(sids: ArrayLike, values: ArrayLike) -> tuple[I64, F64]:
+    """A batch's ids and values as flat int64 and float64 arrays of one length (empty ones for an
+    empty batch, whatever its dtypes); InvalidArgumentError when they cannot be."""
+    sid_arr = np.asarray(sids)
+    if sid_arr.dtype != np.int64:
+        if sid_arr.size == 0 and np.asarray(values).size == 0:
+            return _NO_SIDS, _NO_VALUES
+        if sid_arr.dtype.kind not in "iu":
+            raise InvalidArgumentError(f"sids must be integers, got {sid_arr.dtype}")
+        sid_arr = sid_arr.astype(np.int64)
+    if sid_arr.ndim != 1:
+        sid_arr = sid_arr.reshape(-1)
+    vals = np.asarray(values, dtype=np.float64)
+    if vals.ndim != 1:
+        vals = vals.reshape(-1)
+    if vals.size != sid_arr.size:
+        raise InvalidArgumentError(f"{sid_arr.size} sids but {vals.size} values")
+    return sid_arr, vals
 
 
 class Store:
@@ -99,11 +125,13 @@ class Store:
         self.catalog: Catalog
         self.head: Head
         self.manifest: Manifest
+        self._files: SegmentFiles
+        self._grouping: Grouping
         self._wal: Wal
-        self._seq = 1
+        self._sealer: sealing.Sealer
         self._known_batches: dict[bytes, _KnownBatch] = {}
         self._next_cut = INT64_MIN
-        # What state.tss holds (None: not written yet in this session).
+        # What state.tss holds (None: there was none at open, and none has been written since).
         self._state: StoreState | None = None
         # The series an append_labelled in progress would create, under ids len(catalog) on.
         self._pending: Sequence[LabelKey] = ()
@@ -175,13 +203,10 @@ class Store:
         narrowed = sum(narrow_files(d) for d in (self.path, self._segment_dir, self.path / "wal"))
         if narrowed:
             log.warning("tsdb_file_modes_narrowed", path=str(self.path), files=narrowed, mode="0600")
-        for leftover in self._segment_dir.glob(f"*{fmt.TMP_SUFFIX}"):
-            # A segment write that never reached its rename: the data is still in the WAL.
-            leftover.unlink()
-        segments = self._scan_segments()
-        self.manifest = Manifest(segments)
-        self._seq = self.manifest.next_seq()
+        self._files = SegmentFiles.open(self._segment_dir, self._readers, self.options)
+        self.manifest = self._files.manifest
         self.catalog, catalog_load = Catalog.open(self.path / "catalog.tsc")
+        self._grouping = Grouping(partition=self.catalog.partition_key, order=self.catalog.order_key)
         reasons = [f"catalog: {catalog_load.reason}"] if catalog_load.reason else []
         try:
             stored = read_state(self.path)
@@ -190,12 +215,12 @@ class Store:
             reasons.append(f"state: {exc}")
             stored = None
         self.head = Head(ooo_window_ms=self.options.ooo_window_ms, describe=self._describe)
-        self.head.boundary = max(self._sealed_boundary(segments), stored.sealed_until if stored else INT64_MIN)
+        self.head.boundary = max(self._files.sealed_boundary(), stored.sealed_until if stored else INT64_MIN)
         files, replay = Wal.replay(self.path / "wal", self.catalog.known)
         # Ids the catalog no longer holds but the state, a segment or the WAL names are taken
-        # for good. Without a state file (a store from before it, or a damaged one) only the
+        # for good. Without a state file (a store written without one, or a damaged one) only the
         # segments themselves can tell which ids they use.
-        next_id = max(replay.max_sid + 1, stored.next_series_id if stored else self._max_segment_sid() + 1)
+        next_id = max(replay.max_sid + 1, stored.next_series_id if stored else self._files.max_sid() + 1)
         reserved = self.catalog.reserve(next_id)
         if reserved:
             reasons.append(f"catalog: {reserved} series ids named by stored samples had lost their labels")
@@ -212,10 +237,13 @@ class Store:
             files,
             fsync_interval_ms=self.options.fsync_interval_ms,
         )
+        self._sealer = sealing.Sealer(
+            self.head, self._wal, self._files, self.options, self._grouping, self._persist_state
+        )
         self._state = stored
         self._persist_state()
-        # Files left by an earlier session that hold no unsealed sample (often just the last active
-        # file, empty) go now rather than at the next flush or retention pass.
+        # Files left by an earlier process that hold no unsealed sample (often just its last active
+        # file, empty) go now rather than at the next flush or retention pass, the state written first.
         self._wal.drop(self._wal.sealed_files(self.head.boundary, everything=False))
         self._closed = False
         reasons = replay.reasons + reasons
@@ -248,86 +276,17 @@ class Store:
         )
         self._maybe_flush()
 
-    def _scan_segments(self) -> list[SegmentInfo]:
-        """Segment files on disk, after deleting any that a compacted file supersedes."""
-        found: dict[str, tuple[fmt.SegmentName, Path]] = {}
-        for entry in self._segment_dir.iterdir():
-            name = fmt.parse_name(entry)
-            if name is not None:
-                found[entry.name] = (name, entry)
-        superseded: set[str] = set()
-        for file_name, (name, entry) in found.items():
-            if name.level == 0:
-                continue
-            # Read the sources of a compacted file only if a lower-level file overlaps it.
-            if not any(
-                other.level < name.level and other.tmin >= name.tmin and other.tmax <= name.tmax
-                for other_name, (other, _) in found.items()
-                if other_name != file_name
-            ):
-                continue
-            try:
-                reader = SegmentReader(str(entry))
-            except CorruptSegmentError as exc:
-                # Keep everything: queries that reach the damaged file will raise, but opening must not.
-                log.error("tsdb_corrupt_segment", file=file_name, error=str(exc))
-                continue
-            try:
-                superseded.update(s for s in reader.sources if s in found)
-            finally:
-                reader.close()
-        for file_name in superseded:
-            log.info("tsdb_superseded_segment_removed", file=file_name)
-            found[file_name][1].unlink()
-        if superseded:
-            fsync_dir(self._segment_dir)
-        return [
-            SegmentInfo(str(entry), name.level, name.tmin, name.tmax, name.seq, entry.stat().st_size)
-            for file_name, (name, entry) in found.items()
-            if file_name not in superseded
-        ]
-
-    def _max_segment_sid(self) -> int:
-        """The largest series id any segment holds (-1: none); reads every segment's metadata."""
-        largest = -1
-        for info in self.manifest.segments:
-            try:
-                reader = SegmentReader(info.path)
-            except CorruptSegmentError as exc:
-                log.error("tsdb_corrupt_segment", file=Path(info.path).name, error=str(exc))
-                continue
-            try:
-                if reader.dir_sid.size:
-                    largest = max(largest, int(reader.dir_sid.max()))
-            finally:
-                reader.close()
-        return largest
-
     def _persist_state(self) -> None:
         """Make the sealed boundary and the id high-water mark durable (when they moved): called
-        before any WAL file or segment is deleted, so that neither a deleted sample nor a used id
-        can come back on the next open."""
+        at open and by tsdb.sealing before any WAL file is deleted, and by tsdb.retention before
+        it deletes anything, so that neither a deleted sample nor a used id can come back on the
+        next open."""
         if self.catalog.dirty:
             self.catalog.sync()  # the mark then names no id a crash could drop from the catalog
         state = StoreState(int(self.head.boundary), len(self.catalog))
         if state != self._state:
             write_state(self.path, state)
             self._state = state
-
-    def _sealed_boundary(self, segments: list[SegmentInfo]) -> int:
-        """The newest `sealed_until` among the segment headers."""
-        boundary = INT64_MIN
-        for info in segments:
-            fd = os.open(info.path, os.O_RDONLY)
-            try:
-                header = os.pread(fd, fmt.HEADER.size, 0)
-            finally:
-                os.close(fd)
-            if len(header) < fmt.HEADER.size or header[:4] != fmt.MAGIC:
-                log.error("tsdb_corrupt_segment", file=Path(info.path).name, error="bad header")
-                continue
-            boundary = max(boundary, fmt.HEADER.unpack(header)[6])
-        return boundary
 
     def close(self) -> None:
         """fsync and close everything; the store must not be used afterwards. Idempotent."""
@@ -503,20 +462,7 @@ class Store:
         `new_series`: label sets to create under ids len(catalog) on (which `sids` may name)
         once the batch is found acceptable, and only then.
         """
-        sid_arr = np.asarray(sids)
-        if sid_arr.dtype != np.int64:
-            if sid_arr.size == 0 and np.asarray(values).size == 0:
-                return 0
-            if sid_arr.dtype.kind not in "iu":
-                raise InvalidArgumentError(f"sids must be integers, got {sid_arr.dtype}")
-            sid_arr = sid_arr.astype(np.int64)
-        if sid_arr.ndim != 1:
-            sid_arr = sid_arr.reshape(-1)
-        vals = np.asarray(values, dtype=np.float64)
-        if vals.ndim != 1:
-            vals = vals.reshape(-1)
-        if vals.size != sid_arr.size:
-            raise InvalidArgumentError(f"{sid_arr.size} sids but {vals.size} values")
+        sid_arr, vals = _sample_arrays(sids, values)
         if sid_arr.size == 0:
             return 0
         # The same id sets come back push after push (one per node): remember the ones already
@@ -594,7 +540,7 @@ class Store:
             self._maybe_flush()
         except (OSError, TsdbError) as exc:
             # The batch itself is in the WAL and the head: report it as added. Sealing is retried
-            # a quarter window later (and flush() raises the error to whoever calls it).
+            # a quarter window later (and flush() raises the error to its caller).
             self._next_cut = self.head.max_ts + self.options.segment_ms // 4
             log.error("tsdb_flush_failed", error=str(exc), error_type=type(exc).__name__)
 
@@ -618,16 +564,15 @@ class Store:
         self.catalog.sync()
         self._wal.sync()
 
-    # ---- sealing --------------------------------------------------------------------------
+    # ---- sealing (tsdb.sealing) -----------------------------------------------------------
 
     def _maybe_flush(self) -> None:
         """Seal windows that ended at least grace_ms before the newest sample."""
-        head = self.head
-        seg = self.options.segment_ms
-        if head.samples and head.max_ts >= (head.oldest // seg + 1) * seg + self.options.grace_ms:
-            self._flush(head.max_ts - self.options.grace_ms, force=False)
+        limit = sealing.due(self.head, self.options)
+        if limit is not None:
+            self._flush(limit, force=False)
         # The first append reaching this time may complete the oldest window.
-        self._next_cut = (head.oldest // seg + 1) * seg + self.options.grace_ms if head.samples else INT64_MIN
+        self._next_cut = sealing.next_cut(self.head, self.options)
 
     def flush(self, force: bool = False) -> list[SegmentInfo]:
         """Seal the head's complete windows into segment files and return the new segments.
@@ -642,72 +587,11 @@ class Store:
         return self._flush(self.head.max_ts - (0 if force else self.options.grace_ms), force=force)
 
     def _flush(self, limit: int, *, force: bool) -> list[SegmentInfo]:
-        head = self.head
-        seg = self.options.segment_ms
-        written: list[SegmentInfo] = []
-        while head.samples:
-            window_end = (head.oldest // seg + 1) * seg
-            if window_end > limit:
-                break
-            written += self._seal(head.peek(window_end), window_end, forced=False)
-        if force and head.samples:
-            taken = head.peek(None)
-            sealed_until = max(int(ts[-1]) for ts in taken.timestamps) + 1
-            written += self._seal(taken, sealed_until, forced=True)
-        if written:
-            # Start a new WAL file (once the active one is worth it) so the old ones can go as soon as
-            # they hold only sealed samples; replay skips sealed samples in any file that remains.
-            if force or self._wal.active_size >= WAL_ROTATE_BYTES:
-                self._wal.rotate()
-            self._persist_state()
-            self._wal.drop(self._wal.sealed_files(head.boundary, everything=force and not head.samples))
+        written = self._sealer.flush(limit, force=force)
         self._next_cut = INT64_MIN
         return written
 
-    def _seal(self, taken: Taken, sealed_until: int, *, forced: bool) -> list[SegmentInfo]:
-        """Write a peeked part of the head as a segment, then drop it from the head."""
-        written = self._write_l0(taken.sids, taken.timestamps, taken.values, sealed_until, forced=forced)
-        self.head.release(taken)
-        return written
-
-    def _write_l0(
-        self, sids: list[int], timestamps: list[I64], values: list[F64], sealed_until: int, *, forced: bool
-    ) -> list[SegmentInfo]:
-        if not sids:
-            return []
-        started = time.perf_counter()
-        info = write_segment(
-            self._segment_dir,
-            SeriesBatch(sids, timestamps, values),
-            seq=self._next_seq(),
-            level=0,
-            grouping=self._grouping(),
-            zstd_level=self.options.zstd_level,
-            chunk_ms=None,
-            sealed_until=sealed_until,
-            forced=forced,
-        )
-        self.manifest.add(info)
-        samples = sum(int(t.size) for t in timestamps)
-        log.debug(
-            "tsdb_segment_written",
-            file=Path(info.path).name,
-            series=len(sids),
-            samples=samples,
-            bytes=info.size,
-            seconds=round(time.perf_counter() - started, 4),
-        )
-        return [info]
-
-    def _next_seq(self) -> int:
-        seq = self._seq
-        self._seq += 1
-        return seq
-
-    def _grouping(self) -> Grouping:
-        return Grouping(partition=self.catalog.partition_key, order=self.catalog.order_key)
-
-    # ---- compaction -----------------------------------------------------------------------
+    # ---- compaction (tsdb.compaction) -----------------------------------------------------
 
     def compact(self) -> list[SegmentInfo]:
         """Merge the L0 segments of each complete compaction span into one L1 segment.
@@ -717,120 +601,26 @@ class Store:
         the two is finished on the next open. Returns the new segments.
         """
         self._check_open()
-        span = self.options.compacted_span_ms
-        if span is None:
-            return []
-        windows: dict[int, list[SegmentInfo]] = {}
-        for info in self.manifest.segments:
-            window = info.tmin // span * span
-            if info.tmax // span * span == window and window + span <= self.head.boundary:
-                windows.setdefault(window, []).append(info)
-        written: list[SegmentInfo] = []
-        for window in sorted(windows):
-            inputs = windows[window]
-            if all(info.level > 0 for info in inputs):
-                continue
-            written.append(self._merge(inputs))
-        return written
+        return compaction.compact(self._files, self.options, self.head.boundary, self._grouping)
 
-    def _merge(self, inputs: list[SegmentInfo]) -> SegmentInfo:
-        started = time.perf_counter()
-        per_series: dict[int, list[tuple[I64, F64]]] = {}
-        sealed_until = INT64_MIN
-        for info in inputs:
-            reader, _ = self._readers.get(info.path)
-            sealed_until = max(sealed_until, reader.sealed_until)
-            # Every directory row at once: the indices it hands back are the rows themselves.
-            for vg, rows in reader.by_value_group(np.arange(reader.dir_vg.size)):
-                ts, _ = reader.timestamps(int(reader.vg_ts[vg]))
-                block, _ = reader.values(vg, reader.dir_row[rows])
-                for k, sid in enumerate(reader.dir_sid[rows].tolist()):
-                    per_series.setdefault(sid, []).append((ts, block[k]))
-        sids = sorted(per_series)
-        batch = SeriesBatch(sids, [], [])
-        for sid in sids:
-            ts, values = join_parts(per_series[sid])
-            batch.timestamps.append(ts)
-            batch.values.append(values)
-        info = write_segment(
-            self._segment_dir,
-            batch,
-            seq=self._next_seq(),
-            level=1,
-            grouping=self._grouping(),
-            zstd_level=self.options.compact_zstd_level,
-            chunk_ms=self.options.compact_chunk_ms,
-            sealed_until=sealed_until,
-            forced=False,
-            sources=[Path(i.path).name for i in inputs],
-        )
-        self.manifest.add(info)
-        self._delete_segments(inputs)
-        log.info(
-            "tsdb_compacted",
-            file=Path(info.path).name,
-            inputs=len(inputs),
-            bytes_in=sum(i.size for i in inputs),
-            bytes_out=info.size,
-            seconds=round(time.perf_counter() - started, 3),
-        )
-        return info
-
-    def _delete_segments(self, infos: Iterable[SegmentInfo]) -> int:
-        freed = 0
-        paths: set[str] = set()
-        for info in infos:
-            self._readers.evict(info.path)
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(info.path)
-                freed += info.size
-            paths.add(info.path)
-        if paths:
-            fsync_dir(self._segment_dir)
-            self.manifest.remove(paths)
-        return freed
-
-    # ---- retention ------------------------------------------------------------------------
+    # ---- retention (tsdb.retention) -------------------------------------------------------
 
     def enforce_retention(self, now_ms: int) -> RetentionReport:
         """Delete whole files: segments whose newest sample is older than now_ms - retention_ms,
         WAL files whose samples are all sealed, then (with max_bytes) the oldest segments until
         every byte of the store (segments, WAL, catalog) fits. No surviving file is touched."""
         self._check_open()
-        # A deleted segment may be the last record of the sealed boundary: make it durable first.
-        self._persist_state()
-        report = RetentionReport()
-        doomed: list[SegmentInfo] = []
-        if self.options.retention_ms is not None:
-            cutoff = int(now_ms) - self.options.retention_ms
-            doomed = [info for info in self.manifest.segments if info.tmax < cutoff]
-        stale_wal = self._wal.sealed_files(self.head.boundary, everything=False)
-        report.deleted_files += [str(f.path) for f in stale_wal]
-        report.wal_files_deleted = len(stale_wal)
-        report.bytes_freed += self._wal.drop(stale_wal)
-        if self.options.max_bytes is not None:
-            total = self._disk_total() - sum(info.size for info in doomed)
-            chosen = {info.path for info in doomed}
-            for info in sorted(self.manifest.segments, key=lambda s: (s.tmax, s.tmin, s.seq)):
-                if total <= self.options.max_bytes:
-                    break
-                if info.path not in chosen:
-                    doomed.append(info)
-                    chosen.add(info.path)
-                    total -= info.size
-        report.deleted_files += [info.path for info in doomed]
-        report.segments_deleted = len(doomed)
-        report.bytes_freed += self._delete_segments(doomed)
-        report.bytes_on_disk = self._disk_total()
-        if report.deleted_files:
-            log.info(
-                "tsdb_retention",
-                segments_deleted=report.segments_deleted,
-                wal_files_deleted=report.wal_files_deleted,
-                bytes_freed=report.bytes_freed,
-                bytes_on_disk=report.bytes_on_disk,
-            )
-        return report
+        # A deleted segment may be the last record of the sealed boundary: enforce makes the
+        # state durable before it deletes anything.
+        return retention.enforce(
+            now_ms,
+            options=self.options,
+            files=self._files,
+            wal=self._wal,
+            boundary=self.head.boundary,
+            persist_state=self._persist_state,
+            disk_total=self._disk_total,
+        )
 
     def disk_usage(self) -> dict[str, int]:
         """Bytes on disk by kind: segments, wal, catalog, and their total."""

@@ -146,6 +146,28 @@ def decode_batch(payload: memoryview, decompressor: zstandard.ZstdDecompressor) 
     return Batch(sids, timestamps, values)
 
 
+def _cut_damaged(
+    path: Path, data: bytes, good: int, reason: str, decompressor: zstandard.ZstdDecompressor, out: Replay
+) -> None:
+    """Count what follows offset `good` of a damaged WAL file as discarded, then truncate the file
+    there (fsynced)."""
+    discarded = len(data) - good
+    salvaged = list(framing.salvageable(data, good)) if good else []
+    # The damaged record itself (when the damage is past the file header), then the rest.
+    out.records_discarded += (1 if good else 0) + len(salvaged)
+    for payload in salvaged:
+        try:
+            out.samples_discarded += int(decode_batch(payload, decompressor).sids.size)
+        except ValueError:
+            continue
+    out.bytes_discarded += discarded
+    out.reasons.append(f"{path.name}: {reason}; {discarded} bytes discarded")
+    log.warning("wal_truncated", file=path.name, offset=good, bytes_discarded=discarded, reason=reason)
+    with open(path, "r+b") as handle:
+        handle.truncate(good)
+        os.fsync(handle.fileno())
+
+
 _sync = getattr(os, "fdatasync", os.fsync)
 
 
@@ -216,21 +238,7 @@ class Wal:
                         max_ts = newest if max_ts is None else max(max_ts, newest)
                 good, reason = end.good_end, end.reason if end.damaged else None
             if reason is not None:
-                discarded = len(data) - good
-                salvaged = list(framing.salvageable(data, good)) if good else []
-                # The damaged record itself (when the damage is past the file header), then the rest.
-                out.records_discarded += (1 if good else 0) + len(salvaged)
-                for payload in salvaged:
-                    try:
-                        out.samples_discarded += int(decode_batch(payload, decompressor).sids.size)
-                    except ValueError:
-                        continue
-                out.bytes_discarded += discarded
-                out.reasons.append(f"{path.name}: {reason}; {discarded} bytes discarded")
-                log.warning("wal_truncated", file=path.name, offset=good, bytes_discarded=discarded, reason=reason)
-                with open(path, "r+b") as handle:
-                    handle.truncate(good)
-                    os.fsync(handle.fileno())
+                _cut_damaged(path, data, good, reason, decompressor, out)
             files.append(WalFile(seq, path, max_ts, min(good, len(data))))
         return files, out
 

@@ -3,6 +3,7 @@ out-of-order window, argument checks, and a closed or doubly opened store."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -103,24 +104,24 @@ def test_bad_arguments_are_value_errors_and_change_nothing(tmp_path: Path) -> No
         sid = store.series_id({"node": "n0", "gpu": "0", "field": "util"})
         before = snapshot(store)
         call: Callable[[], object]
-        for call in (
-            lambda: store.append([sid], T0, [1.0, 2.0]),
-            lambda: store.append([sid + 1], T0, [1.0]),
-            lambda: store.append([-1], T0, [1.0]),
-            lambda: store.append([0.5], T0, [1.0]),
-            lambda: store.append([sid], [T0, T0 + 1], [1.0]),
-            lambda: store.append([sid], [float(T0)], [1.0]),
-            lambda: store.series_id({}),
-            lambda: store.series_id(NOT_A_STR_LABEL),
-            lambda: store.series_id({"": "x"}),
+        for call, message in (
+            (lambda: store.append([sid], T0, [1.0, 2.0]), "1 sids but 2 values"),
+            (lambda: store.append([sid + 1], T0, [1.0]), "sids must be ids returned by series_id/series_ids"),
+            (lambda: store.append([-1], T0, [1.0]), "sids must be ids returned by series_id/series_ids"),
+            (lambda: store.append([0.5], T0, [1.0]), "sids must be integers, got float64"),
+            (lambda: store.append([sid], [T0, T0 + 1], [1.0]), "1 sids but 2 timestamps"),
+            (lambda: store.append([sid], [float(T0)], [1.0]), "timestamps_ms must be integers, got float64"),
+            (lambda: store.series_id({}), "labels must be a non-empty mapping of str to str"),
+            (lambda: store.series_id(NOT_A_STR_LABEL), "names must be non-empty str and values str"),
+            (lambda: store.series_id({"": "x"}), "label ''='x': names must be non-empty str"),
         ):
-            with pytest.raises(ValueError):
+            with pytest.raises(ValueError, match=re.escape(message)):
                 call()
         assert snapshot(store) == before
         assert store.append([], T0, []) == 0
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="compacted_segment_ms must be a multiple of segment_ms"):
         tsdb.Store.open(tmp_path / "t", segment_ms=60_000, compacted_segment_ms=90_000)
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="segment_ms must be a positive int"):
         tsdb.Store.open(tmp_path / "t", segment_ms=0)
 
 

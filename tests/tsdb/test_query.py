@@ -183,14 +183,14 @@ def test_selectors_by_exact_label_and_by_set(tmp_path: Path) -> None:
         assert labels_of({"node": set()}) == []
         assert labels_of({"rack": "r1"}) == []
         assert labels_of({"node": "n9"}) == []
-        with pytest.raises(tsdb.InvalidArgumentError):
-            not_a_str_value: dict[str, Any] = {"node": 3}
+        not_a_str_value: dict[str, Any] = {"node": 3}
+        with pytest.raises(tsdb.InvalidArgumentError, match="selector value for 'node' must be a str or a collection"):
             store.query(not_a_str_value, *window)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match=f"empty window: end_ms {T0} <= start_ms {T0}"):
             store.query({}, T0, T0)
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="step_ms must be a positive int, got 0"):
             store.query_range({}, T0, T0 + 10, 0, "avg")
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="agg must be one of avg, min, max, sum, count, last, rate, got 'median'"):
             store.query_range({}, T0, T0 + 10, 5, "median")
 
 

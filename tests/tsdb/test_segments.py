@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tsdb
-import tsdb.store
+import tsdb.sealing
 from tests.tsdb.helpers import T0, Fleet, ingest, make_fleet, sha256_files
 from tsdb.segment_reader import SegmentReader
 
@@ -137,7 +137,7 @@ def test_compacted_span_is_capped_at_a_tenth_of_retention(tmp_path: Path) -> Non
 
 
 def test_wal_is_truncated_once_its_samples_are_sealed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(tsdb.store, "WAL_ROTATE_BYTES", 2_000)
+    monkeypatch.setattr(tsdb.sealing, "WAL_ROTATE_BYTES", 2_000)
     fleet = make_fleet(nodes=1, gpus=2, samples=3000)
     store = tsdb.Store.open(tmp_path / "s", segment_ms=SEGMENT_MS)
     sids = store.series_ids(fleet.labels)

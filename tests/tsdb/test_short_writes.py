@@ -27,7 +27,7 @@ def test_a_short_write_is_finished_and_a_full_disk_named(monkeypatch: pytest.Mon
     fd = os.open(path, os.O_WRONLY | os.O_CREAT)
     try:
         monkeypatch.setattr("tsdb._fs.os.write", filling)
-        with pytest.raises(OSError) as raised:
+        with pytest.raises(OSError, match="No space left on device") as raised:
             _fs.write_all(fd, b"0123456789")
     finally:
         os.close(fd)
@@ -51,7 +51,7 @@ def test_write_all_finishes_after_short_writes(monkeypatch: pytest.MonkeyPatch, 
 def test_dev_full_is_a_full_disk() -> None:
     fd = os.open("/dev/full", os.O_WRONLY)
     try:
-        with pytest.raises(OSError) as raised:
+        with pytest.raises(OSError, match="No space left on device") as raised:
             _fs.write_all(fd, b"x" * 4096)
     finally:
         os.close(fd)
