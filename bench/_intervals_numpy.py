@@ -1,9 +1,10 @@
 """Synthetic usage intervals for the accounting benchmark, and the numpy baseline it is judged by.
 
-Neither is product code: the generator shapes a month of a fleet the way the research
-experiment did (docs/performance.md, billing research section 5), and the baseline is the
-fastest single-process way we know to take a per-GPU union on this machine, so the engine has
-a yardstick measured in the same run.
+Neither is product code. The generator shapes a month of a dense fleet: usage rows with uniform
+starts and exponential durations, plus overlapping re-reports and exact duplicates, as resending
+agents produce, in log order (by end time), so that no method gets per-GPU order for free. The
+baseline is the fastest single-process way known here to take a per-GPU union, so the engine
+has a yardstick measured in the same run.
 """
 
 from __future__ import annotations

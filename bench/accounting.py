@@ -14,11 +14,11 @@ apart from the query. The engine row is the product code: ``accounting.engine.un
 and ``intersection_seconds`` called on an Arrow table, everything they do counted. Every
 method's per-GPU totals must equal the numpy baseline's exactly.
 
-Goal (issue #4): the engine's union >= 5x faster than the pure-Python reference and within 2x
-of numpy. ``--variants`` also times alternative DuckDB SQL formulations, to choose from.
-Machines here are shared 2-core VMs: compare the ratios, not the seconds. Each figure is the
-least over ``--rounds`` interleaved runs (the pure-Python reference runs in the first only), and
-CPU seconds are printed next to wall seconds: DuckDB uses both cores, the others use one.
+Goal: the engine's union >= 5x faster than the pure-Python reference and within 2x of numpy.
+``--variants`` also times alternative DuckDB SQL formulations, to choose from. Machines here
+are shared 2-core VMs: compare the ratios, not the seconds. Each figure is the least over
+``--rounds`` interleaved runs (the pure-Python reference runs in the first only), and CPU
+seconds are printed next to wall seconds: DuckDB uses both cores, the others use one.
 
 ``--invoice`` times ``accounting.invoice.compute_invoices`` (events -> invoices) with each
 engine, each in its own process, on a seeded log from bench/_usage_events.py, and checks that
@@ -44,9 +44,10 @@ from typing import Any
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+# Run as a script, bench/ comes first on sys.path, where this file would hide the accounting package.
+sys.path[:0] = [str(ROOT)]
 
-from _intervals_numpy import (  # noqa: E402  (needs the path above)
+from bench._intervals_numpy import (  # noqa: E402  (needs the path above)
     I64,
     Intervals,
     credit_per_gpu,
@@ -180,7 +181,8 @@ WITH ids AS (SELECT gpu, (row_number() OVER () - 1)::BIGINT AS gid FROM (SELECT 
 SELECT ids.gpu, gains.covered_us FROM gains JOIN ids USING (gid)
 """
 
-# The research's gaps-and-islands, with the unique tiebreaker it needs (billing research §5).
+# Gaps and islands: number the islands of overlapping rows, then sum each island's span. It
+# needs a unique order (rowid as the tiebreaker) so that equal starts number the same way each run.
 SQL_ISLANDS = """
 WITH o AS (SELECT gpu, rowid AS rid, start_us, end_us,
                   MAX(end_us) OVER (PARTITION BY gpu ORDER BY start_us, end_us, rid
@@ -194,7 +196,7 @@ FROM (SELECT gpu, island, MIN(start_us) AS s, MAX(end_us) AS e FROM f GROUP BY A
 GROUP BY gpu
 """
 
-# The research's event sweep: +1 at each start, -1 at each end, covered where the count is >= 1.
+# An event sweep: +1 at each start, -1 at each end, covered where the count is >= 1.
 SQL_SWEEP = """
 WITH ev AS (SELECT gpu, start_us AS t, 1 AS d FROM {src} UNION ALL SELECT gpu, end_us, -1 FROM {src}),
      c AS (SELECT gpu, t, SUM(d) OVER w AS cnt, LEAD(t) OVER w AS t_next FROM ev
@@ -218,7 +220,7 @@ JOIN ({gain.format(src="both_")}) c USING (gpu)
 
 @dataclass(frozen=True)
 class SqlVariant:
-    """One DuckDB formulation: how the table is loaded, the query, the session settings."""
+    """One DuckDB formulation: how the table is loaded, the query, the connection's settings."""
 
     query: str
     threads: int | None = None
@@ -594,11 +596,10 @@ def main() -> None:
 def _invoice_worker(engine: str, events: int, gpus: int, result: Path) -> None:
     import pickle
 
-    from _usage_events import PERIOD, RATES, generate_events, generate_outages
-
     import accounting.engine
     import accounting.reference
     from accounting.invoice import compute_invoices
+    from bench._usage_events import PERIOD, RATES, generate_events, generate_outages
 
     log = generate_events(events, gpus)
     outages = generate_outages(gpus)

@@ -2,19 +2,18 @@
 unary grpc.aio call measured in the same run on the same machine.
 
     uv run python bench/api.py [--seconds 16] [--rounds 8] [--concurrency 8 64] [--database-url URL]
+    uv run python bench/api.py --no-database      # the allocation commands stubbed
 
-Each server runs in its own process (spawned, so no gRPC state crosses a fork); the load runs
-in this process through ``clients.AsyncClient``. Both are measured at each concurrency (calls
-in flight): 8, where a create's latency bounds the rate, and 64, where the empty-call run
-keeps the machine busy and the control plane is bounded by its event loop and group commit.
-The seconds of each measurement are split into rounds that alternate empty calls and pairs,
-so that drift in a shared machine's speed weighs on both sides alike. The figure that matters
-is the ratio, since machines here are shared and noisy: the goal is creates/s >= 25% of empty
-calls/s on SQLite, judged at the highest concurrency measured (64 by default), where the empty
-calls keep both cores busy and the control plane is bound by its event loop; at 8 in flight a
-pair's rate is the latency of its two durable commits, not a throughput. One round's ratio
-moves by several points on a shared machine, so the default run is 16 s in 8 rounds at each
-concurrency.
+Each server runs in its own spawned process (no gRPC state crosses a fork); the load runs in
+this process through ``clients.AsyncClient``. Both are measured at each concurrency (calls in
+flight): at 8 a pair's rate is the latency of its two durable commits, not a throughput; at 64
+the empty calls keep both cores busy and the control plane is bound by its event loop. The
+seconds of each measurement are split into rounds that alternate empty calls and pairs, so that
+drift in a shared machine's speed weighs on both sides alike; one round's ratio moves by
+several points, hence 16 s in 8 rounds by default.
+
+Goal: create+cancel pairs/s >= 25% of empty calls/s on SQLite, judged at the highest
+concurrency measured (64 by default).
 """
 
 from __future__ import annotations
@@ -38,10 +37,11 @@ if TYPE_CHECKING:  # imported where used: this module's import must not load our
     from clients import AsyncClient
 
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, bench/ comes first on sys.path, where bench/tsdb.py would hide the tsdb package.
 sys.path[:0] = [str(ROOT), str(ROOT / "proto")]
 
 EMPTY_METHOD = "/bench.Empty/Ping"
-# The issue #2 goal: create+cancel pairs per second over empty calls per second, at saturation.
+# Create+cancel pairs per second over empty calls per second, at the most calls in flight.
 GOAL = 0.25
 
 
@@ -49,7 +49,9 @@ def _identity(data: bytes) -> bytes:
     return data
 
 
-def _serve_empty(port_queue: mp.Queue[int]) -> None:
+def serve_empty(port_queue: mp.Queue[int]) -> None:
+    """Serve one empty unary method on a free loopback port, which goes into ``port_queue``."""
+
     async def main() -> None:
         async def ping(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             return b""
@@ -87,11 +89,14 @@ def _without_database() -> None:
         operation = Operation("op-bench", "bench", "x", allocation_id, False, None, 2, None)
         return operation, view(allocation_id, "CANCELLING")
 
-    commands.create = create  # type: ignore[assignment]  # a stand-in with the same call shape
-    commands.cancel = cancel  # type: ignore[assignment]
+    commands.create = create
+    commands.cancel = cancel
 
 
-def _serve_control_plane(data_dir: str, database_url: str | None, no_database: bool, port_queue: mp.Queue[int]) -> None:
+def serve_control_plane(data_dir: str, database_url: str | None, no_database: bool, port_queue: mp.Queue[int]) -> None:
+    """Serve a control plane as ``gpucloud serve`` does (a frozen startup heap), logging at
+    warning only, on a free loopback port, which goes into ``port_queue``. The services are
+    imported here, so that a caller may put another tree first on sys.path beforehand."""
     from services.heap import freeze_startup_heap
     from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
@@ -128,12 +133,16 @@ class Measured:
 
     @property
     def rate(self) -> float:
+        """Calls per second."""
         return self.calls / self.seconds
 
     def per_call(self, cpu_seconds: float | None) -> float | None:
+        """``cpu_seconds`` per call, None where it is unknown or nothing completed."""
         return None if cpu_seconds is None or not self.calls else cpu_seconds / self.calls
 
     def __add__(self, other: Measured) -> Measured:
+        """Both windows together."""
+
         def both(a: float | None, b: float | None) -> float | None:
             return None if a is None or b is None else a + b
 
@@ -189,6 +198,7 @@ async def _drive(seconds: float, concurrency: int, one: Callable[[], Awaitable[N
 
 
 async def bench_empty(port: int, server_pid: int, seconds: float, concurrency: int) -> Measured:
+    """Empty calls per second at ``concurrency`` in flight."""
     async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
         ping = channel.unary_unary(EMPTY_METHOD, request_serializer=_identity, response_deserializer=_identity)
 
@@ -241,7 +251,8 @@ async def bench_control_plane(
         return await _drive(seconds, concurrency, partial(create_and_cancel, tenant), server_pid)
 
 
-def _start(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseProcess, int]:
+def start_server(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseProcess, int]:
+    """Run ``target(*args, port_queue)`` in a spawned daemon process; return it and its port."""
     ctx = mp.get_context("spawn")
     queue: mp.Queue[int] = ctx.Queue()
     process = ctx.Process(target=target, args=(*args, queue), daemon=True)
@@ -249,36 +260,21 @@ def _start(target: Callable[..., None], *args: object) -> tuple[mp.process.BaseP
     return process, queue.get(timeout=60)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seconds", type=float, default=16.0, help="per measurement")
-    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64], help="calls in flight")
-    parser.add_argument(
-        "--rounds", type=int, default=8, help="alternating rounds the seconds are split into, empty then pairs"
-    )
-    parser.add_argument("--nodes", type=int, default=256, help="fleet size (must exceed the concurrency)")
-    parser.add_argument("--database-url", default=os.environ.get("GPUCLOUD_DATABASE_URL"))
-    parser.add_argument(
-        "--no-database",
-        action="store_true",
-        help="stub the allocation commands: the ceiling of the gRPC, auth and client stack alone",
-    )
-    args = parser.parse_args()
+Rounds = dict[int, list[tuple[Measured, Measured]]]  # per concurrency: (empty, pairs) per round
 
-    if args.rounds < 1:
-        parser.error("--rounds must be at least 1")
+
+def measure(args: argparse.Namespace) -> Rounds:
+    """Start both servers and alternate empty-call and pair rounds at each concurrency."""
     share = args.seconds / args.rounds
+    rounds: Rounds = {c: [] for c in args.concurrency}
     with tempfile.TemporaryDirectory(prefix="gpucloud-bench-") as data_dir:
-        empty_process, empty_port = _start(_serve_empty)
-        plane_process, plane_port = _start(_serve_control_plane, data_dir, args.database_url, args.no_database)
+        empty_process, empty_port = start_server(serve_empty)
+        plane_process, plane_port = start_server(serve_control_plane, data_dir, args.database_url, args.no_database)
         try:
             assert empty_process.pid is not None
             assert plane_process.pid is not None
             token = (Path(data_dir) / "operator.token").read_text().strip()
             tenant_token = asyncio.run(register_fleet(plane_port, token, args.nodes))
-            # Alternate the two in short rounds, so that a machine slowing down or speeding up
-            # during the run weighs on both sides of the ratio alike.
-            rounds: dict[int, list[tuple[Measured, Measured]]] = {c: [] for c in args.concurrency}
             for concurrency in args.concurrency:
                 for _ in range(args.rounds):
                     empty = asyncio.run(bench_empty(empty_port, empty_process.pid, share, concurrency))
@@ -289,12 +285,11 @@ def main() -> None:
         finally:
             empty_process.kill()
             plane_process.kill()
+    return rounds
 
-    backend = "no database" if args.no_database else "postgresql" if args.database_url else "sqlite"
-    print(
-        f"machine: {os.cpu_count()} cpus, {args.seconds:.0f} s per measurement in {args.rounds} alternating rounds,"
-        f" backend: {backend}"
-    )
+
+def print_rates(rounds: Rounds, backend: str) -> dict[int, tuple[Measured, Measured]]:
+    """The rates table and the goal's verdict; return the totals over the rounds per concurrency."""
     print(
         f"{'in flight':>9}  {'empty calls/s':>13}  {'create+cancel/s':>15}  {'RPCs/s':>7}  {'creates / empty':>15}"
         f"  {'range over rounds':>17}"
@@ -318,7 +313,11 @@ def main() -> None:
         print(f"goal: creates / empty >= {GOAL:.0%} at the most in flight ({judged}): {p.rate / e.rate:.1%}, {verdict}")
     if min(totals) < 64:
         print("(below 64 in flight the pairs' rate is the latency of two durable commits, not a throughput)")
-    print()
+    return totals
+
+
+def print_cpu(totals: dict[int, tuple[Measured, Measured]]) -> None:
+    """CPU per call of both servers and of the client: steadier than the rates on a shared machine."""
     print("CPU in ms: server event-loop thread / whole server process; client (this process)")
     print("(steadier than rates on a shared machine):")
     print(
@@ -340,6 +339,36 @@ def main() -> None:
             f"{concurrency:>9}  {1e3 * e_main:>7.3f} / {1e3 * e_process:<5.3f}  "
             f"{1e3 * p_main:>8.3f} / {1e3 * p_process:<6.3f}  {e_main / p_main:>19.1%}{client}  {machine:>18.1%}"
         )
+
+
+def main() -> None:
+    """Parse the arguments, measure, print the rates and the CPU per call."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seconds", type=float, default=16.0, help="per measurement")
+    parser.add_argument("--concurrency", type=int, nargs="+", default=[8, 64], help="calls in flight")
+    parser.add_argument(
+        "--rounds", type=int, default=8, help="alternating rounds the seconds are split into, empty then pairs"
+    )
+    parser.add_argument("--nodes", type=int, default=256, help="fleet size (must exceed the concurrency)")
+    parser.add_argument("--database-url", default=os.environ.get("GPUCLOUD_DATABASE_URL"))
+    parser.add_argument(
+        "--no-database",
+        action="store_true",
+        help="stub the allocation commands: the ceiling of the gRPC, auth and client stack alone",
+    )
+    args = parser.parse_args()
+    if args.rounds < 1:
+        parser.error("--rounds must be at least 1")
+
+    rounds = measure(args)
+    backend = "no database" if args.no_database else "postgresql" if args.database_url else "sqlite"
+    print(
+        f"machine: {os.cpu_count()} cpus, {args.seconds:.0f} s per measurement in {args.rounds} alternating rounds,"
+        f" backend: {backend}"
+    )
+    totals = print_rates(rounds, backend)
+    print()
+    print_cpu(totals)
 
 
 if __name__ == "__main__":

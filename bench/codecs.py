@@ -26,6 +26,7 @@ import numpy as np
 from numpy.typing import NDArray
 
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, bench/ comes first on sys.path, where bench/tsdb.py would hide the tsdb package.
 sys.path[:0] = [str(ROOT)]
 
 from tsdb import codecs  # noqa: E402

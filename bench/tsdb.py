@@ -44,19 +44,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import duckdb
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import structlog
+from rich.console import Console
+from rich.table import Table
+
 ROOT = Path(__file__).resolve().parent.parent
-# This file is bench/tsdb.py: put the repository first so that `import tsdb` is the library.
-sys.path[:] = [str(ROOT), *(p for p in sys.path if Path(p or ".").resolve() != ROOT / "bench")]
+# Run as a script, bench/ comes first on sys.path, where this file would hide the tsdb package.
+sys.path[:0] = [str(ROOT)]
 
-import duckdb  # noqa: E402
-import numpy as np  # noqa: E402
-import numpy.typing as npt  # noqa: E402
-import pyarrow as pa  # noqa: E402
-import structlog  # noqa: E402
-from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
-
-import tsdb  # noqa: E402
+import tsdb  # noqa: E402  (needs the path above)
 from bench.telemetry import DAY_MS, FIELDS, Telemetry, generate  # noqa: E402
 
 HOUR_MS = 3_600_000
