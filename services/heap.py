@@ -2,11 +2,11 @@
 
 A started control plane holds about 120,000 objects that live as long as the process (modules,
 protobuf descriptors, SQLAlchemy's metadata, grpc's and structlog's state). CPython's cyclic
-collector walks all of them in every full (generation 2) collection, and under load a full
-collection came about once a second and held the event loop for 43-65 ms each time: 30-50 us
-of loop CPU per create+cancel pair, and a stall for every call in flight (docs/performance.md).
-Freezing them moves them to a permanent generation the collector no longer visits; objects made
-afterwards, the requests' included, are collected as before.
+collector walks all of them in every full (generation 2) collection, and under load full
+collections come often: each one holds the event loop for the whole walk, which stalls every
+call in flight and costs loop CPU on every create and cancel (docs/performance.md has the
+figures). Freezing them moves them to a permanent generation the collector does not visit;
+objects made afterwards, the requests' included, are collected as usual.
 """
 
 from __future__ import annotations

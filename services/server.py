@@ -287,7 +287,7 @@ class ControlPlane:
         token_pb2_grpc.add_TokenServiceServicer_to_server(TokenServicer(store, page_tokens, authenticator), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(store, page_tokens), server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
-            AllocationServicer(store, page_tokens, builder, wake_releaser), server
+            AllocationServicer(store, page_tokens, wake_releaser), server
         )
         operation_watch = OperationWatch(store, builder, operations_changed)
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)

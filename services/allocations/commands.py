@@ -25,9 +25,9 @@ from __future__ import annotations
 
 from functools import partial
 
-from services.allocations import idempotency
+from services.allocations import idempotency, placement
 from services.allocations import repository as repo
-from services.allocations.placement import Candidate, first_fit
+from services.allocations.placement import Candidate
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.set_based import cancel_many, create_many
@@ -43,11 +43,17 @@ from services.operations.repository import Operation
 from services.paging import Cursor
 from services.store.engine import Database
 from services.store.set_based import SetBased
-from services.store.tx import Conflict, Deadlock, Tx, rollback_to, run_in_session, savepoint
+from services.store.tx import Conflict, Deadlock, Tx, rollback_to, savepoint
 from services.tenants import repository as tenants_repo
 
 # Rounds of "lost a race on PostgreSQL, look again" before answering ABORTED.
 _MAX_ATTEMPTS = 5
+# Rounds of "a chosen node was taken meanwhile, choose again" on PostgreSQL. Passing over
+# locked nodes waits for nothing and costs a round trip a round, so a create may lose to every
+# create in flight (one per pooled connection) before it waits; waiting, a round costs the
+# commit it waited for.
+_SKIPPING_ROUNDS = 32
+_WAITING_ROUNDS = 4
 
 
 def resolve_tenant(principal: Principal, requested: str) -> str:
@@ -119,23 +125,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             result_id=allocation_id,
             now_us=now_us(),
         )
-    if locking:
-        yield from savepoint("placement")
-    free = yield from nodes_repo.free_nodes(
-        request.gpu_model, limit=request.node_count, locking=locking, skip_locked=True
-    )
-    chosen = first_fit([Candidate(*n) for n in free], request.node_count)
-    if chosen is None and locking:
-        # SKIP LOCKED also passes over nodes a concurrent transaction holds and may yet
-        # release: before refusing, wait for those locks and look again. But first give back
-        # the nodes this pass locked: two creates each holding some nodes while waiting for
-        # the other's deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with
-        # no node held, in placement order, forms no cycle.
-        yield from rollback_to("placement")
-        free = yield from nodes_repo.free_nodes(
-            request.gpu_model, limit=request.node_count, locking=locking, skip_locked=False
-        )
-        chosen = first_fit([Candidate(*n) for n in free], request.node_count)
+    chosen = yield from _place(request, locking=locking)
     if chosen is None:
         available = yield from nodes_repo.count_free(request.gpu_model)
         raise ResourceExhausted(
@@ -156,10 +146,67 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
 
 
+def _place(request: AllocationRequest, *, locking: bool) -> Tx[list[str] | None]:
+    """The nodes the placement policy chose among every free node of the model, locked on
+    PostgreSQL; None when it finds no fit."""
+    candidates = yield from _candidates(request)
+    if not locking:
+        # SQLite: the writer holds the one write lock, so what was read stays free.
+        return placement.choose(placement.POLICY, candidates, request.node_count)
+    yield from savepoint("placement")
+    chosen, contended = yield from _lock_choice(candidates, request.node_count, skip_locked=True)
+    if chosen is not None or not contended:
+        return chosen
+    # SKIP LOCKED also passed over nodes a concurrent transaction holds and may yet release:
+    # before refusing, look again and wait for those locks. _lock_choice has given back the
+    # nodes it locked: two creates each holding some nodes while waiting for the other's
+    # deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with no node held,
+    # for nodes locked in fabric order in one statement, forms no cycle.
+    candidates = yield from _candidates(request)
+    chosen, _ = yield from _lock_choice(candidates, request.node_count, skip_locked=False)
+    return chosen
+
+
+def _candidates(request: AllocationRequest) -> Tx[list[Candidate]]:
+    return list(map(Candidate._make, (yield from nodes_repo.free_nodes(request.gpu_model))))
+
+
+def _lock_choice(candidates: list[Candidate], count: int, *, skip_locked: bool) -> Tx[tuple[list[str] | None, bool]]:
+    """Lock the policy's choice (PostgreSQL); while some chosen node was taken meanwhile,
+    give back what was locked and choose again without it.
+
+    Returns (chosen, contended): chosen is None when the policy finds no fit among the
+    candidates left or, passing over locks, the rounds ran out; nothing is left locked then.
+    contended tells whether some chosen node was lost on the way. Waiting for locks, running
+    out of rounds is ABORTED (NODE_CHANGED_CONCURRENTLY), which ``create`` runs again.
+    """
+    lost: set[str] = set()
+    rounds = _SKIPPING_ROUNDS if skip_locked else _WAITING_ROUNDS
+    for _ in range(rounds):
+        left = [c for c in candidates if c.node_id not in lost] if lost else candidates
+        chosen = placement.choose(placement.POLICY, left, count)
+        if chosen is None:
+            return None, bool(lost)
+        locked = yield from nodes_repo.lock_free(chosen, skip_locked=skip_locked)
+        if len(locked) == count:
+            return chosen, False
+        if locked:
+            # Give these back before locking another choice: holding them while waiting for
+            # nodes earlier in fabric order could close a cycle with another create.
+            yield from rollback_to("placement")
+        lost.update(node for node in chosen if node not in locked)
+    if skip_locked:
+        return None, True
+    raise Aborted(
+        reason="NODE_CHANGED_CONCURRENTLY",
+        message="the nodes placement chose kept changing while this request ran; retry it",
+        metadata={"node_ids": ",".join(sorted(lost))},
+    )
+
+
 async def get(store: Database, principal: Principal, allocation_id: str) -> AllocationView:
     """The allocation with its nodes; NOT_FOUND if there is none or, for a tenant, it is another tenant's."""
-    async with store.read() as session:
-        return await run_in_session(session, repo.get_view(allocation_id, tenant_id=tenant_scope(principal)))
+    return await store.query(repo.get_view(allocation_id, tenant_id=tenant_scope(principal)))
 
 
 async def list_page(
@@ -168,13 +215,18 @@ async def list_page(
     """One page and the cursor after it (None on the last page). ``tenant_must_exist``: the
     filter's tenant was named by an operator, and is NOT_FOUND when there is no such tenant
     (the parent of a list, as in AIP-132), rather than an empty list that hides a typo."""
-    async with store.read() as session:
-        if tenant_must_exist and flt.tenant_id is not None:
-            await tenants_repo.get(session, flt.tenant_id)
-        rows = await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=page_size + 1))
-        more = len(rows) > page_size
-        rows = rows[:page_size]
-        page = await run_in_session(session, repo.views(rows))
+    return await store.query(_page(flt, cursor=cursor, page_size=page_size, tenant_must_exist=tenant_must_exist))
+
+
+def _page(
+    flt: AllocationFilter, *, cursor: Cursor | None, page_size: int, tenant_must_exist: bool
+) -> Tx[tuple[list[AllocationView], Cursor | None]]:
+    if tenant_must_exist and flt.tenant_id is not None:
+        yield from tenants_repo.require(flt.tenant_id)
+    rows = yield from repo.list_page(flt, cursor=cursor, limit=page_size + 1)
+    more = len(rows) > page_size
+    rows = rows[:page_size]
+    page = yield from repo.views(rows)
     after = Cursor(rows[-1].created_us, rows[-1].allocation_id) if more else None
     return page, after
 

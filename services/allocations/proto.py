@@ -1,12 +1,17 @@
-"""The protobuf form of an allocation, shared by AllocationService and the Operations service."""
+"""The protobuf forms of allocations and their states, shared by AllocationService and the Operations service."""
 
 from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2
 from services.allocations.repository import AllocationView
 from services.allocations.states import AllocationState
-from services.convert import ALLOCATION_STATE_TO_PROTO, GPU_MODEL_TO_PROTO, timestamp
 from services.nodes.inventory import GpuModel
+from services.nodes.proto import GPU_MODEL_TO_PROTO
+from services.timestamps import timestamp
+
+# Built from both enums, so a state missing from one fails at import.
+ALLOCATION_STATE_TO_PROTO = {s: allocation_pb2.AllocationState.Value(f"ALLOCATION_STATE_{s}") for s in AllocationState}
+ALLOCATION_STATE_FROM_PROTO = {number: state for state, number in ALLOCATION_STATE_TO_PROTO.items()}
 
 
 def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:

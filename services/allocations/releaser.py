@@ -27,14 +27,15 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.operations import repository as ops_repo
 from services.store.engine import Database
-from services.store.tx import Deadlock, Tx, run_in_session
+from services.store.tx import Deadlock, Tx
 
 log = structlog.get_logger(__name__)
 
 POLL_SECONDS = 1.0
 # Allocations per release transaction. On SQLite its statements run on the event loop
-# (store/writer.py): 256 held the loop 11 ms, 64 hold it 3 ms and release 256 in less time
-# overall (9.4 ms in all), since smaller IN lists cost less per row.
+# (store/writer.py): a smaller batch holds the loop for less time, and several small ones
+# release as many allocations sooner than one large one, since smaller IN lists cost less per
+# row (docs/performance.md).
 BATCH = 64
 BATCH_WINDOW_SECONDS = 0.02
 
@@ -77,8 +78,7 @@ class Releaser:
         replica accepted a cancel): read first, and write only when something is due, so that
         an idle fleet costs no write transaction (and on SQLite no commit) every second.
         Returns when the next scrub is due, like ``release_due``."""
-        async with self._store.read() as session:
-            oldest = await run_in_session(session, repo.oldest_cancel_us())
+        oldest = await self._store.query(repo.oldest_cancel_us())
         if oldest is None:
             return None
         if oldest + self._scrub_us > now_us():

@@ -1,7 +1,7 @@
 """Persistence of allocations, their node assignments and idempotency keys.
 
 Functions returning ``Tx`` are transaction steps (store/tx.py): compose them with
-``yield from`` and run the whole with ``Database.transact`` or ``run_in_session``. Rows come back
+``yield from`` and run the whole with ``Database.transact`` or ``Database.query``. Rows come back
 as plain ``Allocation`` records: building an SQLModel instance costs more than the whole
 SQLite statement that read it (bench/api.py's profile), and nothing here needs the ORM.
 """

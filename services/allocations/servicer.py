@@ -10,13 +10,13 @@ from google.longrunning import operations_pb2
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
 from services.allocations import commands
 from services.allocations.commands import resolve_tenant
-from services.allocations.proto import allocation_to_proto
+from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
 from services.auth.principal import current_principal, tenant_scope
-from services.convert import ALLOCATION_STATE_FROM_PROTO, GPU_MODEL_FROM_PROTO
+from services.nodes.proto import GPU_MODEL_FROM_PROTO
 from services.notify import Notifier
-from services.operations.builder import OperationBuilder
+from services.operations.proto import operation_to_proto
 from services.paging import PageTokens
 from services.store.engine import Database
 from services.validation import Violations
@@ -33,12 +33,9 @@ REPLAYED = (("idempotent-replayed", "true"),)
 class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
 
-    def __init__(
-        self, store: Database, page_tokens: PageTokens, operations: OperationBuilder, wake_releaser: Notifier
-    ) -> None:
+    def __init__(self, store: Database, page_tokens: PageTokens, wake_releaser: Notifier) -> None:
         self._store = store
         self._tokens = page_tokens
-        self._operations = operations
         self._wake_releaser = wake_releaser
 
     async def CreateAllocation(
@@ -118,4 +115,4 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         v.raise_if_any()
         operation, view = await commands.cancel(self._store, current_principal(), request.allocation_id)
         self._wake_releaser.notify()
-        return self._operations.render(operation, view)
+        return operation_to_proto(operation, view)

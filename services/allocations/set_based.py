@@ -1,10 +1,11 @@
 """Creates and cancels that share one SQLite group, run set-based (store/set_based.py).
 
 Under load the SQLite writer commits dozens of creates and cancels together, and each of
-them alone runs seven to nine statements. Run as a set, the creates of a group take their
-nodes with one placement query and write each table with one statement, and so do the
-cancels: the Python and SQLite's own work per statement, which cost more than the rows they
-write, are paid once per group instead of once per request.
+them alone runs seven to nine statements. Run as a set, the creates of a group read their
+candidates with one query per GPU model (the placement policy chooses for each create, in
+queue order, among the nodes the creates before it left) and write each table with one
+statement, and so do the cancels: the Python and SQLite's own work per statement, which
+cost more than the rows they write, are paid once per group instead of once per request.
 
 A runner takes the set in queue order for as long as the requests are plain ones, whose
 answer it gives exactly as the request's own transaction (commands.py) would at that place:
@@ -28,8 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from services.allocations import placement
 from services.allocations import repository as repo
-from services.allocations.placement import Candidate, first_fit
+from services.allocations.placement import Candidate
 from services.allocations.repository import Allocation, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, Created
 from services.allocations.states import AllocationState
@@ -56,18 +58,15 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
         key=lambda p: (p.request.tenant_id, p.request.request_id or p.allocation_id),
         taken=lambda p: p.request.tenant_id in tenants and (p.request.tenant_id, p.request.request_id) not in recorded,
     )
-    # The free nodes of each model, in placement order, as many as the prefix could use.
-    wanted: dict[GpuModel, int] = {}
-    for create in plain:
-        wanted[create.request.gpu_model] = wanted.get(create.request.gpu_model, 0) + create.request.node_count
+    # Every free node of each model the prefix asks for: the policy chooses among them all,
+    # each create among those the creates before it left.
     pools: dict[GpuModel, list[Candidate]] = {}
-    for model, count in wanted.items():
-        free = yield from nodes_repo.free_nodes(model, limit=count, locking=False, skip_locked=False)
-        pools[model] = [Candidate(*n) for n in free]
+    for model in dict.fromkeys(create.request.gpu_model for create in plain):
+        pools[model] = list(map(Candidate._make, (yield from nodes_repo.free_nodes(model))))
     placed: list[tuple[PendingCreate, Sequence[str]]] = []
     for create in plain:
         pool = pools[create.request.gpu_model]
-        chosen = first_fit(pool, create.request.node_count)
+        chosen = placement.choose(placement.POLICY, pool, create.request.node_count)
         if chosen is None:
             break  # alone, it is refused with the count free at its place
         given = set(chosen)

@@ -98,8 +98,7 @@ class Authenticator:
         self._lookups[token] = answer
         forgets = self._forgets
         try:
-            async with self._store.read() as session:
-                principal = await repository.resolve(session, token)
+            principal = await self._store.query(repository.resolve(token))
         except Exception as error:
             answer.set_exception(error)  # a failing database fails the waiters alike
             answer.exception()  # retrieved, so an unshared failure logs no warning

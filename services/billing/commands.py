@@ -14,18 +14,18 @@ from functools import partial
 from typing import Any
 
 import structlog
-from sqlalchemy.exc import IntegrityError
 
 from accounting import BillingPeriod, Rates, rfc3339
 from services.auth.principal import Principal, tenant_scope
 from services.billing import codec, compute
 from services.billing import repository as repo
 from services.billing.invoice import InputCounts, InvoiceView
-from services.billing.repository import EventFilter, StoredEvent
+from services.billing.repository import EventFilter, FinalizedRow, StoredEvent
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
 from services.store.engine import Database
+from services.store.tx import Refused, Tx
 from services.tenants import repository as tenants_repo
 
 log = structlog.get_logger(__name__)
@@ -40,13 +40,6 @@ def invoice_not_found(tenant_id: str, period: BillingPeriod) -> NotFound:
     )
 
 
-def _no_such_tenant(tenant_id: str) -> NotFound:
-    """The invoice's tenant does not exist. Only an operator gets here (a tenant asks for its
-    own, or is refused by ``resolve_tenant`` first), so naming the tenant probes nothing: it
-    reads as a typo in the parent would in ListAllocations (TENANT_NOT_FOUND)."""
-    return NotFound.of("tenant", tenant_id, field_path="tenant_id")
-
-
 def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) -> str:
     """Whose invoice: the caller's own by default. A tenant naming another tenant gets NOT_FOUND,
     exactly as for a tenant that does not exist, so tenants cannot be probed."""
@@ -57,7 +50,11 @@ def resolve_tenant(principal: Principal, requested: str, period: BillingPeriod) 
 
 
 def _open_invoice(
-    tenant_id: str, period: BillingPeriod, event_rows: Sequence[Any], frozen_rows: Sequence[Any], rates: Rates
+    tenant_id: str,
+    period: BillingPeriod,
+    event_rows: Sequence[Sequence[Any]],
+    frozen_rows: Sequence[FinalizedRow],
+    rates: Rates,
 ) -> compute.OpenInvoice:
     """In a worker thread: reading a long history into events is CPU work, like the engine."""
     events = repo.logged_events(event_rows)
@@ -80,15 +77,11 @@ class Billing:
 
     async def _current(self, tenant_id: str, period: BillingPeriod) -> tuple[InvoiceView, int, InputCounts]:
         snapshot_us = now_us()
-        async with self._store.read() as session:
-            if not await repo.tenant_exists(session, tenant_id):
-                raise _no_such_tenant(tenant_id)
-            frozen_rows = await repo.finalized_rows(session, tenant_id)
-            mine = next((row for row in frozen_rows if row.period == period.name), None)
-            if mine is not None:
-                frozen = repo.frozen_invoice(mine)
-                return frozen.view, frozen.snapshot_us, frozen.input_counts
-            event_rows = await repo.event_rows_before(session, tenant_id, period.end_us)
+        frozen_rows, event_rows = await self._store.query(_invoice_inputs(tenant_id, period))
+        mine = next((row for row in frozen_rows if row.period == period.name), None)
+        if mine is not None:
+            frozen = repo.frozen_invoice(mine)
+            return frozen.view, frozen.snapshot_us, frozen.input_counts
         view, counts = await asyncio.to_thread(_open_invoice, tenant_id, period, event_rows, frozen_rows, self._rates)
         return view, snapshot_us, counts
 
@@ -101,9 +94,7 @@ class Billing:
         now = now_us()
         if period.end_us > now:
             # An unknown tenant is NOT_FOUND for every period, as it is for GetInvoice.
-            async with self._store.read() as session:
-                if not await repo.tenant_exists(session, tenant_id):
-                    raise _no_such_tenant(tenant_id)
+            await self._store.query(tenants_repo.require(tenant_id))
             raise FailedPrecondition(
                 reason="PERIOD_NOT_ENDED",
                 message=(f"{period} ends at {rfc3339(period.end_us)}; only a period that has ended can be finalized"),
@@ -125,9 +116,8 @@ class Billing:
             )
         )
         try:
-            async with self._store.write() as session:
-                await repo.insert_finalized(session, row)
-        except IntegrityError:
+            await self._store.transact(partial(repo.insert_finalized, row))
+        except Refused:
             # A concurrent finalize won; its invoice is the one that stands.
             return await self.invoice(tenant_id, period), False
         log.info("invoice_finalized", tenant=tenant_id, period=period.name, total=str(view.total))
@@ -138,13 +128,34 @@ class Billing:
     ) -> tuple[list[StoredEvent], Cursor | None]:
         """One page of the usage-event log and the cursor after it (None on the last page).
         ``tenant_must_exist``: an operator named the filter's tenant; NOT_FOUND if none such."""
-        async with self._store.read() as session:
-            if tenant_must_exist and flt.tenant_id is not None:
-                await tenants_repo.get(session, flt.tenant_id)
-            rows = await repo.list_events(session, flt, cursor=cursor, limit=page_size + 1)
+        rows = await self._store.query(
+            _events_page(flt, cursor=cursor, limit=page_size + 1, tenant_must_exist=tenant_must_exist)
+        )
         page = rows[:page_size]
         after = None
         if len(rows) > page_size:
             last = page[-1].logged.event
             after = Cursor(last.at_us, last.event_id)
         return page, after
+
+
+def _invoice_inputs(tenant_id: str, period: BillingPeriod) -> Tx[tuple[list[FinalizedRow], list[Sequence[Any]]]]:
+    """What an invoice is computed from, in one snapshot: the tenant's finalized invoices and,
+    unless the period is one of them, its events before the period's end.
+
+    An unknown tenant is NOT_FOUND (TENANT_NOT_FOUND). Only an operator gets that far (a tenant
+    asks for its own, or is refused by ``resolve_tenant`` first), so naming the tenant probes
+    nothing: it reads as a typo in the parent would in ListAllocations."""
+    yield from tenants_repo.require(tenant_id)
+    frozen_rows = yield from repo.finalized_rows(tenant_id)
+    if any(row.period == period.name for row in frozen_rows):
+        return frozen_rows, []
+    return frozen_rows, (yield from repo.event_rows_before(tenant_id, period.end_us))
+
+
+def _events_page(
+    flt: EventFilter, *, cursor: Cursor | None, limit: int, tenant_must_exist: bool
+) -> Tx[list[StoredEvent]]:
+    if tenant_must_exist and flt.tenant_id is not None:
+        yield from tenants_repo.require(flt.tenant_id)
+    return (yield from repo.list_events(flt, cursor=cursor, limit=limit))

@@ -8,8 +8,9 @@ from accounting import PriceClass
 from gpucloud.v1 import billing_pb2, node_pb2
 from services.billing.invoice import LATE_AFTER_FINALIZATION, InvoiceView
 from services.billing.repository import StoredEvent
-from services.convert import GPU_MODEL_TO_PROTO, timestamp
 from services.nodes.inventory import GpuModel
+from services.nodes.proto import GPU_MODEL_TO_PROTO
+from services.timestamps import timestamp
 
 PRICE_CLASS_TO_PROTO = {c: billing_pb2.PriceClass.Value(f"PRICE_CLASS_{c.name}") for c in PriceClass}
 _KIND_TO_PROTO = {"start": billing_pb2.USAGE_EVENT_KIND_START, "stop": billing_pb2.USAGE_EVENT_KIND_STOP}

@@ -34,7 +34,7 @@ MAX_QUERY_POINTS = 200_000
 # receive limit (clients/async_client.py, DEFAULT_MAX_RECEIVE_BYTES) is set to match; a client
 # left at gRPC's default of 4 MiB refuses answers between the two.
 MAX_ANSWER_BYTES = 16 * 1024 * 1024
-# Answers of more series than this are sized (and encoded, services/metrics/servicer.py) on a
+# Answers of more series than this are sized (and encoded, services/metrics/proto.py) on a
 # worker thread: some microseconds a series would hold up every other call on the event loop.
 SERIES_SIZED_ON_LOOP = 2_000
 
@@ -64,8 +64,7 @@ class KnownNodes:
         """The ids among ``node_ids`` that name no registered node, sorted."""
         unknown = node_ids - self._known
         if unknown:
-            async with self._store.read() as session:
-                self._known |= await repo.existing_nodes(session, unknown)
+            self._known |= await self._store.query(repo.existing_nodes(unknown))
         return sorted(node_ids - self._known)
 
 
@@ -150,8 +149,7 @@ class Metrics:
             if missing:
                 raise NotFound.of("node", missing[0], field_path=_node_field(selector, missing[0]))
             return None
-        async with self._store.read() as session:
-            records = await repo.hold_records(session, tenant_id, selector.node_ids)
+        records = await self._store.query(repo.hold_records(tenant_id, selector.node_ids))
         held = hold_intervals(records, now_us=now_us())
         for node_id in selector.node_ids:
             if node_id not in held:

@@ -1,6 +1,6 @@
-"""What the metrics service reads from the control plane's database: which nodes exist, and
-which a tenant held when (from the usage events billing reads). It writes nothing there;
-samples live in the tsdb (services/metrics/samples.py).
+"""What the metrics service reads from the control plane's database, as transaction steps
+(store/tx.py): which nodes exist, and which a tenant held when (from the usage events billing
+reads). It writes nothing there; samples live in the tsdb (services/metrics/samples.py).
 """
 
 from __future__ import annotations
@@ -8,46 +8,47 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from typing import Any
 
-from sqlalchemy import func
-from sqlalchemy import select as sa_select
-from sqlmodel.ext.asyncio.session import AsyncSession
-
 from services.metrics.holds import HoldRecord
-from services.store import core
-from services.store.models import NodeRow, UsageEventRow, table_of
+from services.store.tx import Sql, Tx, expand
 from services.usage.repository import UsageKind
 
-
-async def existing_nodes(session: AsyncSession, node_ids: Collection[str]) -> set[str]:
-    """The ids among ``node_ids`` that name registered nodes."""
-    if not node_ids:
-        return set()
-    nodes = table_of(NodeRow)
-    query = sa_select(nodes.c.node_id).where(nodes.c.node_id.in_(sorted(node_ids)))
-    return {str(row[0]) for row in (await core.execute(session, query)).all()}
+# Node ids asked about in one statement at most (bind parameters per statement).
+_CHUNK = 512
 
 
-async def hold_records(session: AsyncSession, tenant_id: str, node_ids: Collection[str] = ()) -> list[HoldRecord]:
+def _chunks(node_ids: Collection[str]) -> list[list[str]]:
+    ordered = sorted(node_ids)
+    return [ordered[start : start + _CHUNK] for start in range(0, len(ordered), _CHUNK)]
+
+
+def existing_nodes(node_ids: Collection[str]) -> Tx[set[str]]:
+    """The ids among ``node_ids`` that name registered nodes: one statement per 512 ids."""
+    found: set[str] = set()
+    for chunk in _chunks(node_ids):
+        ids, params = expand("id", chunk)
+        result = yield Sql(f"SELECT node_id FROM nodes WHERE node_id IN ({ids})", params)
+        found |= {str(row[0]) for row in result.rows}
+    return found
+
+
+_HOLDS = (
+    "SELECT allocation_id, node_id, kind, MIN(at_us), MAX(at_us) FROM usage_events WHERE tenant_id = :tenant{nodes}"
+    " GROUP BY allocation_id, node_id, kind"
+)
+
+
+def hold_records(tenant_id: str, node_ids: Collection[str] = ()) -> Tx[list[HoldRecord]]:
     """Per (allocation, node) of the tenant: its first start and last stop (one per GPU each).
 
-    ``node_ids`` narrows to those nodes; empty means every node the tenant ever held. Served
-    by the (tenant_id, at_us) index.
+    ``node_ids`` narrows to those nodes (one statement per 512); empty means every node the
+    tenant ever held. Served by the (tenant_id, at_us) index.
     """
-    events = table_of(UsageEventRow)
-    query = (
-        sa_select(
-            events.c.allocation_id,
-            events.c.node_id,
-            events.c.kind,
-            func.min(events.c.at_us),
-            func.max(events.c.at_us),
-        )
-        .where(events.c.tenant_id == tenant_id)
-        .group_by(events.c.allocation_id, events.c.node_id, events.c.kind)
-    )
-    if node_ids:
-        query = query.where(events.c.node_id.in_(sorted(node_ids)))
-    rows: Sequence[Any] = (await core.execute(session, query)).all()
+    rows: list[Sequence[Any]] = []
+    if not node_ids:
+        rows = (yield Sql(_HOLDS.format(nodes=""), {"tenant": tenant_id})).rows
+    for chunk in _chunks(node_ids):
+        ids, params = expand("node", chunk)
+        rows += (yield Sql(_HOLDS.format(nodes=f" AND node_id IN ({ids})"), {**params, "tenant": tenant_id})).rows
     starts: dict[tuple[str, str], int] = {}
     stops: dict[tuple[str, str], int] = {}
     for allocation_id, node_id, kind, first_us, last_us in rows:

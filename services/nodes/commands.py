@@ -2,18 +2,18 @@
 
 from __future__ import annotations
 
-from sqlalchemy.exc import IntegrityError
-from sqlmodel.ext.asyncio.session import AsyncSession
+from dataclasses import replace
+from functools import partial
 
 from services.auth.principal import Principal, Role
 from services.clock import now_us
 from services.errors import AlreadyExists, FailedPrecondition, PermissionDenied
 from services.nodes import repository as repo
 from services.nodes.inventory import Inventory, canonical_gpu_uuid
-from services.nodes.repository import NodeView
+from services.nodes.repository import Node, NodeView
 from services.nodes.transitions import HELD_STATES, NodeEvent, NodeState
 from services.store.engine import Database
-from services.store.models import NodeRow
+from services.store.tx import Refused, Tx
 
 
 def check_speaks_for(principal: Principal, node_id: str) -> None:
@@ -48,27 +48,12 @@ async def register(store: Database, principal: Principal, inventory: Inventory) 
     also when the registrations run at once (an agent retrying, two agents racing)."""
     check_speaks_for(principal, inventory.node_id)
     try:
-        async with store.write() as session:
-            known = await _registered(session, inventory)
-            if known is not None:
-                return known
-            now = now_us()
-            row = await repo.insert(session, inventory, actor=principal.actor, now_us=now)
-            await repo.apply(
-                session,
-                row,
-                NodeEvent.START_BURN_IN,
-                reason="burn-in starts on registration",
-                actor=principal.actor,
-                now_us=now,
-            )
-            return await repo.get_view(session, inventory.node_id)
-    except IntegrityError:
+        return await store.transact(partial(_register, inventory, actor=principal.actor))
+    except Refused:
         pass
     # A concurrent registration of the node or one of its GPUs won: answer as if this call had
     # come second, which is what the winner's commit now shows.
-    async with store.read() as session:
-        known = await _registered(session, inventory)
+    known = await store.query(_registered(inventory))
     if known is not None:
         return known
     raise AlreadyExists(
@@ -78,7 +63,19 @@ async def register(store: Database, principal: Principal, inventory: Inventory) 
     )
 
 
-async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView | None:
+def _register(inventory: Inventory, *, actor: str) -> Tx[NodeView]:
+    known = yield from _registered(inventory)
+    if known is not None:
+        return known
+    now = now_us()
+    row = yield from repo.insert(inventory, actor=actor, now_us=now)
+    yield from repo.apply(
+        row, NodeEvent.START_BURN_IN, reason="burn-in starts on registration", actor=actor, now_us=now
+    )
+    return (yield from repo.get_view(inventory.node_id))
+
+
+def _registered(inventory: Inventory) -> Tx[NodeView | None]:
     """The node if it is registered with exactly this inventory; None if neither it nor any of
     its GPUs is registered. ALREADY_EXISTS when a GPU belongs to another node or the node has
     another inventory.
@@ -86,7 +83,7 @@ async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView |
     The GPUs are read before the node: on PostgreSQL each statement sees what was committed
     when it began, and a node commits with its GPUs, so a registration that commits between the
     two reads shows as the node, never as its GPUs without it."""
-    owners = await repo.gpu_owners(session, [g.uuid for g in inventory.gpus])
+    owners = yield from repo.gpu_owners([g.uuid for g in inventory.gpus])
     for i, gpu in enumerate(inventory.gpus):
         owner = owners.get(gpu.uuid)
         if owner is not None and owner != inventory.node_id:
@@ -95,10 +92,10 @@ async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView |
                 message=f"GPU {gpu.uuid!r} belongs to node {owner!r}",
                 metadata={"field": f"gpus[{i}].uuid", "node_id": owner},
             )
-    existing = await session.get(NodeRow, inventory.node_id)
+    existing = yield from repo.find(inventory.node_id)
     if existing is None:
         return None
-    view = (await repo.views(session, [existing]))[0]
+    view = (yield from repo.views([existing]))[0]
     differences = _inventory_differences(view, inventory)
     if not differences:
         return view
@@ -113,19 +110,25 @@ async def _registered(session: AsyncSession, inventory: Inventory) -> NodeView |
 async def transition(store: Database, principal: Principal, node_id: str, event: NodeEvent, reason: str) -> NodeView:
     """Apply one lifecycle event chosen by an operator or agent."""
     check_speaks_for(principal, node_id)
-    async with store.write() as session:
-        row = await repo.get_row(session, node_id, for_update=True)
-        if event is NodeEvent.DRAIN:
-            row.status_reason = reason or "drained"
-            row.cordoned = True
-            if NodeState(row.state) in HELD_STATES:
-                row.drain_pending = True
-        elif event is NodeEvent.RETURN_TO_SERVICE:
-            row.drain_pending = False
-            row.cordoned = False
-            row.status_reason = ""
-        await repo.apply(session, row, event, reason=reason, actor=principal.actor, now_us=now_us())
-        return await repo.get_view(session, node_id)
+    locking = store.dialect == "postgresql"
+    return await store.transact(partial(_transition, node_id, event, reason, actor=principal.actor, locking=locking))
+
+
+def _flags_for(row: Node, event: NodeEvent, reason: str) -> Node:
+    """``row`` with the cordon, drain and status reason ``event`` sets: a drain cordons the node
+    (and, while it is held, leaves service once released); a return to service clears them."""
+    if event is NodeEvent.DRAIN:
+        pending = row.drain_pending or NodeState(row.state) in HELD_STATES
+        return replace(row, status_reason=reason or "drained", cordoned=True, drain_pending=pending)
+    if event is NodeEvent.RETURN_TO_SERVICE:
+        return replace(row, drain_pending=False, cordoned=False, status_reason="")
+    return row
+
+
+def _transition(node_id: str, event: NodeEvent, reason: str, *, actor: str, locking: bool) -> Tx[NodeView]:
+    row = yield from repo.get_row(node_id, locking=locking)
+    yield from repo.apply(_flags_for(row, event, reason), event, reason=reason, actor=actor, now_us=now_us())
+    return (yield from repo.get_view(node_id))
 
 
 async def complete_burn_in(
@@ -145,30 +148,33 @@ async def set_cordon(store: Database, principal: Principal, node_id: str, *, cor
     holds the cordon and its reason until the node leaves service) and on a RETIRED node
     (NODE_RETIRED: it never serves again).
     """
-    async with store.write() as session:
-        row = await repo.get_row(session, node_id, for_update=True)
-        if row.drain_pending:
-            raise FailedPrecondition(
-                reason="DRAIN_PENDING",
-                message=(
-                    f"node {node_id!r} is draining: the drain keeps it cordoned until it leaves service"
-                    " (QUARANTINED) once its tenant releases it; change the cordon after that"
-                ),
-                metadata={"node_id": node_id, "field": "node_id"},
-            )
-        if row.state == NodeState.RETIRED:
-            raise FailedPrecondition(
-                reason="NODE_RETIRED",
-                message=f"node {node_id!r} is retired for good; it cannot be cordoned or uncordoned",
-                metadata={"node_id": node_id, "field": "node_id"},
-            )
-        status_reason = (reason or "cordoned") if cordoned else ""
-        if (row.cordoned, row.status_reason) != (cordoned, status_reason):
-            # Only a change is history: cordoning a cordoned node again with its reason is a no-op.
-            row.cordoned = cordoned
-            row.status_reason = status_reason
-            session.add(row)
-            event, event_reason = (NodeEvent.CORDON, status_reason) if cordoned else (NodeEvent.UNCORDON, "uncordoned")
-            repo.record_event(session, row, event, reason=event_reason, actor=principal.actor, now_us=now_us())
-            await session.flush()
-        return await repo.get_view(session, node_id)
+    locking = store.dialect == "postgresql"
+    cordon = partial(_set_cordon, node_id, cordoned=cordoned, reason=reason, actor=principal.actor, locking=locking)
+    return await store.transact(cordon)
+
+
+def _set_cordon(node_id: str, *, cordoned: bool, reason: str, actor: str, locking: bool) -> Tx[NodeView]:
+    row = yield from repo.get_row(node_id, locking=locking)
+    if row.drain_pending:
+        raise FailedPrecondition(
+            reason="DRAIN_PENDING",
+            message=(
+                f"node {node_id!r} is draining: the drain keeps it cordoned until it leaves service"
+                " (QUARANTINED) once its tenant releases it; change the cordon after that"
+            ),
+            metadata={"node_id": node_id, "field": "node_id"},
+        )
+    if row.state == NodeState.RETIRED:
+        raise FailedPrecondition(
+            reason="NODE_RETIRED",
+            message=f"node {node_id!r} is retired for good; it cannot be cordoned or uncordoned",
+            metadata={"node_id": node_id, "field": "node_id"},
+        )
+    status_reason = (reason or "cordoned") if cordoned else ""
+    if (row.cordoned, row.status_reason) != (cordoned, status_reason):
+        # Only a change is history: cordoning a cordoned node again with its reason is a no-op.
+        row = replace(row, cordoned=cordoned, status_reason=status_reason)
+        yield from repo.save(row)
+        event, event_reason = (NodeEvent.CORDON, status_reason) if cordoned else (NodeEvent.UNCORDON, "uncordoned")
+        yield from repo.record_event(row, event, reason=event_reason, actor=actor, now_us=now_us())
+    return (yield from repo.get_view(node_id))

@@ -1,18 +1,16 @@
-"""Persistence of nodes, their GPUs and their state history. The only module that writes them."""
+"""Persistence of nodes, their GPUs and their state history, as transaction steps
+(store/tx.py). The only module that writes them."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-
-from sqlmodel import col, func, select
-from sqlmodel.ext.asyncio.session import AsyncSession
-from sqlmodel.sql.expression import Select
+from typing import Any
 
 from services.errors import Aborted, NotFound
 from services.nodes.inventory import GpuModel, Inventory, canonical_gpu_uuid
 from services.nodes.transitions import NodeEvent, NodeState, next_state
-from services.store.models import AssignmentRow, GpuRow, NodeEventRow, NodeRow
 from services.store.tx import Sql, Tx, expand, for_update
 
 
@@ -25,120 +23,216 @@ class NodeFilter:
     zone: str = ""
 
 
+@dataclass(frozen=True, slots=True)
+class Node:
+    """One row of the ``nodes`` table (store/models.py defines the table)."""
+
+    node_id: str
+    gpu_model: str
+    zone: str
+    rack: str
+    leaf_switch: str
+    state: str
+    cordoned: bool
+    status_reason: str
+    drain_pending: bool
+    created_us: int
+    state_changed_us: int
+
+
+@dataclass(frozen=True, slots=True)
+class Gpu:
+    """One row of the ``gpus`` table: a GPU of a node, by its UUID, with its index on the node."""
+
+    gpu_uuid: str
+    node_id: str
+    gpu_index: int
+
+
+@dataclass(frozen=True, slots=True)
+class NodeEventEntry:
+    """One row of the ``node_events`` table: a recorded change of a node, with its cause."""
+
+    event_seq: int
+    node_id: str
+    event: str
+    from_state: str
+    to_state: str
+    reason: str
+    actor: str
+    at_us: int
+
+
 @dataclass(frozen=True)
 class NodeView:
     """A node with its GPUs and the allocation holding it, as the API shows it."""
 
-    row: NodeRow
-    gpus: tuple[GpuRow, ...]
+    row: Node
+    gpus: tuple[Gpu, ...]
     allocation_id: str | None
 
 
-async def get_row(session: AsyncSession, node_id: str, *, for_update: bool = False) -> NodeRow:
-    """The node, locked for the transaction when ``for_update``; NOT_FOUND if unknown."""
-    query = select(NodeRow).where(NodeRow.node_id == node_id)
-    if for_update:
-        query = query.with_for_update()
-    row = (await session.exec(query)).first()
+_COLUMNS = (
+    "node_id, gpu_model, zone, rack, leaf_switch, state, cordoned, status_reason, drain_pending, created_us,"
+    " state_changed_us"
+)
+_EVENT_COLUMNS = "event_seq, node_id, event, from_state, to_state, reason, actor, at_us"
+
+
+def _node(values: Sequence[Any]) -> Node:
+    node_id, gpu_model, zone, rack, leaf, state, cordoned, status_reason, drain_pending, created, changed = values
+    # SQLite hands booleans back as 0/1.
+    return Node(
+        node_id,
+        gpu_model,
+        zone,
+        rack,
+        leaf,
+        state,
+        bool(cordoned),
+        status_reason,
+        bool(drain_pending),
+        created,
+        changed,
+    )
+
+
+def find(node_id: str, *, locking: bool = False) -> Tx[Node | None]:
+    """The node, locked for the transaction when ``locking`` (PostgreSQL); None if unknown."""
+    sql = f"SELECT {_COLUMNS} FROM nodes WHERE node_id = :id" + for_update(locking)
+    found = (yield Sql(sql, {"id": node_id})).first()
+    return None if found is None else _node(found)
+
+
+def get_row(node_id: str, *, locking: bool = False) -> Tx[Node]:
+    """The node, locked for the transaction when ``locking`` (PostgreSQL); NOT_FOUND if unknown."""
+    row = yield from find(node_id, locking=locking)
     if row is None:
         raise NotFound.of("node", node_id, field_path="node_id")
     return row
 
 
-async def views(session: AsyncSession, rows: Sequence[NodeRow]) -> list[NodeView]:
+def views(rows: Sequence[Node]) -> Tx[list[NodeView]]:
     """Attach GPUs and live allocations to node rows in two queries."""
-    ids = [r.node_id for r in rows]
-    if not ids:
+    if not rows:
         return []
-    gpus: dict[str, list[GpuRow]] = {i: [] for i in ids}
-    gpu_query = select(GpuRow).where(col(GpuRow.node_id).in_(ids)).order_by(col(GpuRow.gpu_index))
-    for gpu in (await session.exec(gpu_query)).all():
-        gpus[gpu.node_id].append(gpu)
-    held_query = select(AssignmentRow.node_id, AssignmentRow.allocation_id).where(
-        col(AssignmentRow.node_id).in_(ids), col(AssignmentRow.released_us).is_(None)
+    ids, params = expand("id", [r.node_id for r in rows])
+    gpus: dict[str, list[Gpu]] = {r.node_id: [] for r in rows}
+    result = yield Sql(
+        f"SELECT gpu_uuid, node_id, gpu_index FROM gpus WHERE node_id IN ({ids}) ORDER BY gpu_index", params
     )
-    held = dict((await session.exec(held_query)).all())
+    for gpu_uuid, node_id, gpu_index in result.rows:
+        gpus[node_id].append(Gpu(gpu_uuid, node_id, gpu_index))
+    result = yield Sql(
+        f"SELECT node_id, allocation_id FROM assignments WHERE node_id IN ({ids}) AND released_us IS NULL", params
+    )
+    held = {str(node_id): str(allocation_id) for node_id, allocation_id in result.rows}
     return [NodeView(r, tuple(gpus[r.node_id]), held.get(r.node_id)) for r in rows]
 
 
-async def get_view(session: AsyncSession, node_id: str) -> NodeView:
+def get_view(node_id: str) -> Tx[NodeView]:
     """The node with its GPUs and the allocation holding it; NOT_FOUND if unknown."""
-    return (await views(session, [await get_row(session, node_id)]))[0]
+    row = yield from get_row(node_id)
+    return (yield from views([row]))[0]
 
 
-async def insert(session: AsyncSession, inventory: Inventory, *, actor: str, now_us: int) -> NodeRow:
-    """Add a REGISTERED node, its GPUs and its REGISTER event to ``session`` (flushed); returns the row."""
-    row = NodeRow(
+def insert(inventory: Inventory, *, actor: str, now_us: int) -> Tx[Node]:
+    """Add a REGISTERED node, its GPUs and its REGISTER event; returns the row. A node or GPU
+    registered already (by a concurrent registration) is ``tx.Refused``."""
+    row = Node(
         node_id=inventory.node_id,
-        gpu_model=inventory.gpu_model,
+        gpu_model=inventory.gpu_model.value,
         zone=inventory.zone,
         rack=inventory.rack,
         leaf_switch=inventory.leaf_switch,
-        state=NodeState.REGISTERED,
+        state=NodeState.REGISTERED.value,
+        cordoned=False,
+        status_reason="",
+        drain_pending=False,
         created_us=now_us,
         state_changed_us=now_us,
     )
-    session.add(row)
-    await session.flush()
-    session.add_all(GpuRow(gpu_uuid=g.uuid, node_id=inventory.node_id, gpu_index=g.index) for g in inventory.gpus)
-    record_event(session, row, NodeEvent.REGISTER, reason="registered", actor=actor, now_us=now_us)
-    await session.flush()
+    yield Sql(
+        f"INSERT INTO nodes ({_COLUMNS}) VALUES (:node_id, :gpu_model, :zone, :rack, :leaf_switch, :state,"
+        " :cordoned, :status_reason, :drain_pending, :created_us, :state_changed_us)",
+        dataclasses.asdict(row),
+    )
+    if inventory.gpus:
+        yield Sql(
+            "INSERT INTO gpus (gpu_uuid, node_id, gpu_index) VALUES (:uuid, :node_id, :index)",
+            rows=[{"uuid": g.uuid, "node_id": inventory.node_id, "index": g.index} for g in inventory.gpus],
+        )
+    yield from record_event(row, NodeEvent.REGISTER, reason="registered", actor=actor, now_us=now_us)
     return row
 
 
+def save(row: Node) -> Tx[None]:
+    """Write what may change of a node: its state, cordon, drain and status reason."""
+    yield Sql(
+        "UPDATE nodes SET state = :state, state_changed_us = :changed, cordoned = :cordoned,"
+        " drain_pending = :drain_pending, status_reason = :reason WHERE node_id = :id",
+        {
+            "state": row.state,
+            "changed": row.state_changed_us,
+            "cordoned": row.cordoned,
+            "drain_pending": row.drain_pending,
+            "reason": row.status_reason,
+            "id": row.node_id,
+        },
+    )
+
+
 def record_event(
-    session: AsyncSession,
-    row: NodeRow,
+    row: Node,
     event: NodeEvent,
     *,
     reason: str,
     actor: str,
     now_us: int,
     before: NodeState | None = None,
-) -> None:
+) -> Tx[None]:
     """Add ``event`` to the node's history: from ``before`` (default: its state now, as for the
     events that move no state) to the state ``row`` is in."""
     after = NodeState(row.state)
-    session.add(
-        NodeEventRow(
-            node_id=row.node_id,
-            event=event,
-            from_state=after if before is None else before,
-            to_state=after,
-            reason=reason[:256],
-            actor=actor,
-            at_us=now_us,
-        )
+    yield Sql(
+        "INSERT INTO node_events (node_id, event, from_state, to_state, reason, actor, at_us)"
+        " VALUES (:node_id, :event, :from_state, :to_state, :reason, :actor, :at_us)",
+        {
+            "node_id": row.node_id,
+            "event": event.value,
+            "from_state": (after if before is None else before).value,
+            "to_state": after.value,
+            "reason": reason[:256],
+            "actor": actor,
+            "at_us": now_us,
+        },
     )
 
 
-def gpu_owners_query(uuids: Sequence[str]) -> Select[str, str]:
-    """``gpu_owners``' query: by ``lower(gpu_uuid)``, which index ``ix_gpus_uuid_lower`` serves."""
-    return select(GpuRow.gpu_uuid, GpuRow.node_id).where(
-        func.lower(GpuRow.gpu_uuid).in_([uuid.lower() for uuid in uuids])
-    )
-
-
-async def gpu_owners(session: AsyncSession, uuids: Sequence[str]) -> dict[str, str]:
+def gpu_owners(uuids: Sequence[str]) -> Tx[dict[str, str]]:
     """Which node already owns each of ``uuids`` (canonical, see ``canonical_gpu_uuid``), in
-    whatever case it was stored: rows from before UUIDs were made canonical count too."""
-    rows = (await session.exec(gpu_owners_query(uuids))).all()
-    return {canonical_gpu_uuid(uuid): node_id for uuid, node_id in rows}
+    whatever case it was stored: rows from before UUIDs were made canonical count too.
+
+    Looked up by ``lower(gpu_uuid)``, which index ``ix_gpus_uuid_lower`` serves."""
+    if not uuids:
+        return {}
+    ids, params = expand("uuid", [uuid.lower() for uuid in uuids])
+    result = yield Sql(f"SELECT gpu_uuid, node_id FROM gpus WHERE lower(gpu_uuid) IN ({ids})", params)
+    return {canonical_gpu_uuid(uuid): str(node_id) for uuid, node_id in result.rows}
 
 
-async def apply(
-    session: AsyncSession, row: NodeRow, event: NodeEvent, *, reason: str, actor: str, now_us: int
-) -> NodeRow:
-    """Move ``row`` through the transition table and record why. Raises IllegalTransition."""
+def apply(row: Node, event: NodeEvent, *, reason: str, actor: str, now_us: int) -> Tx[Node]:
+    """Move ``row`` (with any cordon, drain or status reason the caller set on it) through the
+    transition table, write it and record why; returns the node as written. Raises
+    IllegalTransition before writing anything."""
     before = NodeState(row.state)
     after = next_state(row.node_id, before, event)
-    row.state = after
-    if after is not before:
-        row.state_changed_us = now_us
-    session.add(row)
-    record_event(session, row, event, reason=reason, actor=actor, now_us=now_us, before=before)
-    await session.flush()
-    return row
+    moved = dataclasses.replace(
+        row, state=after.value, state_changed_us=row.state_changed_us if after is before else now_us
+    )
+    yield from save(moved)
+    yield from record_event(moved, event, reason=reason, actor=actor, now_us=now_us, before=before)
+    return moved
 
 
 @dataclass(frozen=True)
@@ -206,29 +300,45 @@ def apply_many(
     )
 
 
-async def list_page(session: AsyncSession, flt: NodeFilter, *, after_id: str | None, limit: int) -> list[NodeRow]:
+def list_page(flt: NodeFilter, *, after_id: str | None, limit: int) -> Tx[list[Node]]:
     """Nodes ordered by id (immutable and unique, so the keyset needs no tiebreaker)."""
-    query = select(NodeRow)
+    where = ["TRUE"]
+    params: dict[str, Any] = {"limit": limit}
     if flt.state is not None:
-        query = query.where(NodeRow.state == flt.state)
+        where.append("state = :state")
+        params["state"] = flt.state.value
     if flt.gpu_model is not None:
-        query = query.where(NodeRow.gpu_model == flt.gpu_model)
+        where.append("gpu_model = :model")
+        params["model"] = flt.gpu_model.value
     if flt.zone:
-        query = query.where(NodeRow.zone == flt.zone)
+        where.append("zone = :zone")
+        params["zone"] = flt.zone
     if after_id is not None:
-        query = query.where(col(NodeRow.node_id) > after_id)
-    query = query.order_by(col(NodeRow.node_id)).limit(limit)
-    return list((await session.exec(query)).all())
+        where.append("node_id > :after")
+        params["after"] = after_id
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM nodes WHERE {' AND '.join(where)} ORDER BY node_id LIMIT :limit", params
+    )
+    return [_node(r) for r in result.rows]
 
 
-async def events(session: AsyncSession, node_id: str, *, after_seq: int | None, limit: int) -> list[NodeEventRow]:
-    """A node's events oldest first, after ``after_seq`` (the keyset: a unique, immutable id)."""
-    await get_row(session, node_id)
-    query = select(NodeEventRow).where(NodeEventRow.node_id == node_id)
+def list_views(flt: NodeFilter, *, after_id: str | None, limit: int) -> Tx[list[NodeView]]:
+    """``list_page`` with each node's GPUs and live allocation attached."""
+    rows = yield from list_page(flt, after_id=after_id, limit=limit)
+    return (yield from views(rows))
+
+
+def events(node_id: str, *, after_seq: int | None, limit: int) -> Tx[list[NodeEventEntry]]:
+    """A node's events oldest first, after ``after_seq`` (the keyset: a unique, immutable id);
+    NOT_FOUND if the node is unknown."""
+    yield from get_row(node_id)
+    sql = f"SELECT {_EVENT_COLUMNS} FROM node_events WHERE node_id = :id"
+    params: dict[str, Any] = {"id": node_id, "limit": limit}
     if after_seq is not None:
-        query = query.where(col(NodeEventRow.event_seq) > after_seq)
-    query = query.order_by(col(NodeEventRow.event_seq)).limit(limit)
-    return list((await session.exec(query)).all())
+        sql += " AND event_seq > :after"
+        params["after"] = after_seq
+    result = yield Sql(sql + " ORDER BY event_seq LIMIT :limit", params)
+    return [NodeEventEntry(*r) for r in result.rows]
 
 
 def fabric_order(table: str = "") -> str:
@@ -243,24 +353,36 @@ def fabric_order(table: str = "") -> str:
     return ", ".join(f"{prefix}{column}" for column in ("zone", "rack", "leaf_switch", "node_id"))
 
 
-def free_nodes(
-    gpu_model: GpuModel, *, limit: int, locking: bool, skip_locked: bool
-) -> Tx[list[tuple[str, str, str, str]]]:
-    """Up to ``limit`` READY, uncordoned nodes of a model as (id, zone, rack, leaf), in
-    placement order, locked for the
-    transaction on PostgreSQL (``locking``).
+def free_nodes(gpu_model: GpuModel) -> Tx[list[tuple[str, str, str, str]]]:
+    """Every READY, uncordoned node of a model as (zone, rack, leaf, id), in fabric order:
+    placement's candidates, all of them, since the placement policy chooses among them.
 
-    ``skip_locked`` passes over rows other transactions hold, so concurrent placements never
-    wait on each other; without it the query waits for those locks and re-checks the rows. On
-    SQLite there is nothing to lock: the writer holds the database's single write lock.
+    A plain read that locks nothing: on PostgreSQL the chosen nodes are locked afterwards
+    (``lock_free``); on SQLite the writer holds the database's single write lock.
     """
     result = yield Sql(
-        "SELECT node_id, zone, rack, leaf_switch FROM nodes"
-        " WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE"
-        f" ORDER BY {fabric_order()} LIMIT :limit" + for_update(locking, skip_locked=skip_locked),
-        {"model": gpu_model.value, "ready": NodeState.READY.value, "limit": limit},
+        f"SELECT {fabric_order()} FROM nodes"
+        f" WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE ORDER BY {fabric_order()}",
+        {"model": gpu_model.value, "ready": NodeState.READY.value},
     )
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in result.rows]
+
+
+def lock_free(node_ids: Sequence[str], *, skip_locked: bool) -> Tx[set[str]]:
+    """Lock those of ``node_ids`` still READY and uncordoned, in fabric order (PostgreSQL
+    only), and return them: a node missing from the answer was taken or changed meanwhile.
+
+    ``skip_locked`` passes over rows other transactions hold, so concurrent placements never
+    wait on each other; without it the statement waits for those locks and re-checks the rows
+    once their holders finish.
+    """
+    ids, params = expand("id", node_ids)
+    result = yield Sql(
+        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :ready AND cordoned = FALSE"
+        f" ORDER BY {fabric_order()}" + for_update(True, skip_locked=skip_locked),
+        {**params, "ready": NodeState.READY.value},
+    )
+    return {str(r[0]) for r in result.rows}
 
 
 def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:

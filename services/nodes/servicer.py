@@ -8,18 +8,12 @@ import grpc
 
 from gpucloud.v1 import node_pb2, node_pb2_grpc
 from services.auth.principal import current_principal
-from services.convert import (
-    GPU_MODEL_FROM_PROTO,
-    GPU_MODEL_TO_PROTO,
-    NODE_STATE_FROM_PROTO,
-    NODE_STATE_TO_PROTO,
-    timestamp,
-)
 from services.nodes import commands
 from services.nodes import repository as repo
-from services.nodes.inventory import GpuModel, GpuSpec, Inventory, canonical_gpu_uuid, check_gpus
-from services.nodes.repository import NodeFilter, NodeView
-from services.nodes.transitions import NodeEvent, NodeState
+from services.nodes.inventory import GpuSpec, Inventory, canonical_gpu_uuid, check_gpus
+from services.nodes.proto import GPU_MODEL_FROM_PROTO, NODE_STATE_FROM_PROTO, node_event_to_proto, node_to_proto
+from services.nodes.repository import NodeFilter
+from services.nodes.transitions import NodeEvent
 from services.paging import Cursor, PageTokens
 from services.store.engine import Database
 from services.validation import Violations
@@ -27,25 +21,6 @@ from services.validation import Violations
 Context = grpc.aio.ServicerContext[Any, Any]
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(NODE_STATE_FROM_PROTO)
-
-
-def node_to_proto(view: NodeView) -> node_pb2.Node:
-    """The API form of a node."""
-    row = view.row
-    return node_pb2.Node(
-        node_id=row.node_id,
-        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(row.gpu_model)],
-        gpus=[node_pb2.Gpu(uuid=g.gpu_uuid, index=g.gpu_index) for g in view.gpus],
-        zone=row.zone,
-        rack=row.rack,
-        leaf_switch=row.leaf_switch,
-        state=NODE_STATE_TO_PROTO[NodeState(row.state)],
-        cordoned=row.cordoned,
-        status_reason=row.status_reason,
-        allocation_id=view.allocation_id or "",
-        create_time=timestamp(row.created_us),
-        state_change_time=timestamp(row.state_changed_us),
-    )
 
 
 def _node_id_and_reason(request: Any) -> tuple[str, str]:
@@ -90,8 +65,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         """Read one node; an agent may read only its own (PERMISSION_DENIED otherwise)."""
         node_id, _ = _node_id_and_reason(request)
         commands.check_speaks_for(current_principal(), node_id)
-        async with self._store.read() as session:
-            view = await repo.get_view(session, node_id)
+        view = await self._store.query(repo.get_view(node_id))
         return node_pb2.GetNodeResponse(node=node_to_proto(view))
 
     async def ListNodes(self, request: node_pb2.ListNodesRequest, context: Context) -> node_pb2.ListNodesResponse:
@@ -114,13 +88,13 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             gpu_model=GPU_MODEL_FROM_PROTO.get(request.gpu_model),
             zone=request.zone,
         )
-        async with self._store.read() as session:
-            rows = await repo.list_page(session, flt, after_id=cursor.last_id if cursor else None, limit=size + 1)
-            token = ""
-            if len(rows) > size:
-                rows = rows[:size]
-                token = self._tokens.encode(Cursor(0, rows[-1].node_id), scope)
-            page = await repo.views(session, rows)
+        page = await self._store.query(
+            repo.list_views(flt, after_id=cursor.last_id if cursor else None, limit=size + 1)
+        )
+        token = ""
+        if len(page) > size:
+            page = page[:size]
+            token = self._tokens.encode(Cursor(0, page[-1].row.node_id), scope)
         return node_pb2.ListNodesResponse(nodes=[node_to_proto(n) for n in page], next_page_token=token)
 
     async def _transition(self, request: Any, event: NodeEvent) -> node_pb2.Node:
@@ -183,26 +157,11 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         scope: dict[str, str | int] = {"list": "node_events", "node_id": request.node_id}
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        async with self._store.read() as session:
-            after = cursor.created_us if cursor else None
-            rows = await repo.events(session, request.node_id, after_seq=after, limit=size + 1)
+        after = cursor.created_us if cursor else None
+        rows = await self._store.query(repo.events(request.node_id, after_seq=after, limit=size + 1))
         token = ""
         if len(rows) > size:
             rows = rows[:size]
             # The keyset is the event's sequence number, carried in the cursor's integer slot.
-            token = self._tokens.encode(Cursor(rows[-1].event_seq or 0, ""), scope)
-        return node_pb2.ListNodeEventsResponse(
-            next_page_token=token,
-            events=[
-                node_pb2.NodeEvent(
-                    node_id=r.node_id,
-                    event=r.event,
-                    from_state=NODE_STATE_TO_PROTO[NodeState(r.from_state)],
-                    to_state=NODE_STATE_TO_PROTO[NodeState(r.to_state)],
-                    reason=r.reason,
-                    actor=r.actor,
-                    time=timestamp(r.at_us),
-                )
-                for r in rows
-            ],
-        )
+            token = self._tokens.encode(Cursor(rows[-1].event_seq, ""), scope)
+        return node_pb2.ListNodeEventsResponse(next_page_token=token, events=[node_event_to_proto(r) for r in rows])

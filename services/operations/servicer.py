@@ -22,7 +22,7 @@ from services.operations.builder import OperationBuilder
 from services.operations.watch import OperationWatch
 from services.paging import Cursor, PageTokens
 from services.store.engine import Database
-from services.store.tx import Tx, run_in_session
+from services.store.tx import Tx
 from services.validation import ID_PATTERN, Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -72,9 +72,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         v = Violations()
         operation_id = _operation_id(v, request.name)
         v.raise_if_any()
-        async with self._store.read() as session:
-            row = await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
-            return (await self._builder.build_in(session, [row]))[0]
+        scope = tenant_scope(current_principal())
+        _row, operation = await self._store.query(_rendered(self._builder, operation_id, tenant_id=scope))
+        return operation
 
     async def WaitOperation(
         self, request: operations_pb2.WaitOperationRequest, context: Context
@@ -98,9 +98,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         # this call touches the database no more (the watch reads for every waiter).
         with self._watch.watching(operation_id) as watched:
             if watched.known is None:
-                async with self._store.read() as session:
-                    row = await run_in_session(session, repo.get_row(operation_id, tenant_id=scope))
-                    current = (await self._builder.build_in(session, [row]))[0]
+                row, current = await self._store.query(_rendered(self._builder, operation_id, tenant_id=scope))
                 if row.done:
                     return current
                 watched.known = (row, current)
@@ -129,14 +127,9 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         scope: dict[str, str | int] = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        async with self._store.read() as session:
-            page = repo.list_page(tenant_id=tenant_scope(principal), cursor=cursor, limit=size + 1)
-            rows = await run_in_session(session, page)
-            token = ""
-            if len(rows) > size:
-                rows = rows[:size]
-                token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].operation_id), scope)
-            operations = await self._builder.build_in(session, rows)
+        page = _rendered_page(self._builder, tenant_id=tenant_scope(principal), cursor=cursor, size=size)
+        operations, after = await self._store.query(page)
+        token = "" if after is None else self._tokens.encode(after, scope)
         return operations_pb2.ListOperationsResponse(operations=operations, next_page_token=token)
 
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
@@ -152,8 +145,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         v = Violations()
         operation_id = _operation_id(v, request.name)
         v.raise_if_any()
-        async with self._store.read() as session:
-            await run_in_session(session, repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
+        await self._store.query(repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
         raise FailedPrecondition(
             reason="OPERATION_NOT_CANCELLABLE",
             message=f"{request.name} releases nodes and cannot be cancelled",
@@ -170,3 +162,23 @@ def _delete_done(operation_id: str, *, tenant_id: str | None) -> Tx[None]:
             metadata={"field": "name"},
         )
     yield from repo.delete(operation_id)
+
+
+def _rendered(
+    builder: OperationBuilder, operation_id: str, *, tenant_id: str | None
+) -> Tx[tuple[repo.Operation, operations_pb2.Operation]]:
+    """The operation (NOT_FOUND as ``repo.get_row``) and its rendering, from one snapshot."""
+    row = yield from repo.get_row(operation_id, tenant_id=tenant_id)
+    return row, (yield from builder.build([row]))[0]
+
+
+def _rendered_page(
+    builder: OperationBuilder, *, tenant_id: str | None, cursor: Cursor | None, size: int
+) -> Tx[tuple[list[operations_pb2.Operation], Cursor | None]]:
+    """One page of operations rendered, and the cursor after it (None on the last page)."""
+    rows = yield from repo.list_page(tenant_id=tenant_id, cursor=cursor, limit=size + 1)
+    after = None
+    if len(rows) > size:
+        rows = rows[:size]
+        after = Cursor(rows[-1].created_us, rows[-1].operation_id)
+    return (yield from builder.build(rows)), after

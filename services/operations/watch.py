@@ -23,7 +23,7 @@ from services.notify import Notifier
 from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
 from services.store.engine import Database
-from services.store.tx import run_in_session
+from services.store.tx import Tx
 
 log = structlog.get_logger(__name__)
 
@@ -95,11 +95,14 @@ class OperationWatch:
         pending = [operation_id for operation_id, w in self._watched.items() if not w.finished.done()]
         if not pending:
             return
-        async with self._store.read() as session:
-            rows = await run_in_session(session, repo.done_among(pending))
-            operations = await self._builder.build_in(session, rows) if rows else []
-        for row, operation in zip(rows, operations, strict=True):
+        done = await self._store.query(self._done_among(pending))
+        for row, operation in done:
             watched = self._watched.get(row.operation_id)
             # The same message goes to every waiter: handlers only serialize it.
             if watched is not None and not watched.finished.done():
                 watched.finished.set_result(operation)
+
+    def _done_among(self, operation_ids: list[str]) -> Tx[list[tuple[repo.Operation, operations_pb2.Operation]]]:
+        """Those of ``operation_ids`` that are done, each with its rendering, from one snapshot."""
+        rows = yield from repo.done_among(operation_ids)
+        return list(zip(rows, (yield from self._builder.build(rows)), strict=True))

@@ -9,11 +9,14 @@ lets run beside the writer. On PostgreSQL one pool serves both; writes run at RE
 where row locks (``FOR UPDATE SKIP LOCKED``) plus unique constraints settle races, and reads
 at REPEATABLE READ, read-only, so that a read sees one snapshot on both databases.
 
-Hot-path transactions (create, cancel, release: store/tx.py) go through ``transact``: on
-SQLite to the writer (store/writer.py), which commits them in groups; on PostgreSQL on a
-pooled asyncpg connection, one asyncpg transaction each. On SQLite the writer and ``write()``
-share an asyncio lock held for the whole transaction, so the process's two write connections
-take turns in order instead of polling each other through the busy handler.
+Every write transaction of the control plane is SQL steps (store/tx.py) run by ``transact``:
+on SQLite by the writer (store/writer.py), which commits them in groups; on PostgreSQL on a
+pooled asyncpg connection, one asyncpg transaction each. Every read is SQL steps run by
+``query`` in one read-only snapshot. ``read()`` and ``write()`` hand out SQLAlchemy sessions
+for what is not a repository (tests and tools that set up or inspect rows). On SQLite the
+writer and ``write()`` share an asyncio lock held for the whole transaction, so the process's
+two write connections take turns in order instead of polling each other through the busy
+handler.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
 from services.store.set_based import SetBased
-from services.store.tx import Tx, run_on_asyncpg
+from services.store.tx import Tx, run_in_session, run_on_asyncpg
 from services.store.writer import SqliteWriter
 
 log = structlog.get_logger(__name__)
@@ -90,7 +93,8 @@ def _configure_sqlite(engine: AsyncEngine, *, immediate: bool) -> None:
 
 
 class Database:
-    """The control plane's database: a write and a read session factory over one schema.
+    """The control plane's database: write transactions (``transact``) and read snapshots
+    (``query``) of SQL steps over one schema.
 
     Its engines hide statement parameters from the errors they raise: those errors are logged
     and shown at start, and the parameters hold the page-token signing key, token digests and
@@ -175,7 +179,8 @@ class Database:
 
     @asynccontextmanager
     async def write(self) -> AsyncIterator[AsyncSession]:
-        """A read-write transaction, committed on success and rolled back on any error."""
+        """A read-write session, committed on success and rolled back on any error: for tests and
+        tools that set up rows. The control plane's own writes are ``transact``'s."""
         lock = self._write_lock
         if lock is not None:
             await lock.acquire()
@@ -281,7 +286,7 @@ class Database:
 
     @asynccontextmanager
     async def read(self) -> AsyncIterator[AsyncSession]:
-        """A read-only transaction over a consistent snapshot."""
+        """A read-only session over a consistent snapshot (``query`` runs steps in one)."""
         session = self._reads()
         try:
             await session.begin()
@@ -292,6 +297,13 @@ class Database:
             # interrupt the rollback that resets the connection, and SQLAlchemy would log that
             # as an error and throw the connection away.
             await asyncio.shield(session.close())
+
+    async def query(self, step: Tx[T]) -> T:
+        """Run the read ``step`` (SQL steps, store/tx.py) in one read-only snapshot and return
+        what it returns: how every repository read runs. Steps that must see one snapshot are
+        composed into one step with ``yield from``."""
+        async with self.read() as session:
+            return await run_in_session(session, step)
 
     async def settled(self) -> None:
         """Wait until the transactions whose callers stopped waiting have finished: PostgreSQL

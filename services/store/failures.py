@@ -71,20 +71,27 @@ def _server_unreachable(error: BaseException) -> bool:
     return state is not None and (state in _UNAVAILABLE_SQLSTATES or state.startswith("08"))
 
 
-def translate(error: BaseException) -> ApiError | None:
-    """A retryable domain error for a database failure, or None if it is not one."""
+def _driver_failure(error: BaseException) -> ApiError | None:
+    """A PostgreSQL connection that failed or a transaction the server aborted; a connection
+    lost on either database; a constraint a concurrent transaction got to first."""
     # From Database.transact on PostgreSQL, which uses asyncpg directly. A process that never loaded
     # the driver (SQLite) cannot be holding one of its errors.
     asyncpg = sys.modules.get("asyncpg")
     if asyncpg is not None and isinstance(error, asyncpg.PostgresConnectionError | asyncpg.InterfaceError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
-    # Raw from asyncpg (Database.transact) or wrapped by SQLAlchemy (sessions), alike.
+    # Raw from asyncpg (Database.transact) or wrapped by SQLAlchemy (Database.query), alike.
     if _sqlstate(error) in _RETRY_SQLSTATES:
         return Aborted(reason="DATABASE_CONFLICT", message="the database aborted the transaction; retry it")
     if isinstance(error, ConnectionError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable; retry")
     if isinstance(error, Conflict):
         return Aborted(reason="DATABASE_CONFLICT", message="a concurrent request changed the same data; retry it")
+    return None
+
+
+def _storage_failure(error: BaseException) -> ApiError | None:
+    """A full or failing disk under SQLite or the metrics store, a SQLite database locked past
+    the busy timeout, or a database file replaced under the server."""
     sqlite_code = _sqlite_code(error)
     if sqlite_code == sqlite3.SQLITE_FULL or _disk_full(error):
         return _full()
@@ -98,14 +105,32 @@ def translate(error: BaseException) -> ApiError | None:
         return _storage_error(str(error))
     if isinstance(error, TsdbError) and isinstance(error.__cause__, OSError):
         return _storage_error(str(error))  # a metrics file the disk refused (the catalog's)
+    return None
+
+
+def _server_gone(error: BaseException) -> ApiError | None:
+    """A store that is stopping, or a database server that is restarting, full or unreachable."""
     if isinstance(error, WriterClosed):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the server is stopping; retry")
     if _server_unreachable(error):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is restarting or full; retry")
     if isinstance(error, exc.DBAPIError) and error.connection_invalidated:
-        # The connection broke under a session (a server restart, a terminated session);
+        # The connection broke under a read (a server restart, a terminated session);
         # SQLAlchemy threw it away, and the next call gets a fresh one.
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database connection was lost; retry")
     if isinstance(error, exc.OperationalError | exc.InterfaceError | exc.TimeoutError):
         return Unavailable(reason="DATABASE_UNAVAILABLE", message="the database is unreachable or busy; retry")
+    return None
+
+
+# Asked in this order: the first that recognizes the error decides.
+_CLASSIFIERS = (_driver_failure, _storage_failure, _server_gone)
+
+
+def translate(error: BaseException) -> ApiError | None:
+    """A retryable domain error for a database failure, or None if it is not one."""
+    for classify in _CLASSIFIERS:
+        translated = classify(error)
+        if translated is not None:
+            return translated
     return None

@@ -49,7 +49,8 @@ class NodeRow(SQLModel, table=True):
     """A machine of the fleet: its GPU model, place in the fabric, lifecycle state and cordon and drain flags."""
 
     __tablename__ = "nodes"
-    # Placement's read order (services/nodes/repository.py free_nodes), so LIMIT stops early.
+    # Placement's candidates (services/nodes/repository.py free_nodes): the WHERE's model and
+    # state, and the rows already in fabric order, so the read need not sort them.
     __table_args__ = (Index("ix_nodes_placement", "gpu_model", "state", "zone", "rack", "leaf_switch", "node_id"),)
 
     node_id: str = Field(primary_key=True, max_length=63)

@@ -3,15 +3,13 @@ one thread round trip per statement.
 
 ``open_connection`` sets the pragmas every connection needs (WAL, foreign keys,
 ``synchronous=FULL``, in-memory temporary journals); the SQLite writer (store/writer.py) uses
-it directly, the SQLAlchemy engines (reads, and the writes that are not on the hot path)
-through ``connector``.
+it directly, the SQLAlchemy engines (reads, and the schema migrations) through ``connector``.
 
 aiosqlite runs every cursor call on the connection's thread: creating the cursor, executing,
 fetching and closing are four round trips between the event loop and that thread for each
-statement, and those round trips (not SQLite, which commits a small transaction in ~26 us
-here) were most of the cost of a request (bench/store_path.py). This cursor runs
-execute + fetchall + close as one function on the thread and serves the rows it brought back
-from memory. Rows are always fetched eagerly, so it must not be used for server-side
+statement, and those round trips cost more than SQLite's own work on a small statement. This
+cursor runs execute + fetchall + close as one function on the thread and serves the rows it
+brought back from memory. Rows are always fetched eagerly, so it must not be used for server-side
 (streaming) cursors, which the control plane never asks for.
 
 It plugs into SQLAlchemy's aiosqlite dialect through ``create_async_engine(async_creator=...)``.
@@ -169,7 +167,7 @@ def open_connection(path: str, *, timeout: float, shared: bool = False, create: 
     connection.execute("PRAGMA foreign_keys=ON")
     connection.execute("PRAGMA synchronous=FULL")
     # Savepoints and multi-row statements keep undo records in temporary journals: in memory
-    # they are a memcpy, on disk a write() per page (visible in bench/api.py's profile).
+    # they are a memcpy, on disk a write() per page.
     connection.execute("PRAGMA temp_store=MEMORY")
     return connection
 

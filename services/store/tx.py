@@ -4,15 +4,19 @@ A hot-path transaction (create, cancel, release) is a generator that yields ``Sq
 sent back ``Rows``; it does no I/O itself (the "sans-I/O" style of h11). Three runners drive it:
 
 - ``run_on_connection`` on a plain ``sqlite3`` connection, inside the SQLite writer's group
-  (store/writer.py): raw sqlite3 calls, a few microseconds a statement, instead of
-  SQLAlchemy's async pipeline (about 120 us a statement, bench/store_path.py).
+  (store/writer.py): raw sqlite3 calls, since SQLAlchemy's async pipeline costs many times
+  what SQLite spends on the statement itself.
 - ``run_on_asyncpg`` on PostgreSQL's driver connection, one await per statement.
-- ``run_in_session`` on an SQLAlchemy async session: reads on either database.
+- ``run_in_session`` on an SQLAlchemy async session: the reads of either database
+  (``Database.query``), each in one read-only snapshot.
 
-Steps compose with ``yield from``, so a repository function that returns ``Tx[T]`` is a piece
-of any transaction. SQL is written in the dialect both databases accept (``:name`` binds,
-``TRUE``/``FALSE``); where they differ (row locks) the step takes ``locking`` and adds the
-clause only for PostgreSQL.
+Every repository reads and writes this way: writes are steps run by ``Database.transact``,
+reads are steps run by ``Database.query``. Steps compose with ``yield from``, so a repository
+function that returns ``Tx[T]`` is a piece of any transaction. SQL is text, written in the
+dialect both databases accept (``:name`` binds, ``TRUE``/``FALSE``, row values); where they
+differ (row locks) the step takes ``locking`` and adds the clause only for PostgreSQL. The
+runners hand rows back as the drivers give them: SQLite's booleans are 0 and 1, so a step
+that reads one converts it with ``bool``.
 """
 
 from __future__ import annotations
@@ -32,8 +36,8 @@ Params = Mapping[str, Any]
 
 
 # Sql and Rows are named tuples rather than frozen dataclasses: a transaction makes one of
-# each per statement (about 50 per create+cancel+release), and a frozen dataclass's __init__
-# (object.__setattr__ per field) measured 0.55 us against a named tuple's 0.27 us.
+# each per statement, and a frozen dataclass's __init__ (object.__setattr__ per field) costs
+# about twice a named tuple's.
 _NO_PARAMS: Params = MappingProxyType({})
 
 
@@ -61,8 +65,13 @@ Tx = Generator[Sql, Rows, T]
 
 class Conflict(Exception):
     """A concurrent transaction got there first: a unique or foreign-key constraint refused a
-    write, or (``Deadlock``) the database aborted this one for another. Nothing of the
-    transaction is kept; the caller looks again in a new one."""
+    write (``Refused``), or the database aborted this one for another (``Deadlock``). Nothing of
+    the transaction is kept; the caller looks again in a new one."""
+
+
+class Refused(Conflict):
+    """A unique or foreign-key constraint refused a write: the row is there already (or the one
+    it refers to is not), most likely written by a concurrent transaction."""
 
 
 class Deadlock(Conflict):
@@ -75,8 +84,9 @@ def expand(name: str, values: Iterable[Any]) -> tuple[str, dict[str, Any]]:
 
     The list is padded to the next power of two by repeating its last value, which ``IN``
     ignores. A statement then has a handful of texts instead of one per length, so SQLite's and
-    asyncpg's statement caches (128 and 100 texts) keep them: releases of 1-64 allocations used
-    to cycle some 450 texts through the cache, each parsed and planned anew.
+    asyncpg's statement caches (128 and 100 texts) keep them: with a text per length, releases
+    of 1-64 allocations would cycle hundreds of texts through the cache, each parsed and planned
+    anew.
 
     Callers never pass an empty list (``IN ()`` is not valid SQL on PostgreSQL).
     """
@@ -119,7 +129,7 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
                 else:
                     cursor.execute(statement.text, statement.params)
             except sqlite3.IntegrityError as error:
-                raise Conflict(str(error)) from error
+                raise Refused(str(error)) from error
             rows = cursor.fetchall() if cursor.description else []
             statement = tx.send(Rows(rows, cursor.rowcount))
     except StopIteration as done:
@@ -142,7 +152,7 @@ async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
                 else:
                     result = await connection.execute(text(statement.text), dict(statement.params))
             except exc.IntegrityError as error:
-                raise Conflict(str(error.orig)) from error
+                raise Refused(str(error.orig)) from error
             rows: list[Sequence[Any]] = list(result.all()) if result.returns_rows else []
             statement = tx.send(Rows(rows, result.rowcount))
     except StopIteration as done:
@@ -196,7 +206,7 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
                     count = status.rsplit(" ", 1)[-1]
                     result = Rows([], int(count) if count.isdigit() else 0)
             except asyncpg.IntegrityConstraintViolationError as error:
-                raise Conflict(str(error)) from error
+                raise Refused(str(error)) from error
             except asyncpg.TransactionRollbackError as error:
                 raise Deadlock(str(error)) from error
             statement = tx.send(result)

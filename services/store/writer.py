@@ -12,13 +12,13 @@ transaction writes anything, so the group runs optimistically, without savepoint
 with nothing written needs no undo. Only when a transaction fails after writing (the
 connection's ``total_changes`` moved) is the group rolled back and run again from the start,
 each transaction in its own savepoint. That is why transactions are queued as factories: the
-second pass needs fresh generators. Savepoints on every transaction cost a sub-journal copy of
-each page a transaction touched, about 90 us of a create+cancel on the CI machine. Between the
-rollback and the second ``BEGIN IMMEDIATE`` the write lock is free: another process could take
-it, and if it held it past the busy timeout the whole group would fail as UNAVAILABLE, which
-clients retry (nothing is acknowledged). One savepoint around the group would keep the lock
-instead, at 2.8% more instructions per create+cancel; with one server per SQLite file, which
-is how the embedded store is meant to be run, the race has nobody to lose to.
+second pass needs fresh generators. Savepoints on every transaction would cost a sub-journal
+copy of each page a transaction touched (docs/performance.md). Between the rollback and the
+second ``BEGIN IMMEDIATE`` the write lock is free: another process could take it, and if it held
+it past the busy timeout the whole group would fail as UNAVAILABLE, which clients retry (nothing
+is acknowledged). One savepoint around the group would keep the lock instead, at a cost on every
+group; with one server per SQLite file, which is how the embedded store is meant to be run, the
+race has nobody to lose to.
 
 Transactions of one kind that share a group can also run together, set-based
 (store/set_based.py): a transaction queued with a ``SetBased`` is handed, with the others of its
@@ -36,12 +36,12 @@ Where each part runs, and why:
 
 - ``BEGIN IMMEDIATE`` and ``COMMIT`` run on the writer's thread: they are the calls that wait
   (for another connection's write lock, up to the busy timeout; for fsync).
-- The statements run on the event loop. Each is a few microseconds of CPU on SQLite's page
-  cache, and the connection is idle meanwhile, so handing each to a thread would cost more
-  than the statement: a thread round trip, and two threads trading the GIL on every
-  ``sqlite3`` call (bench/api.py measured that at several milliseconds per request under
-  load). The group's statements are bounded (``MAX_GROUP`` transactions of a few
-  statements each), so the loop is never held for long.
+- The statements run on the event loop. Each is a little CPU on SQLite's page cache, and the
+  connection is idle meanwhile, so handing each to a thread would cost more than the
+  statement: a thread round trip, and two threads trading the GIL on every ``sqlite3`` call,
+  which under load costs far more per request than the statements (docs/performance.md). The
+  group's statements are bounded (``MAX_GROUP`` transactions of a few statements each), so
+  the loop is never held for long.
 """
 
 from __future__ import annotations

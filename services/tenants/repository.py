@@ -1,29 +1,48 @@
-"""Persistence of tenants."""
+"""Persistence of tenants, as transaction steps (store/tx.py)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-
-from sqlmodel import col, select
-from sqlmodel.ext.asyncio.session import AsyncSession
+from dataclasses import dataclass
+from typing import Any
 
 from services.errors import NotFound
-from services.store.models import TenantRow
 from services.store.tx import Sql, Tx, expand
 
 
-async def get(session: AsyncSession, tenant_id: str, *, field_path: str = "tenant_id") -> TenantRow:
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """One row of the ``tenants`` table (store/models.py defines the table)."""
+
+    tenant_id: str
+    display_name: str
+    created_us: int
+
+
+_COLUMNS = "tenant_id, display_name, created_us"
+
+
+def _tenant(values: Sequence[Any]) -> Tenant:
+    return Tenant(str(values[0]), str(values[1]), int(values[2]))
+
+
+def get(tenant_id: str, *, field_path: str = "tenant_id") -> Tx[Tenant]:
     """The tenant; NOT_FOUND (naming ``field_path``) if there is none."""
-    row = await session.get(TenantRow, tenant_id)
-    if row is None:
+    found = (yield Sql(f"SELECT {_COLUMNS} FROM tenants WHERE tenant_id = :tenant", {"tenant": tenant_id})).first()
+    if found is None:
         raise NotFound.of("tenant", tenant_id, field_path=field_path)
-    return row
+    return _tenant(found)
+
+
+def exists(tenant_id: str) -> Tx[bool]:
+    """Whether the tenant exists; one query, for hot paths that need no row."""
+    result = yield Sql("SELECT 1 FROM tenants WHERE tenant_id = :tenant", {"tenant": tenant_id})
+    return result.first() is not None
 
 
 def require(tenant_id: str, *, field_path: str = "tenant_id") -> Tx[None]:
-    """NOT_FOUND unless the tenant exists; one query, for hot paths that need no row."""
-    result = yield Sql("SELECT 1 FROM tenants WHERE tenant_id = :tenant", {"tenant": tenant_id})
-    if result.first() is None:
+    """NOT_FOUND (naming ``field_path``) unless the tenant exists."""
+    if not (yield from exists(tenant_id)):
         raise NotFound.of("tenant", tenant_id, field_path=field_path)
 
 
@@ -36,9 +55,20 @@ def existing(tenant_ids: Sequence[str]) -> Tx[set[str]]:
     return {str(r[0]) for r in result.rows}
 
 
-async def list_page(session: AsyncSession, *, after_id: str | None, limit: int) -> list[TenantRow]:
+def insert(row: Tenant) -> Tx[None]:
+    """Add a tenant; one whose id is taken is ``tx.Refused``."""
+    yield Sql(
+        f"INSERT INTO tenants ({_COLUMNS}) VALUES (:tenant_id, :display_name, :created_us)",
+        {"tenant_id": row.tenant_id, "display_name": row.display_name, "created_us": row.created_us},
+    )
+
+
+def list_page(*, after_id: str | None, limit: int) -> Tx[list[Tenant]]:
     """Up to ``limit`` tenants in id order, after ``after_id``."""
-    query = select(TenantRow)
+    sql = f"SELECT {_COLUMNS} FROM tenants"
+    params: dict[str, Any] = {"limit": limit}
     if after_id is not None:
-        query = query.where(col(TenantRow.tenant_id) > after_id)
-    return list((await session.exec(query.order_by(col(TenantRow.tenant_id)).limit(limit))).all())
+        sql += " WHERE tenant_id > :after"
+        params["after"] = after_id
+    result = yield Sql(sql + " ORDER BY tenant_id LIMIT :limit", params)
+    return [_tenant(r) for r in result.rows]

@@ -8,22 +8,14 @@ import grpc
 
 from gpucloud.v1 import tenant_pb2, tenant_pb2_grpc
 from services.auth.principal import current_principal
-from services.convert import timestamp
 from services.paging import Cursor, PageTokens
 from services.store.engine import Database
-from services.store.models import TenantRow
 from services.tenants import commands
 from services.tenants import repository as repo
+from services.tenants.proto import tenant_to_proto
 from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
-
-
-def tenant_to_proto(row: TenantRow) -> tenant_pb2.Tenant:
-    """The API form of a tenant."""
-    return tenant_pb2.Tenant(
-        tenant_id=row.tenant_id, display_name=row.display_name, create_time=timestamp(row.created_us)
-    )
 
 
 class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
@@ -63,8 +55,7 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
         scope: dict[str, str | int] = {"list": "tenants"}
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        async with self._store.read() as session:
-            rows = await repo.list_page(session, after_id=cursor.last_id if cursor else None, limit=size + 1)
+        rows = await self._store.query(repo.list_page(after_id=cursor.last_id if cursor else None, limit=size + 1))
         token = ""
         if len(rows) > size:
             rows = rows[:size]

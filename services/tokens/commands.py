@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from services.auth import repository as repo
+from services.auth import tokens
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Role
 from services.auth.repository import TokenFilter, TokenInfo
@@ -11,38 +14,43 @@ from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
 from services.paging import Cursor
 from services.store.engine import Database
-from services.store.tx import run_in_session
+from services.store.tx import Tx
 from services.tenants import repository as tenants_repo
 
 
 async def create_agent_token(store: Database, node_id: str) -> IssuedToken:
     """Mint an agent token bound to ``node_id``, which need not be registered yet: its agent
     registers it with this token."""
-    async with store.write() as session:
-        return await repo.issue_token(session, Role.AGENT, node_id=node_id)
+    issued = tokens.issue()
+    await store.transact(partial(repo.insert_token, issued, Role.AGENT, node_id=node_id, now_us=now_us()))
+    return issued
 
 
 async def create_operator_token(store: Database) -> IssuedToken:
     """Mint another operator token: rotation is mint, switch, then revoke the old one."""
-    async with store.write() as session:
-        return await repo.issue_token(session, Role.OPERATOR)
+    issued = tokens.issue()
+    await store.transact(partial(repo.insert_token, issued, Role.OPERATOR, now_us=now_us()))
+    return issued
 
 
 async def list_page(store: Database, flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> list[TokenInfo]:
     """Up to ``limit`` tokens newest first, after ``cursor``; NOT_FOUND when the filter names a
     tenant that does not exist, as an operator's allocation listing does."""
-    async with store.read() as session:
-        if flt.tenant_id is not None:
-            await tenants_repo.get(session, flt.tenant_id)
-        return await run_in_session(session, repo.list_page(flt, cursor=cursor, limit=limit))
+    return await store.query(_page(flt, cursor=cursor, limit=limit))
+
+
+def _page(flt: TokenFilter, *, cursor: Cursor | None, limit: int) -> Tx[list[TokenInfo]]:
+    if flt.tenant_id is not None:
+        yield from tenants_repo.require(flt.tenant_id)
+    return (yield from repo.list_page(flt, cursor=cursor, limit=limit))
 
 
 async def revoke(store: Database, authenticator: Authenticator, token_id: str) -> TokenInfo:
     """Revoke a token and stop this server accepting it at once; a revoked token is returned as
     it is (its first revoke time kept). The last operator token that is not revoked cannot be:
     nobody could then run the fleet, nor mint a new operator token."""
-    async with store.write() as session:
-        outcome = await repo.revoke(session, token_id, now_us=now_us())
+    revoking = partial(repo.revoke, token_id, now_us=now_us(), locking=store.dialect == "postgresql")
+    outcome = await store.transact(revoking)
     if outcome is None:
         raise token_not_found(token_id)
     if not isinstance(outcome, TokenInfo):  # repo.LAST_OPERATOR: nothing changed

@@ -8,29 +8,17 @@ import grpc
 
 from gpucloud.v1 import token_pb2, token_pb2_grpc
 from services.auth.authenticator import Authenticator
-from services.auth.repository import TokenFilter, TokenInfo
+from services.auth.repository import TokenFilter
 from services.auth.tokens import split as split_token
-from services.convert import ROLE_FROM_PROTO, ROLE_TO_PROTO, timestamp
 from services.paging import Cursor, PageTokens
 from services.store.engine import Database
 from services.tokens import commands
+from services.tokens.proto import ROLE_FROM_PROTO, token_to_proto
 from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _KNOWN_ROLES = frozenset(ROLE_FROM_PROTO)
-
-
-def token_to_proto(info: TokenInfo) -> token_pb2.ApiToken:
-    """The API form of a token: never its secret, which is not even stored."""
-    return token_pb2.ApiToken(
-        token_id=info.token_id,
-        role=ROLE_TO_PROTO[info.role],
-        tenant_id=info.tenant_id or "",
-        node_id=info.node_id or "",
-        create_time=timestamp(info.created_us),
-        revoke_time=timestamp(info.revoked_us),
-    )
 
 
 class TokenServicer(token_pb2_grpc.TokenServiceServicer):

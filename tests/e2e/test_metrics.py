@@ -29,11 +29,10 @@ from clients.cli.app import app
 from clients.cli.metrics import summary_row
 from clients.instants import from_ms
 from clients.metrics import MetricsResult, NodeSamples, Series, SeriesSamples
-from services.auth import repository as auth_repo
-from services.auth.principal import Role
 from services.metrics import commands as metrics_commands
 from services.metrics import samples as metrics_samples
 from services.store.engine import Database
+from services.tokens.commands import create_agent_token
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
 
@@ -478,8 +477,7 @@ async def test_an_agent_writes_only_for_its_own_node_and_cannot_read(
     await register_ready_nodes(operator, 2)
     store = await Database.open(database_url)
     try:
-        async with store.write() as session:
-            token = await auth_repo.create_token(session, Role.AGENT, node_id="node-000")
+        token = (await create_agent_token(store, "node-000")).plaintext
     finally:
         await store.close()
     at = now_ms() - 1000

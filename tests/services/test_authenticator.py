@@ -3,39 +3,42 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
 import pytest
-from sqlmodel.ext.asyncio.session import AsyncSession
 
-from services.auth import repository
 from services.auth.authenticator import Authenticator
-from services.auth.principal import Principal, Role
+from services.auth.principal import Role
 from services.errors import Unauthenticated
 from services.store.engine import Database
+from services.store.tx import Tx
+from services.tokens.commands import create_operator_token
+
+T = TypeVar("T")
 
 
 async def operator_token(store: Database) -> str:
-    async with store.write() as session:
-        return await repository.create_token(session, Role.OPERATOR)
+    return (await create_operator_token(store)).plaintext
 
 
-class CountedResolve:
-    """The real ``repository.resolve``, counting its calls; the first can be held back."""
+class CountedLookups:
+    """The store's real ``query``, counting the reads (the authenticator reads only to look a
+    token up); the first can be held back before it reads."""
 
-    def __init__(self, *, hold_first: bool = False) -> None:
+    def __init__(self, store: Database, *, hold_first: bool = False) -> None:
         self.calls = 0
         self.first_started = asyncio.Event()
         self.release_first = asyncio.Event()
         if not hold_first:
             self.release_first.set()
-        self._real = repository.resolve
+        self._real = store.query
 
-    async def __call__(self, session: AsyncSession, plaintext: str) -> Principal | None:
+    async def __call__(self, step: Tx[T]) -> T:
         self.calls += 1
         if self.calls == 1:
             self.first_started.set()
             await self.release_first.wait()
-        return await self._real(session, plaintext)
+        return await self._real(step)
 
 
 def bearer(token: str) -> list[tuple[str, str]]:
@@ -46,8 +49,8 @@ async def test_calls_that_miss_the_cache_together_share_one_lookup(
     store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = await operator_token(store)
-    resolve = CountedResolve()
-    monkeypatch.setattr(repository, "resolve", resolve)
+    resolve = CountedLookups(store)
+    monkeypatch.setattr(store, "query", resolve)
     authenticator = Authenticator(store)
     principals = await asyncio.gather(*(authenticator.authenticate(bearer(token)) for _ in range(20)))
     assert {p.role for p in principals} == {Role.OPERATOR}
@@ -60,8 +63,8 @@ async def test_an_unknown_token_is_refused_to_every_caller_after_one_lookup(
     store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     await operator_token(store)
-    resolve = CountedResolve()
-    monkeypatch.setattr(repository, "resolve", resolve)
+    resolve = CountedLookups(store)
+    monkeypatch.setattr(store, "query", resolve)
     authenticator = Authenticator(store)
     outcomes = await asyncio.gather(
         *(authenticator.authenticate(bearer("gpc_nope.nope")) for _ in range(5)), return_exceptions=True
@@ -74,8 +77,8 @@ async def test_waiters_outlive_the_caller_that_was_looking(store: Database, monk
     """The caller doing the lookup is cancelled (its client went away): the others still get
     their answer, from a lookup of their own."""
     token = await operator_token(store)
-    resolve = CountedResolve(hold_first=True)
-    monkeypatch.setattr(repository, "resolve", resolve)
+    resolve = CountedLookups(store, hold_first=True)
+    monkeypatch.setattr(store, "query", resolve)
     authenticator = Authenticator(store)
     first = asyncio.ensure_future(authenticator.authenticate(bearer(token)))
     await resolve.first_started.wait()

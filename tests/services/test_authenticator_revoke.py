@@ -3,17 +3,20 @@
 from __future__ import annotations
 
 import asyncio
+from typing import TypeVar
 
 import pytest
-from sqlmodel.ext.asyncio.session import AsyncSession
 
-from services.auth import repository, tokens
+from services.auth import tokens
 from services.auth.authenticator import Authenticator
-from services.auth.principal import Principal, Role
+from services.auth.principal import Role
 from services.errors import Unauthenticated
 from services.store.engine import Database
 from services.store.models import TokenRow
+from services.store.tx import Tx
 from tests.services.test_authenticator import bearer, operator_token
+
+T = TypeVar("T")
 
 
 def token_id_of(plaintext: str) -> str:
@@ -32,27 +35,27 @@ async def revoke_row(store: Database, token_id: str) -> None:
 
 
 class ReadThenHold:
-    """The real ``repository.resolve``, held after it has read the row until released."""
+    """The store's real ``query`` (the authenticator reads only to look a token up), the first
+    read held after it has read the row until released."""
 
-    def __init__(self) -> None:
+    def __init__(self, store: Database) -> None:
         self.calls = 0
         self.read = asyncio.Event()
         self.release = asyncio.Event()
-        self._real = repository.resolve
+        self._real = store.query
 
-    async def __call__(self, session: AsyncSession, plaintext: str) -> Principal | None:
+    async def __call__(self, step: Tx[T]) -> T:
         self.calls += 1
-        principal = await self._real(session, plaintext)
+        found = await self._real(step)
         if self.calls == 1:
             self.read.set()
             await self.release.wait()
-        return principal
+        return found
 
 
 async def test_a_forgotten_token_is_looked_up_again_and_refused_once_revoked(store: Database) -> None:
     token = await operator_token(store)
-    async with store.write() as session:
-        other = await repository.create_token(session, Role.OPERATOR)
+    other = await operator_token(store)
     authenticator = Authenticator(store)
     await authenticator.authenticate(bearer(token))
     await authenticator.authenticate(bearer(other))
@@ -72,8 +75,8 @@ async def test_a_lookup_that_read_the_row_before_the_revoke_caches_nothing(
     before it caches what it read: its call, in flight before the revoke, passes, but the next
     call is looked up again and refused, not served from the cache for 5 s."""
     token = await operator_token(store)
-    resolve = ReadThenHold()
-    monkeypatch.setattr(repository, "resolve", resolve)
+    resolve = ReadThenHold(store)
+    monkeypatch.setattr(store, "query", resolve)
     authenticator = Authenticator(store)
     in_flight = asyncio.create_task(authenticator.authenticate(bearer(token)))
     await resolve.read.wait()
@@ -92,8 +95,8 @@ async def test_a_call_after_the_revoke_does_not_join_a_lookup_begun_before_it(
     """A lookup in progress read the row before the revoke: a call that arrives after the
     revoke answered must not share that lookup's answer, but look the token up itself."""
     token = await operator_token(store)
-    resolve = ReadThenHold()
-    monkeypatch.setattr(repository, "resolve", resolve)
+    resolve = ReadThenHold(store)
+    monkeypatch.setattr(store, "query", resolve)
     authenticator = Authenticator(store)
     in_flight = asyncio.create_task(authenticator.authenticate(bearer(token)))
     await resolve.read.wait()

@@ -1,4 +1,5 @@
-"""First-fit placement: all or nothing, in fabric order, independent of input order."""
+"""Placement policies: first fit (all or nothing, in fabric order, independent of input order),
+and the check every policy's choice passes before it is allocated."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.allocations.placement import Candidate, first_fit
+from services.allocations.placement import POLICY, Candidate, PolicyError, choose, first_fit
 
 
 def _key(c: Candidate) -> tuple[str, str, str, str]:
@@ -17,14 +18,14 @@ def _key(c: Candidate) -> tuple[str, str, str, str]:
 
 def test_too_few_candidates_place_nothing() -> None:
     """Asking for more nodes than there are candidates returns None, not a partial list."""
-    candidates = [Candidate(f"n{i}", "z", "r", "l") for i in range(3)]
+    candidates = [Candidate(node_id=f"n{i}", zone="z", rack="r", leaf_switch="l") for i in range(3)]
     assert first_fit(candidates, 4) is None
     assert first_fit([], 1) is None
 
 
 def test_exact_fit_takes_everything() -> None:
     """Asking for exactly as many nodes as candidates returns all of them."""
-    candidates = [Candidate(f"n{i}", "z", "r", "l") for i in range(3)]
+    candidates = [Candidate(node_id=f"n{i}", zone="z", rack="r", leaf_switch="l") for i in range(3)]
     assert sorted(first_fit(candidates, 3) or []) == ["n0", "n1", "n2"]
 
 
@@ -32,17 +33,17 @@ def test_exact_fit_takes_everything() -> None:
 def test_non_positive_count_is_refused(count: int) -> None:
     """A count below one is a ValueError, even with candidates available."""
     with pytest.raises(ValueError, match="positive"):
-        first_fit([Candidate("n0", "z", "r", "l")], count)
+        first_fit([Candidate(node_id="n0", zone="z", rack="r", leaf_switch="l")], count)
 
 
 def test_fabric_order_zone_then_rack_then_leaf_then_id() -> None:
     """Nodes are chosen by (zone, rack, leaf switch, node id), not by input order or id alone."""
     candidates = [
-        Candidate("a-late-zone", "zone-b", "rack-0", "leaf-0"),
-        Candidate("z-rack-1", "zone-a", "rack-1", "leaf-0"),
-        Candidate("y-leaf-1", "zone-a", "rack-0", "leaf-1"),
-        Candidate("x-first", "zone-a", "rack-0", "leaf-0"),
-        Candidate("w-first", "zone-a", "rack-0", "leaf-0"),
+        Candidate(node_id="a-late-zone", zone="zone-b", rack="rack-0", leaf_switch="leaf-0"),
+        Candidate(node_id="z-rack-1", zone="zone-a", rack="rack-1", leaf_switch="leaf-0"),
+        Candidate(node_id="y-leaf-1", zone="zone-a", rack="rack-0", leaf_switch="leaf-1"),
+        Candidate(node_id="x-first", zone="zone-a", rack="rack-0", leaf_switch="leaf-0"),
+        Candidate(node_id="w-first", zone="zone-a", rack="rack-0", leaf_switch="leaf-0"),
     ]
     assert first_fit(candidates, 1) == ["w-first"]
     assert first_fit(candidates, 3) == ["w-first", "x-first", "y-leaf-1"]
@@ -51,7 +52,10 @@ def test_fabric_order_zone_then_rack_then_leaf_then_id() -> None:
 
 def test_input_is_not_modified() -> None:
     """first_fit does not reorder the caller's list."""
-    candidates = [Candidate("b", "z", "r", "l"), Candidate("a", "z", "r", "l")]
+    candidates = [
+        Candidate(node_id="b", zone="z", rack="r", leaf_switch="l"),
+        Candidate(node_id="a", zone="z", rack="r", leaf_switch="l"),
+    ]
     before = list(candidates)
     first_fit(candidates, 1)
     assert candidates == before
@@ -59,7 +63,9 @@ def test_input_is_not_modified() -> None:
 
 _names = st.sampled_from(["a", "b", "c"])
 _candidates = st.lists(
-    st.builds(Candidate, st.text("abcdef0123", min_size=1, max_size=4), _names, _names, _names),
+    st.builds(
+        Candidate, node_id=st.text("abcdef0123", min_size=1, max_size=4), zone=_names, rack=_names, leaf_switch=_names
+    ),
     max_size=20,
     unique_by=lambda c: c.node_id,
 )
@@ -85,3 +91,29 @@ def test_first_fit_properties(candidates: list[Candidate], count: int, rnd: rand
     shuffled = list(candidates)
     rnd.shuffle(shuffled)
     assert first_fit(shuffled, count) == result
+
+
+def test_first_fit_is_the_policy_in_use() -> None:
+    """The create path places with POLICY, which is first fit unless changed."""
+    assert POLICY is first_fit
+
+
+_FOUR = [Candidate(node_id=f"n{i}", zone="z", rack="r", leaf_switch="l") for i in range(4)]
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [["n0"], ["n0", "n1", "n2"], ["n0", "n0"], ["n0", "a100-node"]],
+    ids=["too-few", "too-many", "a-node-twice", "not-a-candidate"],
+)
+def test_a_policy_choice_that_is_not_count_distinct_candidates_is_refused(answer: list[str]) -> None:
+    """Whatever a policy answers is checked before anything is allocated with it."""
+    with pytest.raises(PolicyError, match="placement policy chose"):
+        choose(lambda candidates, count: answer, _FOUR, 2)
+
+
+def test_a_policy_choice_passes_through_as_given() -> None:
+    """A valid choice comes back in the policy's order; a policy's None (no fit) stays None."""
+    assert choose(lambda candidates, count: ["n3", "n1"], _FOUR, 2) == ["n3", "n1"]
+    assert choose(lambda candidates, count: None, _FOUR, 2) is None
+    assert choose(first_fit, _FOUR, 2) == ["n0", "n1"]

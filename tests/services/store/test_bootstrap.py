@@ -5,6 +5,8 @@ from __future__ import annotations
 import stat
 from pathlib import Path
 
+import pytest
+
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
 from services.store.engine import Database
 
@@ -28,3 +30,11 @@ async def test_a_database_with_an_operator_mints_no_second_token(store: Database
     assert await bootstrap_operator(store, first) == first / OPERATOR_TOKEN_FILE
     assert await bootstrap_operator(store, second) is None
     assert not (second / OPERATOR_TOKEN_FILE).exists()
+
+
+async def test_a_token_file_that_cannot_be_written_keeps_no_token(store: Database, tmp_path: Path) -> None:
+    """The file is written inside the minting transaction: when it cannot be, no operator token
+    is stored that nobody holds, and the next start mints one."""
+    with pytest.raises(FileNotFoundError):
+        await bootstrap_operator(store, tmp_path / "missing")
+    assert await bootstrap_operator(store, tmp_path) == tmp_path / OPERATOR_TOKEN_FILE

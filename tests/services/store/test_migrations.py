@@ -16,7 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlmodel import SQLModel
 
 import services.store.models  # noqa: F401  (registers every table on SQLModel.metadata)
-from services.nodes.repository import gpu_owners_query
+from services.nodes.repository import gpu_owners
 from services.store.engine import Database, null_pool_engine
 from services.store.migrations import alembic_config
 
@@ -88,17 +88,17 @@ async def test_migrations_create_every_model_table_and_index(database_url: str) 
 
 async def test_registration_looks_gpus_up_through_the_index(database_url: str) -> None:
     """The case-insensitive GPU lookup of RegisterNode is an index search, not a scan of every GPU."""
+    # The lookup's one statement, as the step yields it.
+    statement = next(gpu_owners(["GPU-a", "GPU-b"]))
+    params = dict(statement.params)
     async with _migrated(database_url) as connection:
-        compiled = gpu_owners_query(["GPU-a", "GPU-b"]).compile(
-            dialect=connection.dialect, compile_kwargs={"literal_binds": True}
-        )
-        query = str(compiled)
         if connection.dialect.name == "sqlite":
-            plan = [str(row[-1]) for row in await connection.execute(text(f"EXPLAIN QUERY PLAN {query}"))]
+            explained = await connection.execute(text(f"EXPLAIN QUERY PLAN {statement.text}"), params)
+            plan = [str(row[-1]) for row in explained]
         else:
             # An empty table is cheaper to scan; forbid that to see whether the index serves.
             await connection.execute(text("SET LOCAL enable_seqscan = off"))
-            plan = [str(row[0]) for row in await connection.execute(text(f"EXPLAIN {query}"))]
+            plan = [str(row[0]) for row in await connection.execute(text(f"EXPLAIN {statement.text}"), params)]
     assert any("ix_gpus_uuid_lower" in line for line in plan), plan
 
 

@@ -17,8 +17,9 @@ from sqlalchemy.engine import make_url
 from services.allocations import commands
 from services.allocations.releaser import Releaser
 from services.allocations.requests import AllocationRequest
+from services.auth import tokens
 from services.auth.principal import CONTROL_PLANE, Principal, Role
-from services.auth.repository import BOOTSTRAP_LOCK_ID, OPERATOR_TOKEN_FILE, bootstrap_operator, create_token
+from services.auth.repository import BOOTSTRAP_LOCK_ID, OPERATOR_TOKEN_FILE, bootstrap_operator, insert_token
 from services.errors import ResourceExhausted
 from services.nodes import commands as node_commands
 from services.nodes import repository as nodes_repo
@@ -26,7 +27,7 @@ from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.notify import Notifier
 from services.store.engine import Database
 from services.store.set_based import SetBased
-from services.store.tx import Deadlock, Tx
+from services.store.tx import Deadlock, Tx, run_in_session
 from tests.conftest import backend
 from tests.services.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
@@ -81,8 +82,7 @@ async def test_cordon_committed_during_placement_keeps_the_node_free(store: Data
     await commit()
     with pytest.raises(ResourceExhausted):
         await create
-    async with store.read() as session:
-        node = await nodes_repo.get_view(session, "n1")
+    node = await store.query(nodes_repo.get_view("n1"))
     assert node.row.state == "READY"
     assert node.row.cordoned is True
     assert node.allocation_id is None
@@ -284,7 +284,7 @@ async def test_a_replica_starting_while_another_mints_the_operator_token_mints_n
             ):
                 # No pause: each check is a round trip to the server, which paces the loop.
                 assert asyncio.get_running_loop().time() < deadline, "the second replica never waited"
-            await create_token(session, Role.OPERATOR)
+            await run_in_session(session, insert_token(tokens.issue(), Role.OPERATOR, now_us=1))
         assert await starting is None
         assert not (tmp_path / OPERATOR_TOKEN_FILE).exists()
     finally:

@@ -22,7 +22,6 @@ from services.store.engine import Database
 from services.store.sqlite_driver import open_connection
 from services.store.tx import Conflict, Rows, Sql, Tx, expand, numbered, run_in_session
 from services.store.writer import SqliteWriter, StorageReplaced, WriterClosed
-from services.tenants import commands as tenant_commands
 from tests.conftest import backend
 from tsdb.errors import TsdbError, WalError
 
@@ -492,16 +491,21 @@ def test_a_metrics_file_the_disk_refused_is_unavailable_not_internal(code: int, 
 
 
 async def test_a_session_commit_to_a_deleted_database_file_is_not_acknowledged(tmp_path: Path) -> None:
-    """``Database.write()`` sessions (tenants, tokens, node registration) commit on a connection of
+    """``Database.write()`` sessions (tests and tools setting up rows) commit on a connection of
     their own: after the file is deleted, their commits fail rather than answer OK and be lost."""
     path = tmp_path / "gone.db"
     store = await Database.open(f"sqlite+aiosqlite:///{path}")
+
+    async def add_in_session(tenant_id: str) -> None:
+        async with store.write() as session:
+            await run_in_session(session, add_tenant(tenant_id))
+
     try:
-        await tenant_commands.create(store, "before", "")
+        await add_in_session("before")
         for suffix in ("", "-wal", "-shm"):
             await asyncio.to_thread(Path(f"{path}{suffix}").unlink, missing_ok=True)
         with pytest.raises(StorageReplaced) as raised:
-            await tenant_commands.create(store, "after", "")
+            await add_in_session("after")
         translated = failures.translate(raised.value)
         assert isinstance(translated, Unavailable)
         assert translated.reason == "STORAGE_ERROR"

@@ -1,11 +1,11 @@
-"""Conversions between stored values and protobuf messages."""
+"""The protobuf form of a stored instant."""
 
 from __future__ import annotations
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from services.convert import timestamp
+from services.timestamps import timestamp
 
 
 @pytest.mark.parametrize("micros", [0, 1, 999_999, 1_000_000, 1_796_123_965_250_314, -1, -1_500_001])

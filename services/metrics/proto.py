@@ -1,0 +1,58 @@
+"""The protobuf forms of metrics requests and answers (translation only; batch.py and
+selection.py check what comes in)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+
+import numpy as np
+
+from gpucloud.v1 import metrics_pb2
+from services.metrics.batch import GpuFields, LabeledSeries, NodePush
+from services.metrics.commands import SERIES_SIZED_ON_LOOP, QueryResult
+from services.metrics.selection import Aggregation, Selector
+
+AGGREGATION_FROM_PROTO = {metrics_pb2.Aggregation.Value(f"AGGREGATION_{a.name}"): a for a in Aggregation}
+
+
+def pushes_from_proto(nodes: Iterable[metrics_pb2.NodeSamples]) -> list[NodePush]:
+    """A write's node pushes, unchecked."""
+    return [
+        NodePush(n.node_id, n.timestamp_ms, [GpuFields(g.gpu_index, dict(g.fields)) for g in n.gpus]) for n in nodes
+    ]
+
+
+def labeled_series_from_proto(series: Iterable[metrics_pb2.SeriesSamples]) -> list[LabeledSeries]:
+    """A write's labelled columnar series, unchecked."""
+    return [
+        LabeledSeries(dict(s.labels), np.array(s.timestamps_ms, dtype=np.int64), np.array(s.values, dtype=np.float64))
+        for s in series
+    ]
+
+
+def selector_from_proto(message: metrics_pb2.SeriesSelector) -> Selector:
+    """The series a query names, unchecked."""
+    return Selector(tuple(message.node_ids), tuple(message.gpu_indexes), tuple(message.fields))
+
+
+def stats_to_proto(result: QueryResult) -> metrics_pb2.QueryStats:
+    """What a query read and what it returns."""
+    return metrics_pb2.QueryStats(
+        **result.stats.as_dict(), series_returned=len(result.series), points_returned=result.points
+    )
+
+
+def series_to_proto(result: QueryResult) -> list[metrics_pb2.Series]:
+    """The result's series as messages."""
+    return [
+        metrics_pb2.Series(labels=s.labels, timestamps_ms=s.timestamps_ms.tolist(), values=s.values.tolist())
+        for s in result.series
+    ]
+
+
+async def encoded_series(result: QueryResult) -> list[metrics_pb2.Series]:
+    """The result's series as messages; built on a worker thread when there are many."""
+    if len(result.series) > SERIES_SIZED_ON_LOOP:
+        return await asyncio.to_thread(series_to_proto, result)
+    return series_to_proto(result)
