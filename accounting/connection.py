@@ -1,8 +1,8 @@
 """The DuckDB connections the engine runs on: one in-memory database per process, a fresh
 connection to it per run.
 
-Opening an in-memory database costs about 25 ms, a sixth of a small invoice run; a connection
-to an open one (``cursor()``) costs microseconds. Each run still gets its own connection, and
+Opening an in-memory database costs a large share of a small invoice run; a connection to an
+open one (``cursor()``) costs next to nothing. Each run still gets its own connection, and
 with it its own temporary tables, registered Arrow tables and variables (DuckDB keeps those per
 connection), so concurrent runs in threads do not see each other's data, and closing the
 connection frees its tables.

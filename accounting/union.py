@@ -143,7 +143,7 @@ def _run(statement: str, groups: pa.Array, starts: pa.Array, ends: pa.Array) -> 
 
     ``rid``, the row number, is the window's unique tiebreaker: exact duplicate rows tie on the
     key, and although the union does not depend on their order, every window here has a unique
-    order (see docs/billing.md). It costs 7-16% of the union's CPU time (docs/performance.md).
+    order (see docs/billing.md). Its cost in the union's CPU time is in docs/performance.md.
     """
     con = connect()
     try:

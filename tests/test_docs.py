@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
+import dataclasses
+import enum
 import re
 from pathlib import Path
 
+import typer.main
+
+from clients.cli.app import app
 from services import limits
 from services.nodes.transitions import TRANSITIONS
+from services.server import ServerConfig
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 
@@ -33,3 +39,33 @@ def test_api_guide_lists_exactly_the_error_reasons_in_the_code() -> None:
     table = [line for line in (DOCS / "api.md").read_text().splitlines() if line.startswith("| ")]
     documented = {reason for line in table for reason in re.findall(r"`([A-Z][A-Z_]+)`", line.split("|")[2])}
     assert documented == in_code
+
+
+def _serve_defaults() -> dict[str, str | None]:
+    """Each option of ``gpucloud serve`` and its default as the docs write it; None where the
+    default is not a value (SQLite in the data directory, the built-in rate card)."""
+    command = typer.main.get_command(app)
+    assert isinstance(command, typer.core.TyperGroup)
+    config_defaults = {field.name: field.default for field in dataclasses.fields(ServerConfig)}
+    defaults: dict[str, str | None] = {}
+    for param in command.commands["serve"].params:
+        name = param.opts[0]
+        if name == "--help":
+            continue
+        # A bound left unset keeps ServerConfig's default, which is what the docs state.
+        value = param.default if param.default is not None else config_defaults.get(name[2:].replace("-", "_"))
+        if isinstance(value, enum.Enum):
+            value = value.value
+        defaults[name] = None if value is None else str(value)
+    return defaults
+
+
+def test_operations_guide_lists_every_serve_option_with_its_default() -> None:
+    """docs/operations.md's table of `gpucloud serve` options matches the command's options."""
+    text = (DOCS / "operations.md").read_text()
+    rows = re.findall(r"^\| `(--[a-z-]+)[^`]*` \| ([^|]+) \|", text, flags=re.MULTILINE)
+    documented = {option: cell.strip().strip("`").replace(",", "") for option, cell in rows}
+    in_code = _serve_defaults()
+    assert documented.keys() == in_code.keys()
+    stated = {option: documented[option] for option, default in in_code.items() if default is not None}
+    assert stated == {option: default for option, default in in_code.items() if default is not None}
