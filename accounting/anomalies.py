@@ -8,6 +8,7 @@ compared for equality.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 
 from accounting.facts import field_names
 from accounting.model import Anomaly, AnomalyKind, PriceClass, UsageEvent, rfc3339, us_to_seconds
@@ -15,100 +16,70 @@ from accounting.model import Anomaly, AnomalyKind, PriceClass, UsageEvent, rfc33
 NO_SECONDS = us_to_seconds(0)
 
 
+def _of(
+    kind: AnomalyKind,
+    event: UsageEvent,
+    detail: str,
+    *,
+    event_ids: tuple[str, ...] | None = None,
+    seconds: Decimal = NO_SECONDS,
+) -> Anomaly:
+    """An anomaly about ``event``'s allocation on its GPU, for the tenant that holds it; its
+    evidence is ``event`` alone unless ``event_ids`` says otherwise."""
+    ids = (event.event_id,) if event_ids is None else event_ids
+    return Anomaly(kind, event.tenant_id, event.gpu_uuid, event.allocation_id, ids, seconds, detail)
+
+
 def duplicate_event(standing: UsageEvent, repeats: int) -> Anomaly:
     """``repeats`` more copies of an event with the same payload: ignored."""
-    return Anomaly(
-        AnomalyKind.DUPLICATE_EVENT,
-        standing.tenant_id,
-        standing.gpu_uuid,
-        standing.allocation_id,
-        (standing.event_id,),
-        NO_SECONDS,
-        f"{repeats} exact repeat(s) of this {standing.kind} event ignored",
+    return _of(
+        AnomalyKind.DUPLICATE_EVENT, standing, f"{repeats} exact repeat(s) of this {standing.kind} event ignored"
     )
 
 
 def conflicting_duplicate(standing: UsageEvent, repeats: int, mask: int) -> Anomaly:
     """``repeats`` more copies of an event id whose payload differs (``mask``: which fields)."""
     fields = ", ".join(field_names(mask))
-    return Anomaly(
-        AnomalyKind.CONFLICTING_DUPLICATE,
-        standing.tenant_id,
-        standing.gpu_uuid,
-        standing.allocation_id,
-        (standing.event_id,),
-        NO_SECONDS,
-        f"{repeats} repeat(s) of this event id differ in {fields}; the first in input order stands",
-    )
+    detail = f"{repeats} repeat(s) of this event id differ in {fields}; the first in input order stands"
+    return _of(AnomalyKind.CONFLICTING_DUPLICATE, standing, detail)
 
 
 def duplicate_start(event: UsageEvent, standing_id: str, standing_at_us: int) -> Anomaly:
     """A start while the allocation already held the GPU: the earlier start stands."""
-    return Anomaly(
-        AnomalyKind.DUPLICATE_START,
-        event.tenant_id,
-        event.gpu_uuid,
-        event.allocation_id,
-        (event.event_id,),
-        NO_SECONDS,
+    detail = (
         f"start at {rfc3339(event.at_us)} while already started by {standing_id} at "
-        f"{rfc3339(standing_at_us)}; the earlier start stands",
+        f"{rfc3339(standing_at_us)}; the earlier start stands"
     )
+    return _of(AnomalyKind.DUPLICATE_START, event, detail)
 
 
 def stop_before_start(start: UsageEvent, stop_id: str, stop_at_us: int) -> Anomaly:
     """A start that nothing stops, right after a stop with nothing to stop in its allocation and
     GPU: the stop was stamped before its start (a clock behind). Neither is billed: billing the
     start to the period's end, every period, would charge for time the release ended."""
-    return Anomaly(
-        AnomalyKind.STOP_BEFORE_START,
-        start.tenant_id,
-        start.gpu_uuid,
-        start.allocation_id,
-        (stop_id, start.event_id),
-        NO_SECONDS,
+    detail = (
         f"stop at {rfc3339(stop_at_us)}, {us_to_seconds(start.at_us - stop_at_us)} s before its start at "
-        f"{rfc3339(start.at_us)} (a clock behind?); not billed",
+        f"{rfc3339(start.at_us)} (a clock behind?); not billed"
     )
+    return _of(AnomalyKind.STOP_BEFORE_START, start, detail, event_ids=(stop_id, start.event_id))
 
 
 def stop_without_start(event: UsageEvent) -> Anomaly:
     """A stop with no open start for its allocation and GPU: nothing is billed for it."""
-    return Anomaly(
-        AnomalyKind.STOP_WITHOUT_START,
-        event.tenant_id,
-        event.gpu_uuid,
-        event.allocation_id,
-        (event.event_id,),
-        NO_SECONDS,
-        f"stop at {rfc3339(event.at_us)} with no open start for this allocation and GPU; not billed",
-    )
+    detail = f"stop at {rfc3339(event.at_us)} with no open start for this allocation and GPU; not billed"
+    return _of(AnomalyKind.STOP_WITHOUT_START, event, detail)
 
 
 def zero_length(start: UsageEvent, stop_event_id: str) -> Anomaly:
     """A start and its stop at the same instant: nothing to bill."""
-    return Anomaly(
-        AnomalyKind.ZERO_LENGTH,
-        start.tenant_id,
-        start.gpu_uuid,
-        start.allocation_id,
-        (start.event_id, stop_event_id),
-        NO_SECONDS,
-        f"start and stop at the same instant {rfc3339(start.at_us)}",
-    )
+    detail = f"start and stop at the same instant {rfc3339(start.at_us)}"
+    return _of(AnomalyKind.ZERO_LENGTH, start, detail, event_ids=(start.event_id, stop_event_id))
 
 
 def open_at_period_end(start: UsageEvent, billed_us: int) -> Anomaly:
     """A start never stopped in the log: billed to the period end (informational)."""
-    return Anomaly(
-        AnomalyKind.OPEN_AT_PERIOD_END,
-        start.tenant_id,
-        start.gpu_uuid,
-        start.allocation_id,
-        (start.event_id,),
-        us_to_seconds(billed_us),
-        f"started at {rfc3339(start.at_us)} with no stop in the log; billed to the period end",
-    )
+    detail = f"started at {rfc3339(start.at_us)} with no stop in the log; billed to the period end"
+    return _of(AnomalyKind.OPEN_AT_PERIOD_END, start, detail, seconds=us_to_seconds(billed_us))
 
 
 def same_tenant_overlap(

@@ -30,8 +30,8 @@ from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 from google.rpc import error_details_pb2, status_pb2
 
-from clients import billing, convert, instants, metrics, models
-from clients.errors import GpucloudError, InternalError, InvalidValueError, from_rpc_error
+from clients import billing, convert, instants, listings, metrics, models
+from clients.errors import GpucloudError, InvalidValueError, from_rpc_error
 from clients.request_ids import new_request_id
 from gpucloud.v1 import (
     allocation_pb2,
@@ -49,7 +49,6 @@ from gpucloud.v1 import (
 )
 
 R = TypeVar("R")
-T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 30.0
 # CANCELLED reaches a caller as an AioRpcError only from the other side (a call the caller
@@ -159,24 +158,6 @@ class _Stubs:
             metrics_pb2_grpc.MetricsServiceStub(channel),
             billing_pb2_grpc.BillingServiceStub(channel),
         )
-
-
-def next_page_token(page: models.Page[Any], token: str) -> str:
-    """The token of the page after ``page``, fetched with ``token``; "" after the last page.
-    InternalError when the server hands ``token`` back, which would make a listing loop forever."""
-    if page.next_page_token and page.next_page_token == token:
-        raise InternalError("the server returned the same page token twice; stopping the listing")
-    return page.next_page_token
-
-
-async def _pages(fetch: Callable[[str], Awaitable[models.Page[T]]], token: str) -> AsyncIterator[models.Page[T]]:
-    """Every page of a listing, from ``token``'s on ("" for the first)."""
-    while True:
-        page = await fetch(token)
-        yield page
-        token = next_page_token(page, token)
-        if not token:
-            return
 
 
 def _seconds(timeout: object, *, zero_ok: bool) -> float:
@@ -393,32 +374,12 @@ class AsyncClient:
         response = await self._call(stub.ListTokens, request, timeout=timeout)
         return models.Page([convert.api_token(t) for t in response.tokens], response.next_page_token)
 
-    async def iter_tokens(
-        self,
-        *,
-        tenant_id: str = "",
-        node_id: str = "",
-        role: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> AsyncIterator[models.ApiToken]:
-        """Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
-        on when one is given. ``timeout`` bounds each page's call."""
-        pages = _pages(
-            lambda token: self.list_tokens(
-                tenant_id=tenant_id,
-                node_id=node_id,
-                role=role,
-                page_size=page_size,
-                page_token=token,
-                timeout=timeout,
-            ),
-            page_token,
-        )
-        async for page in pages:
-            for item in page:
-                yield item
+    iter_tokens = listings.every_item(
+        listings.every_page(list_tokens),
+        name="iter_tokens",
+        doc="""Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
+        on when one is given. ``timeout`` bounds each page's call.""",
+    )
 
     async def revoke_token(self, token_id: str, *, timeout: float | None = None) -> models.ApiToken:
         """Revoke a token (operators); the server that answers refuses it from the next call, other replicas
@@ -622,26 +583,12 @@ class AsyncClient:
         response = await self._call(stub.ListAllocations, request, timeout=timeout)
         return models.Page([convert.allocation(a) for a in response.allocations], response.next_page_token)
 
-    async def iter_allocations(
-        self,
-        *,
-        tenant_id: str = "",
-        state: str | None = None,
-        page_size: int = 0,
-        page_token: str = "",
-        timeout: float | None = None,
-    ) -> AsyncIterator[models.Allocation]:
-        """Every allocation visible to the caller, newest first, fetching pages as needed; from
-        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call."""
-        pages = _pages(
-            lambda token: self.list_allocations(
-                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token, timeout=timeout
-            ),
-            page_token,
-        )
-        async for page in pages:
-            for item in page:
-                yield item
+    iter_allocations = listings.every_item(
+        listings.every_page(list_allocations),
+        name="iter_allocations",
+        doc="""Every allocation visible to the caller, newest first, fetching pages as needed; from
+        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call.""",
+    )
 
     async def cancel_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
@@ -819,7 +766,7 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> AsyncIterator[models.Page[billing.UsageEvent]]:
         """Every page of the usage-event log the caller sees, oldest first; ``timeout`` bounds each page's call."""
-        pages = _pages(
+        pages = listings.pages(
             lambda token: self.list_usage_events(
                 tenant_id=tenant_id,
                 start_time=start_time,
@@ -833,19 +780,8 @@ class AsyncClient:
         async for page in pages:
             yield page
 
-    async def iter_usage_events(
-        self,
-        *,
-        tenant_id: str = "",
-        start_time: instants.Instant | None = None,
-        end_time: instants.Instant | None = None,
-        page_size: int = 0,
-        timeout: float | None = None,
-    ) -> AsyncIterator[billing.UsageEvent]:
-        """Every usage event the caller sees in the window, oldest first, fetching pages as needed."""
-        pages = self.iter_usage_event_pages(
-            tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, timeout=timeout
-        )
-        async for page in pages:
-            for event in page:
-                yield event
+    iter_usage_events = listings.every_item(
+        iter_usage_event_pages,
+        name="iter_usage_events",
+        doc="Every usage event the caller sees in the window, oldest first, fetching pages as needed.",
+    )

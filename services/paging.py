@@ -18,9 +18,9 @@ import binascii
 import hashlib
 import hmac
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from services.clock import now_us
 from services.errors import InvalidArgument
@@ -31,6 +31,8 @@ TOKEN_TTL_US = 3 * 24 * 3600 * 1_000_000
 _MAC_BYTES = 32
 MAX_TOKEN_LENGTH = 1024
 
+R = TypeVar("R")
+
 
 @dataclass(frozen=True)
 class Cursor:
@@ -38,6 +40,16 @@ class Cursor:
 
     created_us: int
     last_id: str
+
+
+def cut_page(rows: list[R], size: int, key: Callable[[R], Cursor]) -> tuple[list[R], Cursor | None]:
+    """A page read with one row too many (``limit=size + 1``): its first ``size`` rows, and the
+    cursor after the last of them, ``key`` of that row, when the extra row says another page
+    follows (None on the last page)."""
+    if len(rows) <= size:
+        return rows, None
+    page = rows[:size]
+    return page, key(page[-1])
 
 
 def newest_first(select: str, id_column: str, filters: Mapping[str, Any], *, cursor: Cursor | None, limit: int) -> Sql:
@@ -78,6 +90,10 @@ class PageTokens:
         ).encode()
         mac = hmac.new(self._key, payload, hashlib.sha256).digest()
         return base64.urlsafe_b64encode(mac + payload).decode().rstrip("=")
+
+    def next_token(self, after: Cursor | None, scope: Mapping[str, str | int]) -> str:
+        """The token of the page after ``after`` (``encode``), or "" when there is none: the last page."""
+        return "" if after is None else self.encode(after, scope)
 
     def decode(self, token: str, scope: Mapping[str, str | int], *, field_path: str = "page_token") -> Cursor | None:
         """The cursor of ``token``, None for an empty token; INVALID_ARGUMENT if it is not ours,

@@ -44,6 +44,15 @@ def loggable_request_id(value: str) -> str | None:
     return value if value and request_id_problem(value) is None else None
 
 
+def checked_id(field_path: str, value: str) -> str:
+    """``value``, a request's one resource id, when well formed; INVALID_ARGUMENT naming
+    ``field_path`` otherwise (``Violations.identifier``)."""
+    v = Violations()
+    v.identifier(field_path, value)
+    v.raise_if_any()
+    return value
+
+
 class Violations:
     """Collects the bad fields of one request; ``count`` counts them all."""
 
@@ -82,15 +91,21 @@ class Violations:
                 self.add(violation.field, violation.description)
             return None
 
-    def identifier(self, field_path: str, value: str, *, required: bool = True) -> None:
-        """A resource id: 1-63 of lowercase letters, digits and '-', not starting with '-'."""
+    def _to_check(self, field_path: str, value: str, *, required: bool) -> bool:
+        """Whether a string field needs its own checks: not when it is empty (a violation if
+        ``required``) nor when it holds a token (a violation that never shows the value)."""
         if not value:
             if required:
                 self.add(field_path, "is required")
-            return
+            return False
         if contains_secret(value):
             self.add(field_path, A_SECRET)
-        elif not ID_PATTERN.fullmatch(value):
+            return False
+        return True
+
+    def identifier(self, field_path: str, value: str, *, required: bool = True) -> None:
+        """A resource id: 1-63 of lowercase letters, digits and '-', not starting with '-'."""
+        if self._to_check(field_path, value, required=required) and not ID_PATTERN.fullmatch(value):
             self.add(
                 field_path,
                 f"{cut(value, 80)!r} must be 1-63 characters of a-z, 0-9 and '-', starting with a letter or digit",
@@ -98,13 +113,9 @@ class Violations:
 
     def text(self, field_path: str, value: str, *, max_length: int = MAX_TEXT, required: bool = False) -> None:
         """Free text: printable, at most ``max_length`` characters, no token."""
-        if not value:
-            if required:
-                self.add(field_path, "is required")
+        if not self._to_check(field_path, value, required=required):
             return
-        if contains_secret(value):
-            self.add(field_path, A_SECRET)
-        elif len(value) > max_length:
+        if len(value) > max_length:
             self.add(field_path, f"is {len(value)} characters long; the limit is {max_length}")
         elif not value.isprintable():
             self.add(field_path, "contains control characters")

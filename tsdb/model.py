@@ -69,6 +69,18 @@ class QueryStats:
     chunks_decoded: int = 0
     chunks_preaggregated: int = 0
 
+    def add(self, other: QueryStats) -> None:
+        """Count another read of the same store into these stats: ``segments_total`` (the store's
+        count, not the read's) keeps the larger, every other counter adds up."""
+        self.segments_total = max(self.segments_total, other.segments_total)
+        self.segments_opened += other.segments_opened
+        self.segments_skipped += other.segments_skipped
+        self.bytes_read += other.bytes_read
+        self.samples_decoded += other.samples_decoded
+        self.head_samples += other.head_samples
+        self.chunks_decoded += other.chunks_decoded
+        self.chunks_preaggregated += other.chunks_preaggregated
+
 
 @dataclass(slots=True)
 class QueryResult:

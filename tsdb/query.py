@@ -9,6 +9,7 @@ one aggregation step is answered from the directory's pre-aggregates without dec
 from __future__ import annotations
 
 from collections.abc import Iterator
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.typing import NDArray
@@ -23,13 +24,23 @@ I64 = NDArray[np.int64]
 F64 = NDArray[np.float64]
 
 
+@dataclass(frozen=True, slots=True)
+class Sources:
+    """What a read reads from: the sealed segments the manifest picked for its window, the cache
+    of their open readers, and the head."""
+
+    segments: list[SegmentInfo]
+    readers: ReaderCache
+    head: Head
+
+
 def _chunks_meeting(
-    segments: list[SegmentInfo], readers: ReaderCache, start: int, end: int, stats: QueryStats
+    sources: Sources, start: int, end: int, stats: QueryStats
 ) -> Iterator[tuple[SegmentReader, int, int, int]]:
-    """(reader, chunk, tmin, tmax) of every chunk of `segments` whose time range meets [start, end);
-    the bytes read to open a segment go to `stats`."""
-    for info in segments:
-        reader, nbytes = readers.get(info.path)
+    """(reader, chunk, tmin, tmax) of every chunk of the sources' segments whose time range meets
+    [start, end); the bytes read to open a segment go to `stats`."""
+    for info in sources.segments:
+        reader, nbytes = sources.readers.get(info.path)
         stats.bytes_read += nbytes
         for chunk, (tmin, tmax, _, _) in enumerate(reader.chunk_bounds):
             if tmin < end and tmax >= start:
@@ -76,28 +87,25 @@ def _decode_by_timestamp_group(
         matrix = np.empty((hi_run - lo_run, ts.size), dtype=np.float64)
         vg_cuts = np.flatnonzero(np.diff(groups[lo_run:hi_run])) + 1 + lo_run
         for a, b in zip([lo_run, *vg_cuts.tolist()], [*vg_cuts.tolist(), hi_run], strict=True):
-            _decode_into(reader, int(groups[a]), reader.dir_row[rows[a:b]], matrix[a - lo_run : b - lo_run], stats)
+            _values(reader, int(groups[a]), reader.dir_row[rows[a:b]], stats, matrix[a - lo_run : b - lo_run])
         partials.add_block(present[lo_run:hi_run], ts[lo:hi], matrix[:, lo:hi], start, step)
 
 
-def _decode_into(reader: SegmentReader, vg: int, rows: I64, out: F64, stats: QueryStats) -> None:
-    """The wanted rows of one value group, decoded into `out`."""
+def _values(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats, out: F64 | None = None) -> F64:
+    """The wanted rows of one value group, decoded into a fresh array or into `out`."""
     whole = rows.size == reader.vg_rows[vg] and bool((rows == np.arange(rows.size)).all())
-    _, nbytes = reader.values(vg, None if whole else rows, out)
+    block, nbytes = reader.values(vg, None if whole else rows, out)
     stats.bytes_read += nbytes
-    stats.samples_decoded += out.size
+    stats.samples_decoded += block.size
     stats.chunks_decoded += rows.size
+    return block
 
 
 def _decode(reader: SegmentReader, vg: int, rows: I64, stats: QueryStats) -> tuple[I64, F64]:
     """Timestamps and the wanted rows of one value group."""
     ts, ts_bytes = reader.timestamps(int(reader.vg_ts[vg]))
-    whole = rows.size == reader.vg_rows[vg] and bool((rows == np.arange(rows.size)).all())
-    block, nbytes = reader.values(vg, None if whole else rows)
-    stats.bytes_read += ts_bytes + nbytes
-    stats.samples_decoded += block.size
-    stats.chunks_decoded += rows.size
-    return ts, block
+    stats.bytes_read += ts_bytes
+    return ts, _values(reader, vg, rows, stats)
 
 
 class SampleBudget:
@@ -122,16 +130,14 @@ def read_one(
     sid: int,
     start: int,
     end: int,
-    segments: list[SegmentInfo],
-    readers: ReaderCache,
-    head: Head,
+    sources: Sources,
     stats: QueryStats,
     budget: SampleBudget,
 ) -> tuple[I64, F64]:
     """read_raw for one series (the narrow query), kept to as few calls as it can be: its samples in
-    [start, end) from segments then head, as fresh arrays."""
+    [start, end) from the segments then the head, as fresh arrays."""
     parts: list[tuple[I64, F64]] = []
-    for reader, chunk, _, _ in _chunks_meeting(segments, readers, start, end, stats):
+    for reader, chunk, _, _ in _chunks_meeting(sources, start, end, stats):
         row = reader.row_of(chunk, sid)
         if row < 0:
             continue
@@ -142,7 +148,7 @@ def read_one(
             stats.samples_decoded += values.size
             stats.chunks_decoded += 1
             parts.append((ts, values))
-    ts, values = head.window(sid, start, end)
+    ts, values = sources.head.window(sid, start, end)
     if ts.size:
         budget.take(ts.size)
         stats.head_samples += ts.size
@@ -156,18 +162,16 @@ def read_raw(
     sids: I64,
     start: int,
     end: int,
-    segments: list[SegmentInfo],
-    readers: ReaderCache,
-    head: Head,
+    sources: Sources,
     stats: QueryStats,
     budget: SampleBudget,
 ) -> list[tuple[I64, F64]]:
     """Per series in `sids` (same order), its samples in [start, end) from segments then head;
     QueryTooLargeError as soon as they pass the budget."""
     if sids.size == 1:
-        return [read_one(int(sids[0]), start, end, segments, readers, head, stats, budget)]
+        return [read_one(int(sids[0]), start, end, sources, stats, budget)]
     pieces: list[list[tuple[I64, F64]]] = [[] for _ in range(sids.size)]
-    for reader, chunk, _, _ in _chunks_meeting(segments, readers, start, end, stats):
+    for reader, chunk, _, _ in _chunks_meeting(sources, start, end, stats):
         present, rows = reader.rows(chunk, sids)
         if rows.size == 0:
             continue
@@ -183,7 +187,7 @@ def read_raw(
                 pieces[position].append((window, block[k, lo:hi]))
     out: list[tuple[I64, F64]] = []
     for position, sid in enumerate(sids.tolist()):
-        ts, vals = head.window(sid, start, end)
+        ts, vals = sources.head.window(sid, start, end)
         if ts.size:
             budget.take(ts.size)
             stats.head_samples += ts.size
@@ -198,16 +202,14 @@ def read_range(
     end: int,
     step: int,
     partials: Partials,
-    segments: list[SegmentInfo],
-    readers: ReaderCache,
-    head: Head,
+    sources: Sources,
     stats: QueryStats,
 ) -> None:
     """Add to `partials` every sample of `sids` in [start, end): directory aggregates where a
     (series, chunk) lies inside one step, decoded blocks elsewhere, and the head. Step numbers are
     counted with Python ints or aggregate.step_index, never as an int64 difference from start."""
     n_steps = partials.n_steps
-    for reader, chunk, chunk_tmin, chunk_tmax in _chunks_meeting(segments, readers, start, end, stats):
+    for reader, chunk, chunk_tmin, chunk_tmax in _chunks_meeting(sources, start, end, stats):
         present, rows = reader.select(chunk, sids)
         if present.size == 0:
             continue
@@ -248,6 +250,6 @@ def read_range(
             )
         rest = ~whole
         _decode_by_timestamp_group(reader, present[rest], rows[rest], start, end, step, partials, stats)
-    positions, ts, vals = head.window_many(sids, start, end)
+    positions, ts, vals = sources.head.window_many(sids, start, end)
     stats.head_samples += ts.size
     partials.add_flat(positions, ts, vals, start, step)

@@ -56,7 +56,7 @@ from tsdb.head import FastBatch, Head
 from tsdb.manifest import Manifest
 from tsdb.model import QueryResult, QueryStats, RangeResult, RecoveryReport, RetentionReport, SegmentInfo, Series
 from tsdb.options import READER_CACHE, Options
-from tsdb.query import SampleBudget, read_one, read_range, read_raw
+from tsdb.query import SampleBudget, Sources, read_one, read_range, read_raw
 from tsdb.segment_files import SegmentFiles
 from tsdb.segment_reader import ReaderCache
 from tsdb.segment_writer import Grouping
@@ -514,9 +514,9 @@ class Store:
         if series.size * span >= 2**62:
             return sids, ts, vals  # (series, time) keys would overflow: far from any retry
         budget = SampleBudget(_SEALED_LOOKUP_FACTOR * behind.size + _SEALED_LOOKUP_SLACK)
-        segments = self.manifest.overlapping(lo, hi)
+        sources = Sources(self.manifest.overlapping(lo, hi), self._readers, self.head)
         try:
-            held = read_raw(series, lo, hi, segments, self._readers, self.head, QueryStats(), budget)
+            held = read_raw(series, lo, hi, sources, QueryStats(), budget)
         except QueryTooLargeError:
             return sids, ts, vals
         # One sorted key per (series, time), series in np.unique's order: a single search finds
@@ -650,9 +650,13 @@ class Store:
             raise InvalidArgumentError(f"empty window: end_ms {end} <= start_ms {start}")
         return start, end
 
-    def _stats(self, segments: list[SegmentInfo]) -> QueryStats:
+    def _sources(self, sids: I64, start: int, end: int) -> tuple[Sources, QueryStats]:
+        """What a read of `sids` over [start, end) reads from (no segment when no series matched),
+        and its stats with the segments counted."""
+        segments = self.manifest.overlapping(start, end) if sids.size else []
         total = len(self.manifest)
-        return QueryStats(segments_total=total, segments_opened=len(segments), segments_skipped=total - len(segments))
+        stats = QueryStats(segments_total=total, segments_opened=len(segments), segments_skipped=total - len(segments))
+        return Sources(segments, self._readers, self.head), stats
 
     def query(self, selector: Selector, start_ms: int, end_ms: int, *, max_samples: int | None = None) -> QueryResult:
         """Raw samples in [start_ms, end_ms) of every series matching `selector`.
@@ -668,15 +672,14 @@ class Store:
         else:
             start, end = self._window(start_ms, end_ms)
         sids = self.catalog.select(selector)
-        segments = self.manifest.overlapping(start, end) if sids.size else []
-        stats = self._stats(segments)
+        sources, stats = self._sources(sids, start, end)
         if sids.size == 1:
             # The narrow query: one series, no lists of pieces per series.
             sid = int(sids[0])
             budget = SampleBudget(max_samples)
-            ts, vals = read_one(sid, start, end, segments, self._readers, self.head, stats, budget)
+            ts, vals = read_one(sid, start, end, sources, stats, budget)
             return QueryResult([Series(self.catalog.labels(sid), sid, ts, vals)] if ts.size else [], stats)
-        data = read_raw(sids, start, end, segments, self._readers, self.head, stats, SampleBudget(max_samples))
+        data = read_raw(sids, start, end, sources, stats, SampleBudget(max_samples))
         labels = self.catalog.labels
         pairs = zip(sids.tolist(), data, strict=True)
         series = [Series(labels(sid), sid, ts, vals) for sid, (ts, vals) in pairs if ts.size]
@@ -713,12 +716,11 @@ class Store:
             raise InvalidArgumentError(message)
         limit = None if max_cells is None else _PARTIALS_PER_VALUE * max_cells
         partials = Partials(n_steps, needed, limit=limit)
-        segments = self.manifest.overlapping(start, end) if sids.size else []
-        stats = self._stats(segments)
+        sources, stats = self._sources(sids, start, end)
         # NaN and infinities propagate as IEEE arithmetic says (docs/tsdb.md): numpy's warnings
         # about them (invalid value in minimum, overflow in a sum) say nothing the answer does not.
         with np.errstate(over="ignore", invalid="ignore"):
-            read_range(sids, start, end, step, partials, segments, self._readers, self.head, stats)
+            read_range(sids, start, end, step, partials, sources, stats)
             with_samples = partials.with_samples()
         cells = int(with_samples.size) * partials.n_steps
         if max_cells is not None and cells > max_cells:

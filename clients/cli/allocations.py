@@ -11,7 +11,8 @@ from rich.text import Text
 from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import EXIT_USAGE, call, check_wait_timeout, exit_not_done, int32
+from clients.cli.context import EXIT_USAGE, call_and_show, call_noting, check_wait_timeout, exit_not_done, int32
+from clients.cli.listing import show_listing
 from clients.cli.options import AllPages, JsonFlag, PageSize, PageToken
 from clients.errors import DeadlineExceededError, UnavailableError
 from clients.request_ids import new_request_id
@@ -50,15 +51,12 @@ def allocations_create(
             outcome_unknown = True
             raise
 
-    try:
-        allocation = call(ctx, create)
-    except typer.Exit:
-        if outcome_unknown:
-            render.errors.print(
-                Text(f"the outcome is unknown; to retry safely run the same command with --request-id {key}"),
-                soft_wrap=True,
-            )
-        raise
+    def unknown_outcome() -> str | None:
+        if not outcome_unknown:
+            return None
+        return f"the outcome is unknown; to retry safely run the same command with --request-id {key}"
+
+    allocation = call_noting(ctx, create, unknown_outcome)
     if json_out:
         render.print_json(allocation)
         return
@@ -81,28 +79,22 @@ def allocations_list(
     json_out: JsonFlag = False,
 ) -> None:
     """List allocations, newest first."""
-
-    async def fetch(client: AsyncClient) -> models.Page[models.Allocation]:
-        if not all_pages:
-            return await client.list_allocations(
-                tenant_id=tenant, state=state, page_size=page_size, page_token=page_token
-            )
-        pages = client.iter_allocations(tenant_id=tenant, state=state, page_size=page_size, page_token=page_token)
-        items = [a async for a in pages]
-        return models.Page(items, "")
-
-    page = call(ctx, fetch)
-    render.show_page(page, json_out, render.allocations_table(page.items))
+    show_listing(
+        ctx,
+        lambda client, token: client.list_allocations(
+            tenant_id=tenant, state=state, page_size=page_size, page_token=token
+        ),
+        page_token=page_token,
+        all_pages=all_pages,
+        json_out=json_out,
+        as_table=render.allocations_table,
+    )
 
 
 @allocations.command("get")
 def allocations_get(ctx: typer.Context, allocation_id: str, json_out: JsonFlag = False) -> None:
     """Show one allocation."""
-    allocation = call(ctx, lambda c: c.get_allocation(allocation_id))
-    if json_out:
-        render.print_json(allocation)
-    else:
-        render.console.print(render.allocations_table([allocation], "Allocation"))
+    call_and_show(ctx, lambda c: c.get_allocation(allocation_id), json_out, render.allocations_table, "Allocation")
 
 
 @allocations.command("cancel")
@@ -133,19 +125,13 @@ def allocations_cancel(
                 operation = await client.wait_operation(operation.name, timeout=timeout)
         return operation
 
-    try:
-        operation = call(ctx, run)
-    except typer.Exit:
-        if accepted is not None:
-            # The wait failed, not the cancel: say so under the error, or the user may cancel again.
-            render.errors.print(
-                Text(f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted.name}"),
-                soft_wrap=True,
-            )
-        raise
-    if json_out:
-        render.print_json(operation)
-    else:
-        render.console.print(render.operations_table([operation], "Cancel"))
+    def cancel_accepted() -> str | None:
+        # The wait failed, not the cancel: say so under the error, or the user may cancel again.
+        if accepted is None:
+            return None
+        return f"the cancel was accepted; wait for it with: gpucloud operations wait {accepted.name}"
+
+    operation = call_noting(ctx, run, cancel_accepted)
+    render.show_one(operation, json_out, render.operations_table([operation], "Cancel"))
     if wait and not operation.done:
         exit_not_done(operation, timeout)

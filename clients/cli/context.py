@@ -7,13 +7,14 @@ from __future__ import annotations
 import asyncio
 import math
 import re
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import grpc
 import typer
+from rich.table import Table
 from rich.text import Text
 
 from clients import models
@@ -177,6 +178,30 @@ def call(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]]) -> T
     except ValueError as err:
         render.fail(value_error_line(ctx, err))
         raise typer.Exit(EXIT_USAGE) from None
+
+
+def call_noting(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[T]], note: Callable[[], str | None]) -> T:
+    """``call``, and when it fails, the line ``note`` gives (if any) under the error: what of the
+    action stands although it failed, read once the error is known."""
+    try:
+        return call(ctx, action)
+    except typer.Exit:
+        line = note()
+        if line is not None:
+            render.errors.print(Text(line), soft_wrap=True)
+        raise
+
+
+def call_and_show(
+    ctx: typer.Context,
+    action: Callable[[AsyncClient], Awaitable[T]],
+    json_out: bool,
+    as_table: Callable[[Sequence[T], str], Table],
+    title: str,
+) -> None:
+    """``call``, then print the one resource it answers: as JSON, or in ``as_table`` under ``title``."""
+    item = call(ctx, action)
+    render.show_one(item, json_out, as_table([item], title))
 
 
 def exit_code(err: GpucloudError, typed: Mapping[str, str]) -> int:

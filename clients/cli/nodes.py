@@ -3,15 +3,14 @@ their lifecycle: cordon, drain, burn-in, repair, retire (operator)."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Annotated
 
 import typer
 
-from clients import models
-from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call
+from clients.cli.context import call_and_show
+from clients.cli.listing import show_listing
 from clients.cli.options import JsonFlag, PageSize, PageToken
 
 nodes = typer.Typer(help="The fleet: register, inspect and change node lifecycle (operator).", no_args_is_help=True)
@@ -29,13 +28,15 @@ def nodes_register(
     json_out: JsonFlag = False,
 ) -> None:
     """Register a node with its 8 GPUs; it enters burn-in."""
-    node = call(
+    call_and_show(
         ctx,
         lambda c: c.register_node(
             node_id, gpu_model=gpu_model, gpu_uuids=gpu_uuid, zone=zone, rack=rack, leaf_switch=leaf_switch
         ),
+        json_out,
+        render.nodes_table,
+        "Registered",
     )
-    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Registered"))
 
 
 @nodes.command("list")
@@ -49,18 +50,21 @@ def nodes_list(
     json_out: JsonFlag = False,
 ) -> None:
     """List nodes, ordered by id."""
-    page = call(
+    show_listing(
         ctx,
-        lambda c: c.list_nodes(state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=page_token),
+        lambda client, token: client.list_nodes(
+            state=state, gpu_model=gpu_model, zone=zone, page_size=page_size, page_token=token
+        ),
+        page_token=page_token,
+        json_out=json_out,
+        as_table=render.nodes_table,
     )
-    render.show_page(page, json_out, render.nodes_table(page.items))
 
 
 @nodes.command("get")
 def nodes_get(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
     """Show one node."""
-    node = call(ctx, lambda c: c.get_node(node_id))
-    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Node"))
+    call_and_show(ctx, lambda c: c.get_node(node_id), json_out, render.nodes_table, "Node")
 
 
 @nodes.command("events")
@@ -68,8 +72,13 @@ def nodes_events(
     ctx: typer.Context, node_id: str, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
 ) -> None:
     """Why a node is in its state: its recorded changes, oldest first."""
-    page = call(ctx, lambda c: c.list_node_events(node_id, page_size=page_size, page_token=page_token))
-    render.show_page(page, json_out, render.node_events_table(page.items, f"Events of {node_id}"))
+    show_listing(
+        ctx,
+        lambda client, token: client.list_node_events(node_id, page_size=page_size, page_token=token),
+        page_token=page_token,
+        json_out=json_out,
+        as_table=lambda events: render.node_events_table(events, f"Events of {node_id}"),
+    )
 
 
 Reason = Annotated[str, typer.Option(help="Recorded with the change.")]
@@ -79,15 +88,11 @@ def _node_verb(name: str, doc: str, method: str, *, takes_reason: bool = True) -
     """Register ``gpucloud nodes <name>``, calling ``AsyncClient.<method>``; with ``--reason``
     only where the request carries one (uncordon's does not)."""
 
-    def show(ctx: typer.Context, action: Callable[[AsyncClient], Awaitable[models.Node]], json_out: bool) -> None:
-        node = call(ctx, action)
-        render.print_json(node) if json_out else render.console.print(render.nodes_table([node], name))
-
     def with_reason(ctx: typer.Context, node_id: str, reason: Reason = "", json_out: JsonFlag = False) -> None:
-        show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out)
+        call_and_show(ctx, lambda client: getattr(client, method)(node_id, reason), json_out, render.nodes_table, name)
 
     def without_reason(ctx: typer.Context, node_id: str, json_out: JsonFlag = False) -> None:
-        show(ctx, lambda client: getattr(client, method)(node_id), json_out)
+        call_and_show(ctx, lambda client: getattr(client, method)(node_id), json_out, render.nodes_table, name)
 
     verb: Callable[..., None] = with_reason if takes_reason else without_reason
     verb.__doc__ = doc
@@ -111,5 +116,10 @@ def nodes_burn_in(
     json_out: JsonFlag = False,
 ) -> None:
     """Record a burn-in result: passed -> READY, --failed -> QUARANTINED."""
-    node = call(ctx, lambda c: c.complete_burn_in(node_id, passed=not failed, detail=detail))
-    render.print_json(node) if json_out else render.console.print(render.nodes_table([node], "Burn-in recorded"))
+    call_and_show(
+        ctx,
+        lambda c: c.complete_burn_in(node_id, passed=not failed, detail=detail),
+        json_out,
+        render.nodes_table,
+        "Burn-in recorded",
+    )

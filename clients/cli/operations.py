@@ -7,9 +7,11 @@ from typing import Annotated
 
 import typer
 
+from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call, check_wait_timeout, exit_not_done
-from clients.cli.options import JsonFlag, PageSize, PageToken
+from clients.cli.context import call, call_and_show, check_wait_timeout, exit_not_done
+from clients.cli.listing import add_list_command
+from clients.cli.options import JsonFlag
 
 operations = typer.Typer(help="Long-running operations.", no_args_is_help=True)
 
@@ -17,10 +19,7 @@ operations = typer.Typer(help="Long-running operations.", no_args_is_help=True)
 @operations.command("get")
 def operations_get(ctx: typer.Context, name: str, json_out: JsonFlag = False) -> None:
     """Show one operation (operations/<id>)."""
-    operation = call(ctx, lambda c: c.get_operation(name))
-    render.print_json(operation) if json_out else render.console.print(
-        render.operations_table([operation], "Operation")
-    )
+    call_and_show(ctx, lambda c: c.get_operation(name), json_out, render.operations_table, "Operation")
 
 
 @operations.command("wait")
@@ -34,17 +33,9 @@ def operations_wait(
     check_wait_timeout(timeout)
     with render.console.status(f"waiting for {name}..."):
         operation = call(ctx, lambda c: c.wait_operation(name, timeout=timeout))
-    render.print_json(operation) if json_out else render.console.print(
-        render.operations_table([operation], "Operation")
-    )
+    render.show_one(operation, json_out, render.operations_table([operation], "Operation"))
     if not operation.done:
         exit_not_done(operation, timeout)
 
 
-@operations.command("list")
-def operations_list(
-    ctx: typer.Context, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
-) -> None:
-    """List operations, newest first."""
-    page = call(ctx, lambda c: c.list_operations(page_size=page_size, page_token=page_token))
-    render.show_page(page, json_out, render.operations_table(page.items))
+add_list_command(operations, "List operations, newest first.", AsyncClient.list_operations, render.operations_table)

@@ -53,6 +53,14 @@ def show_page(page: models.Page[T], json_out: bool, as_table: Table) -> None:
         console.print(f"[dim]more: --page-token {page.next_page_token}[/dim]", soft_wrap=True)
 
 
+def show_one(item: object, json_out: bool, as_table: Table) -> None:
+    """Print one resource: as JSON, or as the table that shows it."""
+    if json_out:
+        print_json(item)
+    else:
+        console.print(as_table)
+
+
 def when(value: datetime | None) -> str:
     """``2026-11-03 14:05:00`` in UTC, or "-" for None. An aware datetime in another zone is
     converted first (every time the CLI shows is read as UTC); a naive one is shown as it is."""

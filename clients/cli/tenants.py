@@ -7,9 +7,11 @@ from typing import Annotated
 import typer
 from rich.text import Text
 
+from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call
-from clients.cli.options import JsonFlag, PageSize, PageToken
+from clients.cli.context import call, call_and_show
+from clients.cli.listing import add_list_command
+from clients.cli.options import JsonFlag
 
 tenants = typer.Typer(help="Tenants and their tokens (operator).", no_args_is_help=True)
 
@@ -31,20 +33,13 @@ def tenants_create(
     render.console.print(f"token id (to revoke it): {created.token_id}", highlight=False, markup=False)
 
 
-@tenants.command("list")
-def tenants_list(
-    ctx: typer.Context, page_size: PageSize = 0, page_token: PageToken = "", json_out: JsonFlag = False
-) -> None:
-    """List tenants."""
-    page = call(ctx, lambda c: c.list_tenants(page_size=page_size, page_token=page_token))
-    render.show_page(page, json_out, render.tenants_table(page.items))
+add_list_command(tenants, "List tenants.", AsyncClient.list_tenants, render.tenants_table)
 
 
 @tenants.command("get")
 def tenants_get(ctx: typer.Context, tenant_id: str, json_out: JsonFlag = False) -> None:
     """Show one tenant."""
-    tenant = call(ctx, lambda c: c.get_tenant(tenant_id))
-    render.print_json(tenant) if json_out else render.console.print(render.tenants_table([tenant], "Tenant"))
+    call_and_show(ctx, lambda c: c.get_tenant(tenant_id), json_out, render.tenants_table, "Tenant")
 
 
 @tenants.command("token")

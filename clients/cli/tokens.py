@@ -9,9 +9,9 @@ import typer
 from rich.table import Table
 
 from clients import models
-from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call
+from clients.cli.context import call, call_and_show
+from clients.cli.listing import show_listing
 from clients.cli.options import AllPages, JsonFlag, PageSize, PageToken
 
 tokens = typer.Typer(
@@ -48,19 +48,16 @@ def tokens_list(
     json_out: JsonFlag = False,
 ) -> None:
     """List tokens, newest first, revoked ones too; secrets are never shown."""
-
-    async def fetch(client: AsyncClient) -> models.Page[models.ApiToken]:
-        if not all_pages:
-            return await client.list_tokens(
-                tenant_id=tenant, node_id=node_id, role=role, page_size=page_size, page_token=page_token
-            )
-        pages = client.iter_tokens(
-            tenant_id=tenant, node_id=node_id, role=role, page_size=page_size, page_token=page_token
-        )
-        return models.Page([t async for t in pages], "")
-
-    page = call(ctx, fetch)
-    render.show_page(page, json_out, tokens_table(page.items))
+    show_listing(
+        ctx,
+        lambda client, token: client.list_tokens(
+            tenant_id=tenant, node_id=node_id, role=role, page_size=page_size, page_token=token
+        ),
+        page_token=page_token,
+        all_pages=all_pages,
+        json_out=json_out,
+        as_table=tokens_table,
+    )
 
 
 @tokens.command("create-agent")
@@ -88,5 +85,4 @@ def tokens_create_operator(ctx: typer.Context, json_out: JsonFlag = False) -> No
 @tokens.command("revoke")
 def tokens_revoke(ctx: typer.Context, token_id: str, json_out: JsonFlag = False) -> None:
     """Revoke a token: this server refuses it at once, other replicas within 5 s. Revoking again is harmless."""
-    revoked = call(ctx, lambda c: c.revoke_token(token_id))
-    render.print_json(revoked) if json_out else render.console.print(tokens_table([revoked], "Revoked"))
+    call_and_show(ctx, lambda c: c.revoke_token(token_id), json_out, tokens_table, "Revoked")

@@ -40,7 +40,7 @@ from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
-from services.paging import Cursor
+from services.paging import Cursor, cut_page
 from services.store.engine import Database
 from services.store.set_based import SetBased
 from services.store.tx import Conflict, Deadlock, Tx, rollback_to, savepoint
@@ -224,11 +224,8 @@ def _page(
     if tenant_must_exist and flt.tenant_id is not None:
         yield from tenants_repo.require(flt.tenant_id)
     rows = yield from repo.list_page(flt, cursor=cursor, limit=page_size + 1)
-    more = len(rows) > page_size
-    rows = rows[:page_size]
-    page = yield from repo.views(rows)
-    after = Cursor(rows[-1].created_us, rows[-1].allocation_id) if more else None
-    return page, after
+    rows, after = cut_page(rows, page_size, lambda row: Cursor(row.created_us, row.allocation_id))
+    return (yield from repo.views(rows)), after
 
 
 async def cancel(store: Database, principal: Principal, allocation_id: str) -> tuple[Operation, AllocationView]:

@@ -13,13 +13,14 @@ from services.allocations.commands import resolve_tenant
 from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
-from services.auth.principal import current_principal, tenant_scope
+from services.auth.principal import current_principal
 from services.nodes.proto import GPU_MODEL_FROM_PROTO
 from services.notify import Notifier
 from services.operations.proto import operation_to_proto
 from services.paging import PageTokens
 from services.store.engine import Database
-from services.validation import Violations
+from services.tenant_lists import TenantList
+from services.validation import Violations, checked_id
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_NODES_PER_ALLOCATION = 256
@@ -66,53 +67,38 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         self, request: allocation_pb2.GetAllocationRequest, context: Context
     ) -> allocation_pb2.GetAllocationResponse:
         """Read one allocation; a tenant sees only its own (another tenant's is NOT_FOUND)."""
-        v = Violations()
-        v.identifier("allocation_id", request.allocation_id)
-        v.raise_if_any()
-        view = await commands.get(self._store, current_principal(), request.allocation_id)
+        allocation_id = checked_id("allocation_id", request.allocation_id)
+        view = await commands.get(self._store, current_principal(), allocation_id)
         return allocation_pb2.GetAllocationResponse(allocation=allocation_to_proto(view))
 
     async def ListAllocations(
         self, request: allocation_pb2.ListAllocationsRequest, context: Context
     ) -> allocation_pb2.ListAllocationsResponse:
         """List allocations; tenants see only their own (another's reads empty); an unknown tenant is NOT_FOUND."""
-        principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         v.identifier("tenant_id", request.tenant_id, required=False)
         v.enum("state", request.state, _KNOWN_STATES, required=False)
-        scope_tenant = tenant_scope(principal)
-        tenant_filter = scope_tenant or request.tenant_id or None
-        scope: dict[str, str | int] = {
-            "list": "allocations",
-            "caller": principal.tenant_id or f"role:{principal.role}",
-            # The list it reads: a tenant's own whether or not it names itself, so a token
-            # from one form of the request continues the other.
-            "tenant_id": scope_tenant or request.tenant_id,
-            "state": request.state,
-        }
+        listing = TenantList(current_principal(), request.tenant_id)
+        scope = listing.scope("allocations", state=request.state)
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        if scope_tenant is not None and request.tenant_id and request.tenant_id != scope_tenant:
-            # A tenant asking for another tenant's list sees an empty one, never an error that
-            # would confirm the other tenant exists.
+        if listing.of_another_tenant:
             return allocation_pb2.ListAllocationsResponse()
-        flt = AllocationFilter(tenant_id=tenant_filter, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
+        flt = AllocationFilter(tenant_id=listing.tenant_id, state=ALLOCATION_STATE_FROM_PROTO.get(request.state))
         page, after = await commands.list_page(
-            self._store, flt, cursor=cursor, page_size=size, tenant_must_exist=scope_tenant is None
+            self._store, flt, cursor=cursor, page_size=size, tenant_must_exist=listing.tenant_must_exist
         )
         return allocation_pb2.ListAllocationsResponse(
             allocations=[allocation_to_proto(a) for a in page],
-            next_page_token=self._tokens.encode(after, scope) if after else "",
+            next_page_token=self._tokens.next_token(after, scope),
         )
 
     async def CancelAllocation(
         self, request: allocation_pb2.CancelAllocationRequest, context: Context
     ) -> operations_pb2.Operation:
         """Accept a cancel and wake the releaser; returns the cancel Operation (the same one on a repeat)."""
-        v = Violations()
-        v.identifier("allocation_id", request.allocation_id)
-        v.raise_if_any()
-        operation, view = await commands.cancel(self._store, current_principal(), request.allocation_id)
+        allocation_id = checked_id("allocation_id", request.allocation_id)
+        operation, view = await commands.cancel(self._store, current_principal(), allocation_id)
         self._wake_releaser.notify()
         return operation_to_proto(operation, view)

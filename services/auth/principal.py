@@ -41,6 +41,12 @@ def tenant_scope(principal: Principal) -> str | None:
     return principal.tenant_id if principal.role is Role.TENANT else None
 
 
+def lister(principal: Principal) -> str:
+    """Whose listing a page token continues, in its scope: a tenant by its id, any other caller by
+    its role (operators share their listings, as do agents)."""
+    return principal.tenant_id or f"role:{principal.role}"
+
+
 CONTROL_PLANE_ID = "control-plane"
 # The control plane itself, acting on its own (the releaser, later the reconciler).
 CONTROL_PLANE = Principal(token_id=CONTROL_PLANE_ID, role=Role.OPERATOR)

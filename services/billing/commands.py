@@ -23,7 +23,7 @@ from services.billing.invoice import InputCounts, InvoiceView
 from services.billing.repository import EventFilter, FinalizedRow, StoredEvent
 from services.clock import now_us
 from services.errors import FailedPrecondition, NotFound
-from services.paging import Cursor
+from services.paging import Cursor, cut_page
 from services.store.engine import Database
 from services.store.tx import Refused, Tx
 from services.tenants import repository as tenants_repo
@@ -131,12 +131,7 @@ class Billing:
         rows = await self._store.query(
             _events_page(flt, cursor=cursor, limit=page_size + 1, tenant_must_exist=tenant_must_exist)
         )
-        page = rows[:page_size]
-        after = None
-        if len(rows) > page_size:
-            last = page[-1].logged.event
-            after = Cursor(last.at_us, last.event_id)
-        return page, after
+        return cut_page(rows, page_size, lambda row: Cursor(row.logged.event.at_us, row.logged.event.event_id))
 
 
 def _invoice_inputs(tenant_id: str, period: BillingPeriod) -> Tx[tuple[list[FinalizedRow], list[Sequence[Any]]]]:

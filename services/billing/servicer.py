@@ -13,6 +13,7 @@ from services.billing.commands import Billing, resolve_tenant
 from services.billing.proto import invoice_to_proto, usage_event_to_proto
 from services.billing.repository import EventFilter
 from services.paging import PageTokens
+from services.tenant_lists import TenantList
 from services.validation import Violations
 
 Context = grpc.aio.ServicerContext[Any, Any]
@@ -67,7 +68,6 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
         self, request: billing_pb2.ListUsageEventsRequest, context: Context
     ) -> billing_pb2.ListUsageEventsResponse:
         """List usage events; tenants see only their own (another's reads empty); an unknown tenant is NOT_FOUND."""
-        principal = current_principal()
         v = Violations()
         size = v.page_size("page_size", request.page_size)
         v.identifier("tenant_id", request.tenant_id, required=False)
@@ -76,27 +76,19 @@ class BillingServicer(billing_pb2_grpc.BillingServiceServicer):
         end_us = v.timestamp_us("end_time", end.seconds, end.nanos) if request.HasField("end_time") else None
         if start_us is not None and end_us is not None and end_us <= start_us:
             v.add("end_time", "must be after start_time")
-        scope_tenant = tenant_scope(principal)
-        scope: dict[str, str | int] = {
-            "list": "usage_events",
-            "caller": principal.tenant_id or f"role:{principal.role}",
-            # The list it reads: a tenant's own whether or not it names itself, so a token
-            # from one form of the request continues the other.
-            "tenant_id": scope_tenant or request.tenant_id,
-            "start_us": "" if start_us is None else start_us,
-            "end_us": "" if end_us is None else end_us,
-        }
+        listing = TenantList(current_principal(), request.tenant_id)
+        scope = listing.scope(
+            "usage_events", start_us="" if start_us is None else start_us, end_us="" if end_us is None else end_us
+        )
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        if scope_tenant is not None and request.tenant_id and request.tenant_id != scope_tenant:
-            # Another tenant's log reads as an empty one, never as an error that would confirm
-            # the other tenant exists.
+        if listing.of_another_tenant:
             return billing_pb2.ListUsageEventsResponse()
-        flt = EventFilter(tenant_id=scope_tenant or request.tenant_id or None, start_us=start_us, end_us=end_us)
+        flt = EventFilter(tenant_id=listing.tenant_id, start_us=start_us, end_us=end_us)
         page, after = await self._billing.events_page(
-            flt, cursor=cursor, page_size=size, tenant_must_exist=scope_tenant is None
+            flt, cursor=cursor, page_size=size, tenant_must_exist=listing.tenant_must_exist
         )
         return billing_pb2.ListUsageEventsResponse(
             usage_events=[usage_event_to_proto(e) for e in page],
-            next_page_token=self._tokens.encode(after, scope) if after else "",
+            next_page_token=self._tokens.next_token(after, scope),
         )

@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 from functools import partial
 
+import tsdb
 from services.auth.principal import Principal, Role, tenant_scope
 from services.clock import now_us
 from services.errors import NotFound, PermissionDenied, ResourceExhausted
@@ -22,7 +23,7 @@ from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
 from services.metrics.holds import hold_intervals, within
 from services.metrics.sample_times import SampleTimes
-from services.metrics.samples import ReadStats, SampleStore, SeriesData
+from services.metrics.samples import SampleStore, SeriesData
 from services.metrics.selection import Aggregation, Selector, Window
 from services.nodes.commands import check_speaks_for
 from services.store.engine import Database
@@ -44,7 +45,7 @@ class QueryResult:
     """The series a query returns and what reading them cost."""
 
     series: list[SeriesData]
-    stats: ReadStats
+    stats: tsdb.QueryStats
 
     @property
     def points(self) -> int:
@@ -104,7 +105,7 @@ class Metrics:
         if holds is None:
             series, stats = await self._samples.read(partial(reads.query_all, selector=selector, window=window))
         elif not holds:
-            return QueryResult([], ReadStats())
+            return QueryResult([], tsdb.QueryStats())
         else:
             series, stats = await self._samples.read(partial(reads.query_held, selector=selector, holds=holds))
         return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use QueryRange")
@@ -119,7 +120,7 @@ class Metrics:
                 reads.query_range_all, selector=selector, window=window, step_ms=step_ms, aggregation=aggregation
             )
         elif not holds:
-            return QueryResult([], ReadStats())
+            return QueryResult([], tsdb.QueryStats())
         else:
             read = partial(
                 reads.query_range_held,

@@ -4,16 +4,22 @@ selection.py check what comes in)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Iterable
 
 import numpy as np
 
+import tsdb
 from gpucloud.v1 import metrics_pb2
 from services.metrics.batch import GpuFields, LabeledSeries, NodePush
 from services.metrics.commands import SERIES_SIZED_ON_LOOP, QueryResult
 from services.metrics.selection import Aggregation, Selector
 
 AGGREGATION_FROM_PROTO = {metrics_pb2.Aggregation.Value(f"AGGREGATION_{a.name}"): a for a in Aggregation}
+# The store's read counters that the API's QueryStats carries, under the same names.
+_STORE_COUNTERS = tuple(
+    f.name for f in dataclasses.fields(tsdb.QueryStats) if f.name in metrics_pb2.QueryStats.DESCRIPTOR.fields_by_name
+)
 
 
 def pushes_from_proto(nodes: Iterable[metrics_pb2.NodeSamples]) -> list[NodePush]:
@@ -38,9 +44,8 @@ def selector_from_proto(message: metrics_pb2.SeriesSelector) -> Selector:
 
 def stats_to_proto(result: QueryResult) -> metrics_pb2.QueryStats:
     """What a query read and what it returns."""
-    return metrics_pb2.QueryStats(
-        **result.stats.as_dict(), series_returned=len(result.series), points_returned=result.points
-    )
+    counters = {name: getattr(result.stats, name) for name in _STORE_COUNTERS}
+    return metrics_pb2.QueryStats(**counters, series_returned=len(result.series), points_returned=result.points)
 
 
 def series_to_proto(result: QueryResult) -> list[metrics_pb2.Series]:

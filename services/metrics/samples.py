@@ -16,7 +16,7 @@ import contextvars
 import functools
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import ParamSpec, TypeVar
 
@@ -59,28 +59,6 @@ class SeriesData:
         return series_key(self.labels)
 
 
-@dataclass
-class ReadStats:
-    """What the store reads of one API query cost, summed over them (the total is the store's)."""
-
-    segments_total: int = 0
-    segments_opened: int = 0
-    segments_skipped: int = 0
-    bytes_read: int = 0
-    samples_decoded: int = 0
-    head_samples: int = 0
-
-    def add(self, stats: tsdb.QueryStats) -> None:
-        """Count one store read: ``segments_total`` keeps the largest seen, the other counters add up."""
-        self.segments_total = max(self.segments_total, int(stats.segments_total))
-        for name in ("segments_opened", "segments_skipped", "bytes_read", "samples_decoded", "head_samples"):
-            setattr(self, name, getattr(self, name) + int(getattr(stats, name)))
-
-    def as_dict(self) -> dict[str, int]:
-        """The counters by name (the names of the API's QueryStats fields)."""
-        return {f.name: int(getattr(self, f.name)) for f in fields(self)}
-
-
 class SampleReader:
     """Synchronous reads against the store, for functions that ``SampleStore.read`` runs on its
     thread. The read limits are the whole job's: a tenant's query is several store reads (one
@@ -89,7 +67,7 @@ class SampleReader:
 
     def __init__(self, store: tsdb.Store) -> None:
         self._store = store
-        self.stats = ReadStats()
+        self.stats = tsdb.QueryStats()
         self._samples_left = MAX_SAMPLES_READ
         self._values_left = MAX_STEP_VALUES
 
@@ -215,13 +193,13 @@ class SampleStore:
             by_key = {series_key(run.labels): run for run in runs}
             raise _out_of_order(by_key.get(series_key(error.labels), runs[0]), error) from None
 
-    async def read(self, function: Callable[[SampleReader], T]) -> tuple[T, ReadStats]:
+    async def read(self, function: Callable[[SampleReader], T]) -> tuple[T, tsdb.QueryStats]:
         """Run ``function`` with a reader on the store's thread; return its result and the reads' cost.
 
         RESOURCE_EXHAUSTED (QUERY_TOO_LARGE) when a read passes ``MAX_SAMPLES_READ`` or ``MAX_STEP_VALUES``.
         """
 
-        def job() -> tuple[T, ReadStats]:
+        def job() -> tuple[T, tsdb.QueryStats]:
             reader = SampleReader(self._store)
             return function(reader), reader.stats
 

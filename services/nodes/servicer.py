@@ -14,7 +14,7 @@ from services.nodes.inventory import GpuSpec, Inventory, canonical_gpu_uuid, che
 from services.nodes.proto import GPU_MODEL_FROM_PROTO, NODE_STATE_FROM_PROTO, node_event_to_proto, node_to_proto
 from services.nodes.repository import NodeFilter
 from services.nodes.transitions import NodeEvent
-from services.paging import Cursor, PageTokens
+from services.paging import Cursor, PageTokens, cut_page
 from services.store.engine import Database
 from services.validation import Violations
 
@@ -91,11 +91,10 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         page = await self._store.query(
             repo.list_views(flt, after_id=cursor.last_id if cursor else None, limit=size + 1)
         )
-        token = ""
-        if len(page) > size:
-            page = page[:size]
-            token = self._tokens.encode(Cursor(0, page[-1].row.node_id), scope)
-        return node_pb2.ListNodesResponse(nodes=[node_to_proto(n) for n in page], next_page_token=token)
+        page, after = cut_page(page, size, lambda view: Cursor(0, view.row.node_id))
+        return node_pb2.ListNodesResponse(
+            nodes=[node_to_proto(n) for n in page], next_page_token=self._tokens.next_token(after, scope)
+        )
 
     async def _transition(self, request: Any, event: NodeEvent) -> node_pb2.Node:
         node_id, reason = _node_id_and_reason(request)
@@ -157,11 +156,11 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         scope: dict[str, str | int] = {"list": "node_events", "node_id": request.node_id}
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
-        after = cursor.created_us if cursor else None
-        rows = await self._store.query(repo.events(request.node_id, after_seq=after, limit=size + 1))
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            # The keyset is the event's sequence number, carried in the cursor's integer slot.
-            token = self._tokens.encode(Cursor(rows[-1].event_seq, ""), scope)
-        return node_pb2.ListNodeEventsResponse(next_page_token=token, events=[node_event_to_proto(r) for r in rows])
+        # The keyset is the event's sequence number, carried in the cursor's integer slot.
+        after_seq = cursor.created_us if cursor else None
+        rows = await self._store.query(repo.events(request.node_id, after_seq=after_seq, limit=size + 1))
+        rows, after = cut_page(rows, size, lambda row: Cursor(row.event_seq, ""))
+        return node_pb2.ListNodeEventsResponse(
+            next_page_token=self._tokens.next_token(after, scope),
+            events=[node_event_to_proto(r) for r in rows],
+        )

@@ -15,12 +15,12 @@ import grpc
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.empty_pb2 import Empty
 
-from services.auth.principal import current_principal, tenant_scope
+from services.auth.principal import current_principal, lister, tenant_scope
 from services.errors import FailedPrecondition
 from services.operations import repository as repo
 from services.operations.builder import OperationBuilder
 from services.operations.watch import OperationWatch
-from services.paging import Cursor, PageTokens
+from services.paging import Cursor, PageTokens, cut_page
 from services.store.engine import Database
 from services.store.tx import Tx
 from services.validation import ID_PATTERN, Violations
@@ -54,6 +54,14 @@ def _operation_id(v: Violations, name: str) -> str:
     return operation_id
 
 
+def _checked_operation_id(name: str) -> str:
+    """The id in ``name``, a request's only field; INVALID_ARGUMENT when it names no operation."""
+    v = Violations()
+    operation_id = _operation_id(v, name)
+    v.raise_if_any()
+    return operation_id
+
+
 class OperationsServicer(operations_pb2_grpc.OperationsServicer):
     """google.longrunning.Operations over the stored operations; a tenant sees only its own."""
 
@@ -69,9 +77,7 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
         self, request: operations_pb2.GetOperationRequest, context: Context
     ) -> operations_pb2.Operation:
         """Read an operation by name; another tenant's is NOT_FOUND."""
-        v = Violations()
-        operation_id = _operation_id(v, request.name)
-        v.raise_if_any()
+        operation_id = _checked_operation_id(request.name)
         scope = tenant_scope(current_principal())
         _row, operation = await self._store.query(_rendered(self._builder, operation_id, tenant_id=scope))
         return operation
@@ -124,27 +130,24 @@ class OperationsServicer(operations_pb2_grpc.OperationsServicer):
             v.add("name", f"must be empty or {COLLECTION!r}, the one collection of operations")
         if request.filter:
             v.add("filter", "filters are not supported; leave it empty")
-        scope: dict[str, str | int] = {"list": "operations", "caller": principal.tenant_id or f"role:{principal.role}"}
+        scope: dict[str, str | int] = {"list": "operations", "caller": lister(principal)}
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
         page = _rendered_page(self._builder, tenant_id=tenant_scope(principal), cursor=cursor, size=size)
         operations, after = await self._store.query(page)
-        token = "" if after is None else self._tokens.encode(after, scope)
-        return operations_pb2.ListOperationsResponse(operations=operations, next_page_token=token)
+        return operations_pb2.ListOperationsResponse(
+            operations=operations, next_page_token=self._tokens.next_token(after, scope)
+        )
 
     async def DeleteOperation(self, request: operations_pb2.DeleteOperationRequest, context: Context) -> Empty:
         """Forget a finished operation; an unfinished one cannot be deleted."""
-        v = Violations()
-        operation_id = _operation_id(v, request.name)
-        v.raise_if_any()
+        operation_id = _checked_operation_id(request.name)
         await self._store.transact(partial(_delete_done, operation_id, tenant_id=tenant_scope(current_principal())))
         return Empty()
 
     async def CancelOperation(self, request: operations_pb2.CancelOperationRequest, context: Context) -> Empty:
         """A cancel-allocation operation is itself the cancel: it cannot be called off."""
-        v = Violations()
-        operation_id = _operation_id(v, request.name)
-        v.raise_if_any()
+        operation_id = _checked_operation_id(request.name)
         await self._store.query(repo.get_row(operation_id, tenant_id=tenant_scope(current_principal())))
         raise FailedPrecondition(
             reason="OPERATION_NOT_CANCELLABLE",
@@ -177,8 +180,5 @@ def _rendered_page(
 ) -> Tx[tuple[list[operations_pb2.Operation], Cursor | None]]:
     """One page of operations rendered, and the cursor after it (None on the last page)."""
     rows = yield from repo.list_page(tenant_id=tenant_id, cursor=cursor, limit=size + 1)
-    after = None
-    if len(rows) > size:
-        rows = rows[:size]
-        after = Cursor(rows[-1].created_us, rows[-1].operation_id)
+    rows, after = cut_page(rows, size, lambda row: Cursor(row.created_us, row.operation_id))
     return (yield from builder.build(rows)), after

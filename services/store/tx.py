@@ -24,7 +24,7 @@ from __future__ import annotations
 import functools
 import re
 import sqlite3
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import Any, NamedTuple, TypeVar
 
@@ -140,26 +140,36 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
         tx.close()
 
 
-async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
-    """Drive ``tx`` inside an SQLAlchemy async session's transaction (the reads of either database)."""
-    connection = await session.connection()
+async def _drive(tx: Tx[T], execute: Callable[[Sql], Awaitable[Rows]]) -> T:
+    """Drive ``tx`` with an async driver: ``execute`` runs each statement it yields, and what
+    that gives back is sent to it."""
     try:
         statement = next(tx)
         while True:
-            try:
-                if statement.rows is not None:
-                    result = await connection.execute(text(statement.text), list(statement.rows))
-                else:
-                    result = await connection.execute(text(statement.text), dict(statement.params))
-            except exc.IntegrityError as error:
-                raise Refused(str(error.orig)) from error
-            rows: list[Sequence[Any]] = list(result.all()) if result.returns_rows else []
-            statement = tx.send(Rows(rows, result.rowcount))
+            statement = tx.send(await execute(statement))
     except StopIteration as done:
         value: T = done.value
         return value
     finally:
         tx.close()
+
+
+async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
+    """Drive ``tx`` inside an SQLAlchemy async session's transaction (the reads of either database)."""
+    connection = await session.connection()
+
+    async def execute(statement: Sql) -> Rows:
+        try:
+            if statement.rows is not None:
+                result = await connection.execute(text(statement.text), list(statement.rows))
+            else:
+                result = await connection.execute(text(statement.text), dict(statement.params))
+        except exc.IntegrityError as error:
+            raise Refused(str(error.orig)) from error
+        rows: list[Sequence[Any]] = list(result.all()) if result.returns_rows else []
+        return Rows(rows, result.rowcount)
+
+    return await _drive(tx, execute)
 
 
 # A ``:name`` bind; not ``::type`` casts.
@@ -188,30 +198,23 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
     """
     import asyncpg  # here, not at the top: a SQLite-only server never loads the driver
 
-    try:
-        statement = next(tx)
-        while True:
-            sql, names = numbered(statement.text)
-            try:
-                if statement.rows is not None:
-                    await raw.executemany(sql, [[row[n] for n in names] for row in statement.rows])
-                    result = Rows([], len(statement.rows))
-                elif sql.lstrip().startswith("SELECT"):
-                    records = await raw.fetch(sql, *(statement.params[n] for n in names))
-                    result = Rows(list(records), len(records))
-                else:
-                    status: str = await raw.execute(sql, *(statement.params[n] for n in names))
-                    # "UPDATE 3", "DELETE 0", "INSERT 0 16": the count is the last word;
-                    # "SAVEPOINT" and "ROLLBACK" carry none.
-                    count = status.rsplit(" ", 1)[-1]
-                    result = Rows([], int(count) if count.isdigit() else 0)
-            except asyncpg.IntegrityConstraintViolationError as error:
-                raise Refused(str(error)) from error
-            except asyncpg.TransactionRollbackError as error:
-                raise Deadlock(str(error)) from error
-            statement = tx.send(result)
-    except StopIteration as done:
-        value: T = done.value
-        return value
-    finally:
-        tx.close()
+    async def execute(statement: Sql) -> Rows:
+        sql, names = numbered(statement.text)
+        try:
+            if statement.rows is not None:
+                await raw.executemany(sql, [[row[n] for n in names] for row in statement.rows])
+                return Rows([], len(statement.rows))
+            if sql.lstrip().startswith("SELECT"):
+                records = await raw.fetch(sql, *(statement.params[n] for n in names))
+                return Rows(list(records), len(records))
+            status: str = await raw.execute(sql, *(statement.params[n] for n in names))
+        except asyncpg.IntegrityConstraintViolationError as error:
+            raise Refused(str(error)) from error
+        except asyncpg.TransactionRollbackError as error:
+            raise Deadlock(str(error)) from error
+        # "UPDATE 3", "DELETE 0", "INSERT 0 16": the count is the last word; "SAVEPOINT" and
+        # "ROLLBACK" carry none.
+        count = status.rsplit(" ", 1)[-1]
+        return Rows([], int(count) if count.isdigit() else 0)
+
+    return await _drive(tx, execute)

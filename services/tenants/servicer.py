@@ -8,12 +8,12 @@ import grpc
 
 from gpucloud.v1 import tenant_pb2, tenant_pb2_grpc
 from services.auth.principal import current_principal
-from services.paging import Cursor, PageTokens
+from services.paging import Cursor, PageTokens, cut_page
 from services.store.engine import Database
 from services.tenants import commands
 from services.tenants import repository as repo
 from services.tenants.proto import tenant_to_proto
-from services.validation import Violations
+from services.validation import Violations, checked_id
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -40,10 +40,8 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
 
     async def GetTenant(self, request: tenant_pb2.GetTenantRequest, context: Context) -> tenant_pb2.GetTenantResponse:
         """Read a tenant; a tenant may read only itself (any other id is NOT_FOUND)."""
-        v = Violations()
-        v.identifier("tenant_id", request.tenant_id)
-        v.raise_if_any()
-        row = await commands.get_visible(self._store, current_principal(), request.tenant_id)
+        tenant_id = checked_id("tenant_id", request.tenant_id)
+        row = await commands.get_visible(self._store, current_principal(), tenant_id)
         return tenant_pb2.GetTenantResponse(tenant=tenant_to_proto(row))
 
     async def ListTenants(
@@ -56,18 +54,14 @@ class TenantServicer(tenant_pb2_grpc.TenantServiceServicer):
         cursor = v.page_token(self._tokens, request.page_token, scope)
         v.raise_if_any()
         rows = await self._store.query(repo.list_page(after_id=cursor.last_id if cursor else None, limit=size + 1))
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = self._tokens.encode(Cursor(0, rows[-1].tenant_id), scope)
-        return tenant_pb2.ListTenantsResponse(tenants=[tenant_to_proto(r) for r in rows], next_page_token=token)
+        rows, after = cut_page(rows, size, lambda row: Cursor(0, row.tenant_id))
+        return tenant_pb2.ListTenantsResponse(
+            tenants=[tenant_to_proto(r) for r in rows], next_page_token=self._tokens.next_token(after, scope)
+        )
 
     async def CreateTenantToken(
         self, request: tenant_pb2.CreateTenantTokenRequest, context: Context
     ) -> tenant_pb2.CreateTenantTokenResponse:
         """Issue another token for a tenant; its earlier tokens stay valid until revoked."""
-        v = Violations()
-        v.identifier("tenant_id", request.tenant_id)
-        v.raise_if_any()
-        token = await commands.create_token(self._store, request.tenant_id)
+        token = await commands.create_token(self._store, checked_id("tenant_id", request.tenant_id))
         return tenant_pb2.CreateTenantTokenResponse(token=token.plaintext, token_id=token.token_id)

@@ -10,11 +10,11 @@ from gpucloud.v1 import token_pb2, token_pb2_grpc
 from services.auth.authenticator import Authenticator
 from services.auth.repository import TokenFilter
 from services.auth.tokens import split as split_token
-from services.paging import Cursor, PageTokens
+from services.paging import Cursor, PageTokens, cut_page
 from services.store.engine import Database
 from services.tokens import commands
 from services.tokens.proto import ROLE_FROM_PROTO, token_to_proto
-from services.validation import Violations
+from services.validation import Violations, checked_id
 
 Context = grpc.aio.ServicerContext[Any, Any]
 
@@ -34,10 +34,7 @@ class TokenServicer(token_pb2_grpc.TokenServiceServicer):
         self, request: token_pb2.CreateAgentTokenRequest, context: Context
     ) -> token_pb2.CreateAgentTokenResponse:
         """Mint an agent token for a node (in this response only); the node need not be registered yet."""
-        v = Violations()
-        v.identifier("node_id", request.node_id)
-        v.raise_if_any()
-        issued = await commands.create_agent_token(self._store, request.node_id)
+        issued = await commands.create_agent_token(self._store, checked_id("node_id", request.node_id))
         return token_pb2.CreateAgentTokenResponse(token=issued.plaintext, token_id=issued.token_id)
 
     async def CreateOperatorToken(
@@ -68,11 +65,10 @@ class TokenServicer(token_pb2_grpc.TokenServiceServicer):
             role=ROLE_FROM_PROTO.get(request.role),
         )
         rows = await commands.list_page(self._store, flt, cursor=cursor, limit=size + 1)
-        token = ""
-        if len(rows) > size:
-            rows = rows[:size]
-            token = self._tokens.encode(Cursor(rows[-1].created_us, rows[-1].token_id), scope)
-        return token_pb2.ListTokensResponse(tokens=[token_to_proto(r) for r in rows], next_page_token=token)
+        rows, after = cut_page(rows, size, lambda row: Cursor(row.created_us, row.token_id))
+        return token_pb2.ListTokensResponse(
+            tokens=[token_to_proto(r) for r in rows], next_page_token=self._tokens.next_token(after, scope)
+        )
 
     async def RevokeToken(
         self, request: token_pb2.RevokeTokenRequest, context: Context

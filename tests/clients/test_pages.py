@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from clients import models
-from clients.async_client import next_page_token
 from clients.errors import InternalError
+from clients.listings import next_page_token
 
 
 def test_the_token_after_a_page_or_nothing_after_the_last() -> None:

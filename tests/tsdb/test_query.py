@@ -157,6 +157,12 @@ def test_window_query_opens_only_the_segments_it_touches(tmp_path: Path) -> None
         assert (ranged.segments_total, ranged.segments_opened, ranged.segments_skipped) == (84, 2, 82)
 
 
+def test_stats_of_several_reads_add_up_but_count_the_stores_segments_once() -> None:
+    first = tsdb.QueryStats(10, 2, 8, 100, 50, 5, 3, 1)
+    first.add(tsdb.QueryStats(10, 1, 9, 40, 20, 7, 2, 4))
+    assert first == tsdb.QueryStats(10, 3, 17, 140, 70, 12, 5, 5)
+
+
 def test_selectors_by_exact_label_and_by_set(tmp_path: Path) -> None:
     fleet = make_fleet(nodes=3, gpus=2, samples=20)
     with open_store(tmp_path / "s") as store:

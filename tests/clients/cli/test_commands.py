@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ import typer
 from typer.core import TyperGroup
 
 from clients.cli.app import app
+from tests.clients.cli.served import environment
 from tests.clients.cli.test_connection import gpucloud
 from tests.conftest import RunningControlPlane, gpucloud_command, register_ready_nodes, running_control_plane
 
@@ -54,7 +54,6 @@ async def test_a_cancel_whose_wait_fails_names_the_accepted_operation(tmp_path: 
     besides the error the command names the operation to wait for, before and after the wait."""
     async with running_control_plane(tmp_path / "data", database_url, scrub_seconds=600, grace_seconds=0) as plane:
         allocation_id = await allocate(plane)
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")} | {"COLUMNS": "200"}
         process = await asyncio.create_subprocess_exec(
             *gpucloud_command(),
             *connect(plane),
@@ -66,7 +65,7 @@ async def test_a_cancel_whose_wait_fails_names_the_accepted_operation(tmp_path: 
             "60",
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            env=environment,
+            env=environment() | {"COLUMNS": "200"},
         )
         try:
             assert process.stderr is not None

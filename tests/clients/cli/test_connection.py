@@ -7,12 +7,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import json
-import os
-import queue
 import signal
 import socket
 import subprocess
-import threading
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -24,6 +21,7 @@ from typer.testing import CliRunner
 from clients import AsyncClient
 from clients.cli.app import app
 from clients.errors import GpucloudError
+from tests.clients.cli.served import Served, environment
 from tests.clients.scripted_server import Start
 from tests.conftest import RunningControlPlane, gpucloud_command
 
@@ -132,69 +130,23 @@ def test_serve_refuses_durations_that_are_not_finite_or_out_of_range(tmp_path: P
 def serve(*args: str) -> tuple[int, str]:
     """``gpucloud serve`` as its own process: it configures logging process-wide, which must not
     outlive the call in this one."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     done = subprocess.run(
-        [*gpucloud_command(), "serve", *args], capture_output=True, text=True, timeout=60, env=environment
+        [*gpucloud_command(), "serve", *args], capture_output=True, text=True, timeout=60, env=environment()
     )
     return done.returncode, done.stdout + done.stderr
 
 
-class Served:
-    """``gpucloud serve`` as a process of its own, its JSON log lines read on a thread (so
-    that a server that hangs without a word fails a test instead of hanging CI)."""
-
-    def __init__(self, data_dir: Path, *args: str) -> None:
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
-        command = [*gpucloud_command(), "serve", "--data-dir", str(data_dir), "--log-format", "json", *args]
-        self.process = subprocess.Popen(
-            command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment
-        )
-        self.events: list[dict[str, object]] = []
-        self._lines: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._lines.put(line)
-
-    def until(self, event: str, timeout: float = 60) -> dict[str, object]:
-        """The first log line of ``event``, waiting up to ``timeout`` seconds for it."""
-        while True:
-            try:
-                line = self._lines.get(timeout=timeout)
-            except queue.Empty:
-                seen = [e["event"] for e in self.events]
-                raise AssertionError(f"no {event} line in {timeout} s; saw {seen}") from None
-            if line.startswith("{"):
-                self.events.append(json.loads(line))
-                if self.events[-1]["event"] == event:
-                    return self.events[-1]
-
-    def rest(self) -> str:
-        """The output not read yet, once the process has exited."""
-        self._reader.join(timeout=10)
-        lines = []
-        while not self._lines.empty():
-            lines.append(self._lines.get())
-        return "".join(lines)
-
-    def close(self) -> None:
-        if self.process.poll() is None:
-            self.process.kill()
-            self.process.wait()
-        self._reader.join(timeout=10)  # at the end of the output once the process is gone
-        assert self.process.stdout is not None
-        self.process.stdout.close()
+def served_json(data_dir: Path, *args: str) -> Served:
+    """``gpucloud serve`` on ``data_dir`` with JSON log lines, as a process of its own."""
+    return Served("--data-dir", str(data_dir), "--log-format", "json", *args)
 
 
 def test_serve_freezes_its_startup_heap_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
     """The process that owns the server takes what startup built out of full collections
     (services/heap.py), once it serves; SIGTERM then stops it with exit 0."""
-    served = Served(tmp_path, "--listen", "127.0.0.1:0")
+    served = served_json(tmp_path, "--listen", "127.0.0.1:0")
     try:
-        frozen = served.until("startup_heap_frozen")
+        frozen = served.until_event("startup_heap_frozen")
         assert isinstance(frozen["objects"], int)
         assert frozen["objects"] > 10_000
         names = [event["event"] for event in served.events]
@@ -225,11 +177,11 @@ async def test_a_second_signal_stops_serve_without_waiting_for_the_drain(tmp_pat
     """The first Ctrl-C drains (a WaitOperation in flight holds it for up to --grace-seconds);
     a second one ends the process at once, in one line and exit 130 (128 + SIGINT; a second
     SIGTERM exits 143)."""
-    served = Served(tmp_path, "--listen", "127.0.0.1:0", "--grace-seconds", "60", "--scrub-seconds", "600")
+    served = served_json(tmp_path, "--listen", "127.0.0.1:0", "--grace-seconds", "60", "--scrub-seconds", "600")
     try:
-        started = await asyncio.to_thread(served.until, "control_plane_started")
+        started = await asyncio.to_thread(served.until_event, "control_plane_started")
         address = str(started["address"])
-        await asyncio.to_thread(served.until, "startup_heap_frozen")
+        await asyncio.to_thread(served.until_event, "startup_heap_frozen")
         operator_token = (tmp_path / "operator.token").read_text().strip()
         async with AsyncClient(address, operator_token) as operator:
             gpus = [f"GPU-n1-{i}" for i in range(8)]

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from tests.clients.cli.served import environment
 from tests.clients.cli.test_connection import gpucloud
 from tests.conftest import gpucloud_command
 
@@ -15,13 +15,12 @@ from tests.conftest import gpucloud_command
 @pytest.mark.parametrize("columns", ["80", "160"])
 def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: str) -> None:
     """As its own process: the demo configures logging process-wide, which must not outlive it here."""
-    environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
     done = subprocess.run(
         [*gpucloud_command(), "demo", "--data-dir", str(tmp_path / "demo")],
         capture_output=True,
         text=True,
         timeout=120,
-        env={**environment, "COLUMNS": columns},
+        env={**environment(), "COLUMNS": columns},
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output

@@ -7,12 +7,6 @@ The server runs as a process of its own: configuring logging is process-wide.
 
 from __future__ import annotations
 
-import os
-import queue
-import re
-import signal
-import subprocess
-import threading
 from pathlib import Path
 
 import grpc
@@ -21,58 +15,7 @@ from sqlalchemy import text
 
 from gpucloud.v1 import node_pb2, node_pb2_grpc
 from services.store.engine import Database
-from tests.conftest import gpucloud_command
-
-
-class ServedWithLog:
-    """``gpucloud serve`` in a process of its own, its log (stdout and stderr) read on a thread."""
-
-    def __init__(self, *args: str) -> None:
-        environment = {k: v for k, v in os.environ.items() if not k.startswith("GPUCLOUD_")}
-        self.process = subprocess.Popen(
-            [*gpucloud_command(), "serve", *args],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-            env=environment,
-        )
-        self.lines: list[str] = []
-        self._new: queue.Queue[str] = queue.Queue()
-        self._reader = threading.Thread(target=self._read, daemon=True)
-        self._reader.start()
-
-    def _read(self) -> None:
-        assert self.process.stdout is not None
-        for line in self.process.stdout:
-            self._new.put(line)
-
-    def until(self, pattern: str, timeout: float = 60) -> re.Match[str]:
-        """The first match of ``pattern`` in a line not read yet, waiting up to ``timeout`` seconds."""
-        while True:
-            try:
-                line = self._new.get(timeout=timeout)
-            except queue.Empty:
-                raise AssertionError(f"no line matching {pattern!r} in {timeout} s: {self.lines[-5:]}") from None
-            self.lines.append(line)
-            if found := re.search(pattern, line):
-                return found
-
-    def stop(self) -> str:
-        """SIGTERM, then the whole output once the process has exited."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-        try:
-            self.process.wait(timeout=60)
-        finally:
-            if self.process.poll() is None:
-                self.process.kill()
-                self.process.wait()
-            self._reader.join(timeout=10)
-            assert self.process.stdout is not None
-            self.process.stdout.close()
-        while not self._new.empty():
-            self.lines.append(self._new.get())
-        return "".join(self.lines)
+from tests.clients.cli.served import Served
 
 
 @pytest.mark.parametrize("log_format", ["console", "json"])
@@ -81,7 +24,7 @@ async def test_a_defect_while_authenticating_logs_no_token(tmp_path: Path, datab
     logs ``rpc_failed`` with a traceback through the authenticator, whose frames hold the token:
     the log shows the error, not the token's secret."""
     data_dir = tmp_path / "data"
-    served = ServedWithLog(
+    served = Served(
         "--data-dir",
         str(data_dir),
         "--listen",
