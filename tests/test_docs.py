@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import re
+import subprocess
 from pathlib import Path
 
 import typer.main
@@ -69,3 +70,32 @@ def test_operations_guide_lists_every_serve_option_with_its_default() -> None:
     assert documented.keys() == in_code.keys()
     stated = {option: documented[option] for option, default in in_code.items() if default is not None}
     assert stated == {option: default for option, default in in_code.items() if default is not None}
+
+
+def _named_markdown(text: str) -> set[str]:
+    """The Markdown files a text names by path (``docs/api.md``, ``billing.md``)."""
+    return set(re.findall(r"(?<![\w./-])([\w./-]*\w\.md)\b", text))
+
+
+def test_every_markdown_file_named_in_the_repository_exists() -> None:
+    """A doc, docstring or comment that points at a Markdown file points at one the repository
+    has: at that path from the root, beside the file that names it, or in docs/."""
+    root = DOCS.parent
+    tracked = subprocess.run(["git", "ls-files"], cwd=root, capture_output=True, text=True, check=True).stdout.split()
+    missing = []
+    for name in tracked:
+        path = root / name
+        if name == "uv.lock" or name.startswith("proto/gpucloud/") or path.suffix not in {".py", ".md", ".toml", ""}:
+            continue
+        if not path.is_file():
+            continue
+        for target in _named_markdown(path.read_text(errors="replace")):
+            if not any((base / target).is_file() for base in (root, path.parent, DOCS)):
+                missing.append(f"{name}: {target}")
+    assert missing == []
+
+
+def test_named_markdown_finds_paths_and_bare_names() -> None:
+    absent = "NOWHERE" + ".md"  # split, or this file would name a file that does not exist
+    text = f"see {absent} and docs/api.md, or (billing.md)."
+    assert _named_markdown(text) == {absent, "docs/api.md", "billing.md"}

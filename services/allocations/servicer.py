@@ -27,7 +27,7 @@ MAX_NODES_PER_ALLOCATION = 256
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 # Trailing metadata on a create answered from an earlier call's result (the same request_id):
-# the caller learns that this call allocated nothing (research/billing_api.md, I4).
+# the caller learns that this call allocated nothing, so it never counts the allocation twice.
 REPLAYED = (("idempotent-replayed", "true"),)
 
 

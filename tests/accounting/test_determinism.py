@@ -1,5 +1,5 @@
-"""Exact duplicate rows must not make results vary between runs (billing research section 5:
-without a unique tiebreaker, gaps-and-islands gave 2 distinct totals in 5 runs at 1M rows)."""
+"""Exact duplicate rows must not make results vary between runs: without a unique tiebreaker,
+a gaps-and-islands union over duplicate rows gave 2 distinct totals in 5 runs at 1M rows."""
 
 from __future__ import annotations
 

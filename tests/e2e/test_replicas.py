@@ -1,5 +1,5 @@
 """Two control planes on one PostgreSQL database, as replicas behind a load balancer would run
-(DESIGN.md: several replicas on one PostgreSQL must not corrupt state).
+(docs/architecture.md, "Past one machine": several replicas on one PostgreSQL must not corrupt state).
 
 Each replica has its own releaser and its own in-process wake-ups; they share only the
 database. A caller may reach either replica for any call: create on one, cancel on the other,

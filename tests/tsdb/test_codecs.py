@@ -223,7 +223,7 @@ def test_huge_and_tiny_values() -> None:
 
 
 def test_telemetry_like_blocks_are_small() -> None:
-    """Rough per-field ceilings from the research figures (2 h blocks of 8 GPUs): a regression in kind
+    """Rough per-field ceilings for 2 h blocks of 8 GPUs: a regression in kind
     choice, difference order or byte layout shows up here."""
     rng = np.random.default_rng(12)
     n = 720
