@@ -1,8 +1,9 @@
-"""Wiring of the control plane: store, servicers, interceptor, health, reflection, workers.
+"""Wiring of the control plane: store, servicers, interceptor, health, reflection, loops.
 
-``ControlPlane`` owns everything it starts: the gRPC server and a task group for background
-workers. ``stop`` flips health to NOT_SERVING, drains RPCs for a grace period, cancels the
-workers and closes the database, leaking no task.
+``ControlPlane`` owns everything it starts: the gRPC server and a manager of background loops
+(services/control/manager.py), which restarts a loop that crashes. ``stop`` flips health to
+NOT_SERVING, drains RPCs for a grace period, stops the loops and closes the database, leaking
+no task.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from services.auth.authenticator import Authenticator
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
 from services.billing.commands import Billing
 from services.billing.servicer import BillingServicer
+from services.control.manager import Manager
 from services.data_dir import OpenDataDirectory, make_private
 from services.interceptors import ControlPlaneInterceptor
 from services.limits import CallLimiter, CallLimits
@@ -60,7 +62,6 @@ from services.store import secrets
 from services.store.engine import DATABASE_FILE, Database, UnsupportedDatabaseUrl, sqlite_url
 from services.tenants.servicer import TenantServicer
 from services.tokens.servicer import TokenServicer
-from services.workers import Workers
 from tsdb import StoreLockedError
 
 log = structlog.get_logger(__name__)
@@ -183,8 +184,10 @@ class ControlPlane:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._limiter: CallLimiter | None = None
-        self._workers = Workers()
-        # The metrics housekeeping worker, once started: a pass can also be run on demand.
+        # The background loops: the releaser, the idempotency janitor, the operation watch and
+        # metrics maintenance. Their states and restart counts: ``loops.status()``.
+        self.loops = Manager()
+        # The metrics housekeeping loop, once started: a pass can also be run on demand.
         self.metrics_maintenance: Maintenance | None = None
 
     @property
@@ -307,12 +310,15 @@ class ControlPlane:
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
 
         releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
-        self._workers.start(releaser.run(), name="releaser")
-        self._workers.start(KeyJanitor(store).run(), name="idempotency-janitor")
-        self._workers.start(operation_watch.run(), name="operation-watch")
+        # Each run() keeps no state of its own between runs (it re-reads the database, or the
+        # shared watch table, every pass): a crashed one can simply be called again.
+        self.loops.add("releaser", releaser.run)
+        self.loops.add("idempotency-janitor", KeyJanitor(store).run)
+        self.loops.add("operation-watch", operation_watch.run)
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
-        self._workers.start(maintenance.run(), name="metrics-maintenance")
+        self.loops.add("metrics-maintenance", maintenance.run)
         self.metrics_maintenance = maintenance
+        self.loops.start()
 
         await server.start()
         for name in ("", *SERVICE_NAMES):
@@ -325,16 +331,16 @@ class ControlPlane:
         await self._server.wait_for_termination()
 
     async def stop(self) -> None:
-        """Stop serving, drain in-flight RPCs, cancel workers and close the store."""
+        """Stop serving, drain in-flight RPCs, stop the background loops and close the store."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
         if self._server is not None:
             await self._server.stop(self.config.grace_seconds)
         if self._limiter is not None:
             self._limiter.close()  # no call is left to refuse: log the refusals not logged yet
-        await self._workers.stop()
+        await self.loops.stop()
         if self._samples is not None:
-            # After the drain and the workers: nothing is left to write or read.
+            # After the drain and the loops: nothing is left to write or read.
             await self._samples.close()
             self._samples = None
         if self._store is not None:
