@@ -240,6 +240,22 @@ class SecretRow(SQLModel, table=True):
     value: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
 
 
+class LeaseRow(SQLModel, table=True):
+    """A named lease that one replica holds at a time (the reconciler's leadership).
+
+    Times are the holder's wall clock; a lease whose ``expires_us`` has passed is free to take
+    (services/control/repository.py).
+    """
+
+    __tablename__ = "leases"
+
+    name: str = Field(primary_key=True, max_length=64)
+    holder: str = Field(max_length=255)
+    acquired_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    renewed_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    expires_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 def table_of(model: type[SQLModel]) -> Table:
     """The Core table behind a model, for bulk statements on hot paths (no ORM unit of work)."""
     table = sa_inspect(model).local_table
