@@ -7,6 +7,7 @@ at its cancel time from the schema upgrade.
 
 from __future__ import annotations
 
+from alembic import command
 from sqlalchemy import text
 
 from services.allocations import commands
@@ -20,6 +21,7 @@ from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeEvent, NodeState
 from services.notify import Notifier
 from services.store.engine import Database, null_pool_engine
+from services.store.migrations import alembic_config
 from services.store.tx import Tx
 from tests.services.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
 
@@ -75,11 +77,12 @@ async def test_the_upgrade_stops_a_cancel_accepted_without_stops_at_its_cancel_t
     await store.transact(lambda: cancel_without_stops(old.row.allocation_id, at_us=cancel_us))
     assert await stops(store) == []
     await store.close()
-    # The database at revision 0006, which Database.open upgrades.
+    # The database taken back to revision 0006 (0007's downgrade keeps the data as it is), which
+    # Database.open upgrades again.
     engine = null_pool_engine(database_url)
     try:
         async with engine.begin() as connection:
-            await connection.execute(text("UPDATE alembic_version SET version_num = '0006'"))
+            await connection.run_sync(lambda sync: command.downgrade(alembic_config(sync), "0006"))
     finally:
         await engine.dispose()
     upgraded = await Database.open(database_url)
