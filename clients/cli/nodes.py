@@ -1,17 +1,25 @@
-"""``gpucloud nodes ...``: register nodes, inspect them and their events, and move them through
-their lifecycle: cordon, drain, burn-in, repair, retire (operator)."""
+"""``gpucloud nodes ...``: register nodes, inspect them and their events, watch the fleet's
+states, and move nodes through their lifecycle: cordon, drain, burn-in, repair, retire (operator)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
+from rich.live import Live
 
+from clients import listings, models
+from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import call_and_show
+from clients.cli.context import EXIT_USAGE, call, call_and_show
+from clients.cli.fleet_watch import FleetSummary, FleetWatch, summary_json
 from clients.cli.listing import show_listing
 from clients.cli.options import JsonFlag, PageSize, PageToken
+from clients.cli.times import duration_option
 
 nodes = typer.Typer(help="The fleet: register, inspect and change node lifecycle (operator).", no_args_is_help=True)
 
@@ -123,3 +131,72 @@ def nodes_burn_in(
         render.nodes_table,
         "Burn-in recorded",
     )
+
+
+async def _read_fleet(client: AsyncClient, gpu_model: str | None, zone: str) -> list[models.Node]:
+    """Every node the filters select, over all pages of the listing."""
+
+    def page_of(token: str) -> Awaitable[models.Page[models.Node]]:
+        return client.list_nodes(gpu_model=gpu_model, zone=zone, page_token=token)
+
+    return [node async for page in listings.pages(page_of, "") for node in page.items]
+
+
+def _print_json_line(summary: FleetSummary, _: FleetWatch) -> None:
+    # Flushed at once: a script reading the lines must not wait for a pipe's buffer to fill.
+    print(json.dumps(summary_json(summary)), flush=True)
+
+
+def _print_table(summary: FleetSummary, watch: FleetWatch) -> None:
+    render.console.print(render.fleet_table(summary, watch.recent))
+
+
+async def _watch(
+    client: AsyncClient,
+    *,
+    gpu_model: str | None,
+    zone: str,
+    interval: float | None,
+    show: Callable[[FleetSummary, FleetWatch], None],
+) -> None:
+    """Read the fleet and ``show`` the summary; every ``interval`` seconds again, until
+    interrupted (once when ``interval`` is None)."""
+    watch = FleetWatch()
+    while True:
+        show(watch.observe(await _read_fleet(client, gpu_model, zone), datetime.now(UTC)), watch)
+        if interval is None:
+            return
+        await asyncio.sleep(interval)
+
+
+@nodes.command("watch")
+def nodes_watch(
+    ctx: typer.Context,
+    interval: Annotated[str, typer.Option(help="Time between reads, e.g. 2s, 500ms, 1m.")] = "2s",
+    gpu_model: Annotated[str | None, typer.Option(help="Only this GPU model.")] = None,
+    zone: Annotated[str, typer.Option(help="Only this zone.")] = "",
+    once: Annotated[bool, typer.Option("--once", help="Read once, print and exit.")] = False,
+    json_out: Annotated[bool, typer.Option("--json", help="Print one JSON object per read (JSON lines).")] = False,
+) -> None:
+    """Node counts per state and GPU model, read again every --interval, with the nodes that
+    changed state; redrawn in place in a terminal. Ctrl-C ends it."""
+    try:
+        seconds = duration_option("--interval", interval).total_seconds()
+    except ValueError as error:
+        render.fail(str(error))
+        raise typer.Exit(EXIT_USAGE) from None
+    period = None if once else seconds
+    try:
+        if once or json_out or not render.console.is_terminal:
+            show = _print_json_line if json_out else _print_table
+            call(ctx, lambda c: _watch(c, gpu_model=gpu_model, zone=zone, interval=period, show=show))
+            return
+        with Live(console=render.console, auto_refresh=False) as live:
+
+            def redraw(summary: FleetSummary, watch: FleetWatch) -> None:
+                live.update(render.fleet_table(summary, watch.recent), refresh=True)
+
+            call(ctx, lambda c: _watch(c, gpu_model=gpu_model, zone=zone, interval=period, show=redraw))
+    except KeyboardInterrupt:
+        # Ctrl-C is how a watch ends: no traceback, and not a failure.
+        raise typer.Exit(0) from None

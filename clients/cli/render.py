@@ -11,11 +11,12 @@ from typing import Any, Literal, TypeVar
 
 import grpc
 from rich.cells import cell_len
-from rich.console import Console
+from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
 from clients import models
+from clients.cli.fleet_watch import FleetSummary, StateChange
 from clients.errors import GpucloudError
 
 T = TypeVar("T")
@@ -275,6 +276,29 @@ def operations_table(items: Sequence[models.Operation], title: str = "Operations
             when(o.release_time),
         ],
     )
+
+
+def fleet_table(summary: FleetSummary, recent: Sequence[StateChange]) -> Group:
+    """A read of the fleet: a line with its time, total and how many nodes changed since the
+    previous read; nodes per state (lifecycle order, zeros too) in all and per GPU model; and
+    the ``recent`` changes, oldest first, each on its own line."""
+    models = list(summary.models)
+
+    def cells(state: str) -> list[Cell]:
+        if state == "TOTAL":
+            totals = [str(sum(summary.models[m].values())) for m in models]
+            return [Text(state, style="bold"), str(summary.total), *totals]
+        return [styled(state), str(summary.states[state]), *(str(summary.models[m].get(state, 0)) for m in models)]
+
+    # Lines of their own rather than the table's title and caption, which rich folds to the
+    # width of the table's few narrow columns.
+    nodes = "node" if summary.total == 1 else "nodes"
+    head = Text(
+        f"{when(summary.read_time)} UTC: {summary.total} {nodes}, {summary.changed} changed since the last read"
+    )
+    grid = table("", ["STATE", "ALL", *models], [*summary.states, "TOTAL"], cells, right={"ALL", *models})
+    changes = [Text(f"{when(change.read_time)}  {change}") for change in recent]
+    return Group(head, grid, *changes)
 
 
 def fail(message: str) -> None:
