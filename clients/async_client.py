@@ -374,12 +374,32 @@ class AsyncClient:
         response = await self._call(stub.ListTokens, request, timeout=timeout)
         return models.Page([convert.api_token(t) for t in response.tokens], response.next_page_token)
 
-    iter_tokens = listings.every_item(
-        listings.every_page(list_tokens),
-        name="iter_tokens",
-        doc="""Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
-        on when one is given. ``timeout`` bounds each page's call.""",
-    )
+    async def iter_tokens(
+        self,
+        *,
+        tenant_id: str = "",
+        node_id: str = "",
+        role: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> AsyncIterator[models.ApiToken]:
+        """Every API token the filters keep, newest first, fetching pages as needed; from ``page_token``'s page
+        on when one is given. ``timeout`` bounds each page's call."""
+        pages = listings.pages(
+            lambda token: self.list_tokens(
+                tenant_id=tenant_id,
+                node_id=node_id,
+                role=role,
+                page_size=page_size,
+                page_token=token,
+                timeout=timeout,
+            ),
+            page_token,
+        )
+        async for page in pages:
+            for item in page:
+                yield item
 
     async def revoke_token(self, token_id: str, *, timeout: float | None = None) -> models.ApiToken:
         """Revoke a token (operators); the server that answers refuses it from the next call, other replicas
@@ -583,12 +603,26 @@ class AsyncClient:
         response = await self._call(stub.ListAllocations, request, timeout=timeout)
         return models.Page([convert.allocation(a) for a in response.allocations], response.next_page_token)
 
-    iter_allocations = listings.every_item(
-        listings.every_page(list_allocations),
-        name="iter_allocations",
-        doc="""Every allocation visible to the caller, newest first, fetching pages as needed; from
-        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call.""",
-    )
+    async def iter_allocations(
+        self,
+        *,
+        tenant_id: str = "",
+        state: str | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> AsyncIterator[models.Allocation]:
+        """Every allocation visible to the caller, newest first, fetching pages as needed; from
+        ``page_token``'s page on when one is given. ``timeout`` bounds each page's call."""
+        pages = listings.pages(
+            lambda token: self.list_allocations(
+                tenant_id=tenant_id, state=state, page_size=page_size, page_token=token, timeout=timeout
+            ),
+            page_token,
+        )
+        async for page in pages:
+            for item in page:
+                yield item
 
     async def cancel_allocation(self, allocation_id: str, *, timeout: float | None = None) -> models.Operation:
         """Accept a cancel; the returned operation finishes when every node is released."""
@@ -780,8 +814,19 @@ class AsyncClient:
         async for page in pages:
             yield page
 
-    iter_usage_events = listings.every_item(
-        iter_usage_event_pages,
-        name="iter_usage_events",
-        doc="Every usage event the caller sees in the window, oldest first, fetching pages as needed.",
-    )
+    async def iter_usage_events(
+        self,
+        *,
+        tenant_id: str = "",
+        start_time: instants.Instant | None = None,
+        end_time: instants.Instant | None = None,
+        page_size: int = 0,
+        timeout: float | None = None,
+    ) -> AsyncIterator[billing.UsageEvent]:
+        """Every usage event the caller sees in the window, oldest first, fetching pages as needed."""
+        pages = self.iter_usage_event_pages(
+            tenant_id=tenant_id, start_time=start_time, end_time=end_time, page_size=page_size, timeout=timeout
+        )
+        async for page in pages:
+            for event in page:
+                yield event
