@@ -54,14 +54,22 @@ async def database_url(tmp_path: Path) -> AsyncIterator[str]:
         await admin.close()
 
 
-@pytest.fixture
-async def store(database_url: str) -> AsyncIterator[Database]:
-    """The store on an empty database of this test's own, schema migrated to the head."""
+@asynccontextmanager
+async def open_database(database_url: str) -> AsyncIterator[Database]:
+    """A store on ``database_url`` (schema migrated to the head), closed on the way out: another
+    replica's, when a test already has ``store`` on the same database."""
     opened = await Database.open(database_url)
     try:
         yield opened
     finally:
         await opened.close()
+
+
+@pytest.fixture
+async def store(database_url: str) -> AsyncIterator[Database]:
+    """The store on an empty database of this test's own, schema migrated to the head."""
+    async with open_database(database_url) as opened:
+        yield opened
 
 
 @dataclass

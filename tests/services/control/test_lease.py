@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import asyncpg
 import pytest
@@ -18,7 +19,7 @@ from services.clock import now_us
 from services.control import repository
 from services.control.lease import LeaderElector, UnusableLeaseTimes, holder_id
 from services.store.engine import Database
-from tests.conftest import until
+from tests.conftest import open_database, until
 
 NAME = "reconciler"
 DURATION_S = 0.5
@@ -65,14 +66,19 @@ async def no_leaked_tasks() -> AsyncIterator[None]:
     await until(lambda: not asyncio.all_tasks() - before, timeout=5)
 
 
-@asynccontextmanager
-async def second_store(database_url: str) -> AsyncIterator[Database]:
-    """Another replica's store on the same database."""
-    opened = await Database.open(database_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
+def count_transactions(store: Database, monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """How many transactions ``store`` has run from now on: an elector's tries, renewals and
+    release are one each, so a test can wait for them rather than for time to pass."""
+    runs = 0
+    real = store.transact
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        nonlocal runs
+        runs += 1
+        return await real(*args, **kwargs)
+
+    monkeypatch.setattr(store, "transact", counted)
+    return lambda: runs
 
 
 async def cancel(task: asyncio.Task[None]) -> None:
@@ -113,25 +119,30 @@ async def test_release_gives_up_only_the_holders_own_lease(store: Database) -> N
     assert await store.transact(partial(repository.acquire, NAME, "b", 1_100, 500))
 
 
-def test_lease_times_that_cannot_keep_one_leader_are_refused() -> None:
+async def test_lease_times_that_cannot_keep_one_leader_are_refused(store: Database) -> None:
     """Renewing no sooner than the lease lasts, or never retrying, is refused at construction."""
     with pytest.raises(UnusableLeaseTimes):
-        LeaderElector(None, NAME, "a", duration_s=1.0, renew_s=1.0, retry_s=0.1)  # type: ignore[arg-type]
+        LeaderElector(store, NAME, "a", duration_s=1.0, renew_s=1.0, retry_s=0.1)
     with pytest.raises(UnusableLeaseTimes):
-        LeaderElector(None, NAME, "a", duration_s=1.0, renew_s=0.5, retry_s=0.0)  # type: ignore[arg-type]
+        LeaderElector(store, NAME, "a", duration_s=1.0, renew_s=0.5, retry_s=0.0)
 
 
 # Electors on two stores of one database: two replicas.
 
 
-async def test_only_one_of_two_electors_leads(store: Database, database_url: str) -> None:
+async def test_only_one_of_two_electors_leads(
+    store: Database, database_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Two replicas race for the lease: one leads and runs its while_leading, the other waits."""
-    async with no_leaked_tasks(), second_store(database_url) as other:
+    async with no_leaked_tasks(), open_database(database_url) as other:
         electors, leading = [elector(store), elector(other)], [Leading(), Leading()]
         runs = [asyncio.create_task(e.run(w)) for e, w in zip(electors, leading, strict=True)]
         await until(lambda: any(e.is_leader for e in electors))
-        # Several renewals' worth: the leader keeps the lease, the other never starts.
-        await asyncio.sleep(3 * DURATION_S)
+        leader, follower = (store, other) if electors[0].is_leader else (other, store)
+        renewals, tries = count_transactions(leader, monkeypatch), count_transactions(follower, monkeypatch)
+        # The leader renews for longer than one lease lasts while the other tries again and
+        # again: the lease never passes, and the other never starts.
+        await until(lambda: renewals() > DURATION_S / RENEW_S and tries() >= 5)
         assert [e.is_leader for e in electors].count(True) == 1
         assert sorted(len(w.started_us) for w in leading) == [0, 1]
         lease = await store.query(repository.read(NAME))
@@ -145,7 +156,7 @@ async def test_only_one_of_two_electors_leads(store: Database, database_url: str
 
 async def test_cancelled_leader_releases_and_the_other_takes_over(store: Database, database_url: str) -> None:
     """Cancelling the leader's run stops its while_leading and frees the lease; the other leads."""
-    async with no_leaked_tasks(), second_store(database_url) as other:
+    async with no_leaked_tasks(), open_database(database_url) as other:
         first, second = elector(store), elector(other)
         first_leading, second_leading = Leading(), Leading()
         first_run = asyncio.create_task(first.run(first_leading))
@@ -167,7 +178,7 @@ async def test_cancelled_leader_releases_and_the_other_takes_over(store: Databas
 
 async def test_a_dead_leader_is_replaced_only_once_its_lease_expired(store: Database, database_url: str) -> None:
     """A leader that stops renewing without releasing (a dead process) keeps the lease until it expires."""
-    async with no_leaked_tasks(), second_store(database_url) as other:
+    async with no_leaked_tasks(), open_database(database_url) as other:
         dead, heir = elector(store, release_on_cancel=False), elector(other)
         heir_leading = Leading()
         dead_run = asyncio.create_task(dead.run(Leading()))
@@ -231,7 +242,9 @@ async def test_a_leader_that_cannot_renew_stops_before_its_lease_expires(store: 
         await cancel(run)
 
 
-async def test_a_leader_whose_lease_was_taken_stops_at_its_next_renewal(store: Database) -> None:
+async def test_a_leader_whose_lease_was_taken_stops_at_its_next_renewal(
+    store: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A renewal that finds another holder ends while_leading at once, and the elector goes back to waiting."""
     async with no_leaked_tasks():
         leader, leading = elector(store), Leading()
@@ -245,7 +258,9 @@ async def test_a_leader_whose_lease_was_taken_stops_at_its_next_renewal(store: D
             await until(lambda: not leading.running)
         assert not leader.is_leader
         assert [log["reason"] for log in logs if log["event"] == "lease_lost"] == ["another holder has the lease"]
-        await asyncio.sleep(3 * RETRY_S)
+        # Its tries to take the lease back fail while the usurper holds it.
+        tries = count_transactions(store, monkeypatch)
+        await until(lambda: tries() >= 3)
         assert len(leading.started_us) == 1
         await cancel(run)
         assert await store.query(repository.holder(NAME, now_us())) == "usurper"
