@@ -105,6 +105,8 @@ def node(message: node_pb2.Node) -> models.Node:
         allocation_id=message.allocation_id or None,
         create_time=optional_time(message, "create_time"),
         state_change_time=optional_time(message, "state_change_time"),
+        agent_managed=message.agent_managed,
+        unreachable=message.unreachable,
     )
 
 

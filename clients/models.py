@@ -49,6 +49,10 @@ class Node:
     allocation_id: str | None
     create_time: datetime | None
     state_change_time: datetime | None
+    # Registered by its agent, which runs its burn-in and scrub.
+    agent_managed: bool = False
+    # Its agent has missed too many heartbeats; placement skips it.
+    unreachable: bool = False
 
 
 @dataclass(frozen=True)

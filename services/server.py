@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sqlite3
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -23,6 +23,8 @@ from sqlalchemy.exc import SQLAlchemyError
 
 from accounting import Rates, load_rate_card
 from gpucloud.v1 import (
+    agent_pb2,
+    agent_pb2_grpc,
     allocation_pb2,
     allocation_pb2_grpc,
     billing_pb2,
@@ -45,6 +47,13 @@ from services.billing.commands import Billing
 from services.billing.servicer import BillingServicer
 from services.control.manager import Manager
 from services.data_dir import OpenDataDirectory, make_private
+from services.fleet.config import FleetConfig
+from services.fleet.directives import Directives
+from services.fleet.heartbeats import Heartbeats
+from services.fleet.leader import FleetLeader
+from services.fleet.reachability import Reachability
+from services.fleet.reconciler import NodeReconciler
+from services.fleet.servicer import AgentServicer
 from services.interceptors import ControlPlaneInterceptor
 from services.limits import CallLimiter, CallLimits
 from services.metrics.commands import Metrics
@@ -116,6 +125,7 @@ SERVICE_NAMES = (
     tenant_pb2.DESCRIPTOR.services_by_name["TenantService"].full_name,
     token_pb2.DESCRIPTOR.services_by_name["TokenService"].full_name,
     node_pb2.DESCRIPTOR.services_by_name["NodeService"].full_name,
+    agent_pb2.DESCRIPTOR.services_by_name["AgentService"].full_name,
     allocation_pb2.DESCRIPTOR.services_by_name["AllocationService"].full_name,
     operations_pb2.DESCRIPTOR.services_by_name["Operations"].full_name,
     metrics_pb2.DESCRIPTOR.services_by_name["MetricsService"].full_name,
@@ -154,6 +164,8 @@ class ServerConfig:
     tenant_max_heavy_calls: int = CallLimits.tenant_heavy_calls
     agent_max_calls: int = CallLimits.agent_calls
     max_calls_in_flight: int = CallLimits.calls_in_flight
+    # Agents' heartbeats, the node reconciler's timeouts and thresholds, and its lease.
+    fleet: FleetConfig = field(default_factory=FleetConfig)
 
     def call_limits(self) -> CallLimits:
         """The bounds on concurrent calls; ValueError for one under 1."""
@@ -184,11 +196,16 @@ class ControlPlane:
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
         self._limiter: CallLimiter | None = None
-        # The background loops: the releaser, the idempotency janitor, the operation watch and
-        # metrics maintenance. Their states and restart counts: ``loops.status()``.
+        # The background loops: the releaser, the idempotency janitor, the operation watch,
+        # metrics maintenance, the heartbeat flush, the agents' directives and the node
+        # reconciler (under its lease). Their states and restart counts: ``loops.status()``.
         self.loops = Manager()
         # The metrics housekeeping loop, once started: a pass can also be run on demand.
         self.metrics_maintenance: Maintenance | None = None
+        # Agents' heartbeats and the node reconciler's leadership, once started.
+        self.heartbeats: Heartbeats | None = None
+        self.fleet_leader: FleetLeader | None = None
+        self.reachability: Reachability | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -289,6 +306,15 @@ class ControlPlane:
         tenant_pb2_grpc.add_TenantServiceServicer_to_server(TenantServicer(store, page_tokens), server)
         token_pb2_grpc.add_TokenServiceServicer_to_server(TokenServicer(store, page_tokens, authenticator), server)
         node_pb2_grpc.add_NodeServiceServicer_to_server(NodeServicer(store, page_tokens), server)
+        fleet = config.fleet
+        # Rows of heartbeats stay fresher than the unreachable threshold (fleet/heartbeats.py).
+        interval = fleet.heartbeat_interval_s
+        heartbeats = Heartbeats(store, persist_every_s=interval, flush_s=interval / 2)
+        directives = Directives(store, refresh_s=fleet.directives_refresh_s, heartbeat_interval_s=interval)
+        reachability = Reachability(store, heartbeats, directives, fleet)
+        leader = FleetLeader(store, NodeReconciler(store, directives, fleet), reachability, fleet)
+        self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(store, heartbeats, directives, leader), server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, wake_releaser), server
         )
@@ -318,6 +344,10 @@ class ControlPlane:
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
         self.loops.add("metrics-maintenance", maintenance.run)
         self.metrics_maintenance = maintenance
+        self.loops.add("heartbeat-flush", heartbeats.run)
+        self.loops.add("directives", directives.run)
+        # Waits for the lease, then runs the node reconciler and the reachability sweep.
+        self.loops.add("node-reconciler", leader.run)
         self.loops.start()
 
         await server.start()

@@ -1,6 +1,6 @@
 """Choosing nodes for an allocation: pure functions over candidates, no I/O.
 
-A policy is given every placeable node of the model (READY, uncordoned) and chooses ``count``
+A policy is given every placeable node of the model (READY, neither cordoned nor unreachable) and chooses ``count``
 of them, all or nothing: either ``count`` node ids or None. The store only supplies the
 candidates and, on PostgreSQL, locks what the policy chose; it never cuts the list itself.
 

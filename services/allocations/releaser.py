@@ -8,7 +8,9 @@ Level-triggered: every pass re-reads which allocations are CANCELLING, so a rest
 wake-up or a second replica never strands one. A node's scrub (GPU reset, disk wipe, removal
 of tenant keys and fabric membership) is performed by its agent on a real fleet; until agents
 report it, the control plane stands in for them and counts a scrub done ``scrub_seconds``
-after the cancel was accepted.
+after the cancel was accepted. A node its agent manages is left SCRUBBING when its allocation
+is released: the node reconciler (services/fleet/) makes it READY once the agent confirms the
+scrub.
 """
 
 from __future__ import annotations
@@ -109,7 +111,7 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
     due = yield from repo.lock_cancels_due(scrubbed_before_us=scrubbed_before_us, limit=limit, locking=locking)
     if due:
         ids = due
-        held = yield from repo.held_nodes(ids, locking=locking)
+        held = [h for h in (yield from repo.held_nodes(ids, locking=locking)) if not h.agent_managed]
         # Stamped once the nodes are locked: after anything that committed on them meanwhile
         # (an operator's drain), and before any create that takes them next.
         now = now_us()

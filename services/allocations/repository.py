@@ -167,6 +167,8 @@ class HeldNode:
     allocation_id: str
     node_id: str
     node_state: str
+    # Its agent confirms its scrub (services/fleet/); otherwise the releaser stands in for one.
+    agent_managed: bool = False
 
 
 def lock_cancels_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[list[str]]:
@@ -187,14 +189,14 @@ def held_nodes(allocation_ids: Sequence[str], *, locking: bool) -> Tx[list[HeldN
         return []
     ids, params = expand("id", allocation_ids)
     result = yield Sql(
-        "SELECT a.allocation_id, n.node_id, n.state, a.position FROM assignments a JOIN nodes n"
+        "SELECT a.allocation_id, n.node_id, n.state, a.position, n.agent_managed FROM assignments a JOIN nodes n"
         f" ON n.node_id = a.node_id WHERE a.allocation_id IN ({ids}) AND a.released_us IS NULL"
         # Locked in fabric order, as placement locks them (see nodes.repository.fabric_order).
         f" ORDER BY {nodes_repo.fabric_order('n')}" + for_update(locking),
         params,
     )
     rows = sorted(result.rows, key=lambda r: (r[0], r[3]))
-    return [HeldNode(str(r[0]), str(r[1]), str(r[2])) for r in rows]
+    return [HeldNode(str(r[0]), str(r[1]), str(r[2]), bool(r[4])) for r in rows]
 
 
 def finish_cancel(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:

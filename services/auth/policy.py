@@ -14,6 +14,7 @@ from services.auth.principal import Role
 OPERATOR = frozenset({Role.OPERATOR})
 OPERATOR_OR_TENANT = frozenset({Role.OPERATOR, Role.TENANT})
 FLEET = frozenset({Role.OPERATOR, Role.AGENT})
+AGENT = frozenset({Role.AGENT})
 
 PUBLIC_PREFIXES = ("/grpc.health.v1.", "/grpc.reflection.")
 
@@ -37,6 +38,9 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.NodeService/ReturnToService": OPERATOR,
     "/gpucloud.v1.NodeService/RetireNode": OPERATOR,
     "/gpucloud.v1.NodeService/ListNodeEvents": OPERATOR,
+    "/gpucloud.v1.AgentService/RegisterAgent": AGENT,
+    "/gpucloud.v1.AgentService/Heartbeat": AGENT,
+    "/gpucloud.v1.AgentService/ReportStatus": AGENT,
     "/gpucloud.v1.AllocationService/CreateAllocation": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/GetAllocation": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/ListAllocations": OPERATOR_OR_TENANT,

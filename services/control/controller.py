@@ -124,6 +124,7 @@ class Controller(Generic[K]):
                 error=type(error).__name__,
                 failures=self.queue.failures(key),
                 retry_in_s=delay_s,
+                exc_info=error,
             )
             return
         self.queue.forget(key)

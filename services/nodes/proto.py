@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from gpucloud.v1 import node_pb2
 from services.nodes.inventory import GpuModel
-from services.nodes.repository import NodeEventEntry, NodeView
+from services.nodes.repository import Gpu, NodeEventEntry, NodeView
 from services.nodes.transitions import NodeState
 from services.timestamps import timestamp
 
@@ -26,7 +26,7 @@ def node_to_proto(view: NodeView) -> node_pb2.Node:
     return node_pb2.Node(
         node_id=row.node_id,
         gpu_model=GPU_MODEL_TO_PROTO[GpuModel(row.gpu_model)],
-        gpus=[node_pb2.Gpu(uuid=g.gpu_uuid, index=g.gpu_index) for g in view.gpus],
+        gpus=[gpu_to_proto(g) for g in view.gpus],
         zone=row.zone,
         rack=row.rack,
         leaf_switch=row.leaf_switch,
@@ -36,6 +36,24 @@ def node_to_proto(view: NodeView) -> node_pb2.Node:
         allocation_id=view.allocation_id or "",
         create_time=timestamp(row.created_us),
         state_change_time=timestamp(row.state_changed_us),
+        agent_managed=row.agent_managed,
+        unreachable=row.unreachable,
+    )
+
+
+def gpu_to_proto(gpu: Gpu) -> node_pb2.Gpu:
+    """The API form of one GPU; details not reported are left empty (0)."""
+    d = gpu.details
+    return node_pb2.Gpu(
+        uuid=gpu.gpu_uuid,
+        index=gpu.gpu_index,
+        name=d.name or "",
+        serial=d.serial or "",
+        memory_bytes=d.memory_bytes or 0,
+        driver_version=d.driver_version or "",
+        vbios_version=d.vbios_version or "",
+        inforom_version=d.inforom_version or "",
+        rail=d.rail or 0,
     )
 
 

@@ -38,6 +38,23 @@ class Node:
     drain_pending: bool
     created_us: int
     state_changed_us: int
+    # Registered by its agent (services/fleet/), which does its burn-in and scrub.
+    agent_managed: bool = False
+    # Marked by the node reconciler after too many missed heartbeats; placement skips it.
+    unreachable: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class GpuDetails:
+    """What an agent reports a GPU to be, beyond its identity; None where not reported."""
+
+    name: str | None = None
+    serial: str | None = None
+    memory_bytes: int | None = None
+    driver_version: str | None = None
+    vbios_version: str | None = None
+    inforom_version: str | None = None
+    rail: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +64,7 @@ class Gpu:
     gpu_uuid: str
     node_id: str
     gpu_index: int
+    details: GpuDetails = GpuDetails()
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +92,15 @@ class NodeView:
 
 _COLUMNS = (
     "node_id, gpu_model, zone, rack, leaf_switch, state, cordoned, status_reason, drain_pending, created_us,"
-    " state_changed_us"
+    " state_changed_us, agent_managed, unreachable"
 )
+GPU_DETAIL_COLUMNS = "name, serial, memory_bytes, driver_version, vbios_version, inforom_version, rail"
 _EVENT_COLUMNS = "event_seq, node_id, event, from_state, to_state, reason, actor, at_us"
 
 
 def _node(values: Sequence[Any]) -> Node:
-    node_id, gpu_model, zone, rack, leaf, state, cordoned, status_reason, drain_pending, created, changed = values
+    node_id, gpu_model, zone, rack, leaf, state, cordoned, status_reason, drain_pending, created, changed = values[:11]
+    agent_managed, unreachable = values[11:]
     # SQLite hands booleans back as 0/1.
     return Node(
         node_id,
@@ -94,6 +114,8 @@ def _node(values: Sequence[Any]) -> Node:
         bool(drain_pending),
         created,
         changed,
+        bool(agent_managed),
+        bool(unreachable),
     )
 
 
@@ -119,10 +141,12 @@ def views(rows: Sequence[Node]) -> Tx[list[NodeView]]:
     ids, params = expand("id", [r.node_id for r in rows])
     gpus: dict[str, list[Gpu]] = {r.node_id: [] for r in rows}
     result = yield Sql(
-        f"SELECT gpu_uuid, node_id, gpu_index FROM gpus WHERE node_id IN ({ids}) ORDER BY gpu_index", params
+        f"SELECT gpu_uuid, node_id, gpu_index, {GPU_DETAIL_COLUMNS} FROM gpus WHERE node_id IN ({ids})"
+        " ORDER BY gpu_index",
+        params,
     )
-    for gpu_uuid, node_id, gpu_index in result.rows:
-        gpus[node_id].append(Gpu(gpu_uuid, node_id, gpu_index))
+    for gpu_uuid, node_id, gpu_index, *details in result.rows:
+        gpus[node_id].append(Gpu(gpu_uuid, node_id, gpu_index, GpuDetails(*details)))
     result = yield Sql(
         f"SELECT node_id, allocation_id FROM assignments WHERE node_id IN ({ids}) AND released_us IS NULL", params
     )
@@ -154,7 +178,7 @@ def insert(inventory: Inventory, *, actor: str, now_us: int) -> Tx[Node]:
     )
     yield Sql(
         f"INSERT INTO nodes ({_COLUMNS}) VALUES (:node_id, :gpu_model, :zone, :rack, :leaf_switch, :state,"
-        " :cordoned, :status_reason, :drain_pending, :created_us, :state_changed_us)",
+        " :cordoned, :status_reason, :drain_pending, :created_us, :state_changed_us, :agent_managed, :unreachable)",
         dataclasses.asdict(row),
     )
     if inventory.gpus:
@@ -270,7 +294,7 @@ def apply_many(
         groups.setdefault((move.state, target), []).append(move.node_id)
     for (before, after), node_ids in groups.items():
         ids, params = expand("id", node_ids)
-        guard = " AND cordoned = FALSE" if uncordoned_only else ""
+        guard = f" AND {PLACEABLE}" if uncordoned_only else ""
         result = yield Sql(
             f"UPDATE nodes SET state = :after, state_changed_us = :now WHERE node_id IN ({ids}) AND state = :before"
             + guard,
@@ -341,6 +365,11 @@ def events(node_id: str, *, after_seq: int | None, limit: int) -> Tx[list[NodeEv
     return [NodeEventEntry(*r) for r in result.rows]
 
 
+# What, beside being READY, a node needs for placement to pick it: not cordoned by an operator,
+# and not marked unreachable by the node reconciler.
+PLACEABLE = "cordoned = FALSE AND unreachable = FALSE"
+
+
 def fabric_order(table: str = "") -> str:
     """The ``ORDER BY`` terms of placement order: zone, rack, leaf switch, then id.
 
@@ -354,7 +383,7 @@ def fabric_order(table: str = "") -> str:
 
 
 def free_nodes(gpu_model: GpuModel) -> Tx[list[tuple[str, str, str, str]]]:
-    """Every READY, uncordoned node of a model as (zone, rack, leaf, id), in fabric order:
+    """Every READY, placeable node of a model as (zone, rack, leaf, id), in fabric order:
     placement's candidates, all of them, since the placement policy chooses among them.
 
     A plain read that locks nothing: on PostgreSQL the chosen nodes are locked afterwards
@@ -362,7 +391,7 @@ def free_nodes(gpu_model: GpuModel) -> Tx[list[tuple[str, str, str, str]]]:
     """
     result = yield Sql(
         f"SELECT {fabric_order()} FROM nodes"
-        f" WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE ORDER BY {fabric_order()}",
+        f" WHERE gpu_model = :model AND state = :ready AND {PLACEABLE} ORDER BY {fabric_order()}",
         {"model": gpu_model.value, "ready": NodeState.READY.value},
     )
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in result.rows]
@@ -378,7 +407,7 @@ def lock_free(node_ids: Sequence[str], *, skip_locked: bool) -> Tx[set[str]]:
     """
     ids, params = expand("id", node_ids)
     result = yield Sql(
-        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :ready AND cordoned = FALSE"
+        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :ready AND {PLACEABLE}"
         f" ORDER BY {fabric_order()}" + for_update(True, skip_locked=skip_locked),
         {**params, "ready": NodeState.READY.value},
     )
@@ -401,7 +430,7 @@ def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:
 def count_free(gpu_model: GpuModel) -> Tx[int]:
     """How many nodes of a model are placeable now (for capacity error messages)."""
     result = yield Sql(
-        "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state = :ready AND cordoned = FALSE",
+        f"SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state = :ready AND {PLACEABLE}",
         {"model": gpu_model.value, "ready": NodeState.READY.value},
     )
     found = result.first()

@@ -6,7 +6,7 @@ from typing import Any
 
 import grpc
 
-from gpucloud.v1 import node_pb2, node_pb2_grpc
+from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
 from services.auth.principal import current_principal
 from services.nodes import commands
 from services.nodes import repository as repo
@@ -31,6 +31,29 @@ def _node_id_and_reason(request: Any) -> tuple[str, str]:
     return request.node_id, getattr(request, "reason", "")
 
 
+def checked_inventory(
+    request: node_pb2.RegisterNodeRequest | agent_pb2.RegisterAgentRequest, v: Violations | None = None
+) -> Inventory:
+    """The inventory a registration names, once every field is well formed; INVALID_ARGUMENT
+    naming each bad field otherwise (together with any already in ``v``)."""
+    v = v or Violations()
+    v.identifier("node_id", request.node_id)
+    v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+    for name in ("zone", "rack", "leaf_switch"):
+        v.identifier(name, getattr(request, name))
+    gpus = tuple(GpuSpec(canonical_gpu_uuid(g.uuid), g.index) for g in request.gpus)
+    check_gpus(v, gpus)
+    v.raise_if_any()
+    return Inventory(
+        node_id=request.node_id,
+        gpu_model=GPU_MODEL_FROM_PROTO[request.gpu_model],
+        gpus=gpus,
+        zone=request.zone,
+        rack=request.rack,
+        leaf_switch=request.leaf_switch,
+    )
+
+
 class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     """NodeService: checks each request, then calls ``commands`` or reads the repository."""
 
@@ -42,23 +65,7 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         self, request: node_pb2.RegisterNodeRequest, context: Context
     ) -> node_pb2.RegisterNodeResponse:
         """Register a node after checking its inventory, and start its burn-in; an agent registers only its own."""
-        v = Violations()
-        v.identifier("node_id", request.node_id)
-        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
-        for name in ("zone", "rack", "leaf_switch"):
-            v.identifier(name, getattr(request, name))
-        gpus = tuple(GpuSpec(canonical_gpu_uuid(g.uuid), g.index) for g in request.gpus)
-        check_gpus(v, gpus)
-        v.raise_if_any()
-        inventory = Inventory(
-            node_id=request.node_id,
-            gpu_model=GPU_MODEL_FROM_PROTO[request.gpu_model],
-            gpus=gpus,
-            zone=request.zone,
-            rack=request.rack,
-            leaf_switch=request.leaf_switch,
-        )
-        view = await commands.register(self._store, current_principal(), inventory)
+        view = await commands.register(self._store, current_principal(), checked_inventory(request))
         return node_pb2.RegisterNodeResponse(node=node_to_proto(view))
 
     async def GetNode(self, request: node_pb2.GetNodeRequest, context: Context) -> node_pb2.GetNodeResponse:

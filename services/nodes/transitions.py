@@ -38,6 +38,13 @@ class NodeEvent(StrEnum):
     # from_state == to_state, since a cordon is not a state. Not inputs of the table either.
     CORDON = "CORDON"
     UNCORDON = "UNCORDON"
+    # Reachability, as the node reconciler judges it from heartbeats: recorded like a cordon,
+    # since an unreachable node keeps its state (its tenant may still be using it).
+    UNREACHABLE = "UNREACHABLE"
+    REACHABLE = "REACHABLE"
+    # A drain has waited longer than its timeout for the tenant to release the node: recorded
+    # once, for operators; the node stays with its tenant.
+    DRAIN_OVERDUE = "DRAIN_OVERDUE"
     START_BURN_IN = "START_BURN_IN"
     PASS_BURN_IN = "PASS_BURN_IN"
     FAIL_BURN_IN = "FAIL_BURN_IN"
@@ -46,6 +53,8 @@ class NodeEvent(StrEnum):
     FINISH_SCRUB = "FINISH_SCRUB"
     # A drain arrived while the node was held: after the scrub it leaves service.
     FINISH_SCRUB_DRAINED = "FINISH_SCRUB_DRAINED"
+    # The agent did not confirm the scrub in time, or confirmed only part of it: never READY dirty.
+    FAIL_SCRUB = "FAIL_SCRUB"
     DRAIN = "DRAIN"
     START_REPAIR = "START_REPAIR"
     RETURN_TO_SERVICE = "RETURN_TO_SERVICE"
@@ -64,6 +73,7 @@ TRANSITIONS: Mapping[tuple[NodeEvent, NodeState], NodeState] = {
     (E.RELEASE, S.DRAINING): S.SCRUBBING,
     (E.FINISH_SCRUB, S.SCRUBBING): S.READY,
     (E.FINISH_SCRUB_DRAINED, S.SCRUBBING): S.QUARANTINED,
+    (E.FAIL_SCRUB, S.SCRUBBING): S.QUARANTINED,
     # Nothing to wait for: a free node leaves service at once.
     (E.DRAIN, S.REGISTERED): S.QUARANTINED,
     (E.DRAIN, S.BURN_IN): S.QUARANTINED,

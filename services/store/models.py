@@ -65,6 +65,12 @@ class NodeRow(SQLModel, table=True):
     drain_pending: bool = Field(default=False)
     created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     state_changed_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # Registered by its agent: burn-in and scrub wait for the agent's reports (services/fleet/).
+    agent_managed: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
+    # Set by the node reconciler after too many missed heartbeats; placement skips the node.
+    unreachable: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
+    # The last heartbeat any replica heard, written coarsely and in batches (services/fleet/heartbeats.py).
+    last_heartbeat_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class GpuRow(SQLModel, table=True):
@@ -82,6 +88,41 @@ class GpuRow(SQLModel, table=True):
     gpu_uuid: str = Field(primary_key=True, max_length=96)
     node_id: str = Field(foreign_key="nodes.node_id", max_length=63, index=True)
     gpu_index: int
+    # As the node's agent last registered it; NULL where not reported (or an operator registered the node).
+    name: str | None = Field(default=None, max_length=96)
+    serial: str | None = Field(default=None, max_length=64)
+    memory_bytes: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    driver_version: str | None = Field(default=None, max_length=32)
+    vbios_version: str | None = Field(default=None, max_length=32)
+    inforom_version: str | None = Field(default=None, max_length=32)
+    rail: int | None = Field(default=None)
+
+
+class NodeStatusRow(SQLModel, table=True):
+    """What a node's agent last reported observing (AgentService ReportStatus), as JSON."""
+
+    __tablename__ = "node_status"
+
+    node_id: str = Field(primary_key=True, foreign_key="nodes.node_id", max_length=63)
+    status_json: str = Field(sa_column=Column(Text, nullable=False))
+    reported_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class ActionResultRow(SQLModel, table=True):
+    """An action's result as the node's agent reported it: burn-in figures or a scrub report, as JSON.
+
+    Keyed by the action id, which names one attempt (services/fleet/actions.py), so a result
+    reported twice is stored once and a result of an earlier attempt never answers a later one.
+    """
+
+    __tablename__ = "action_results"
+
+    node_id: str = Field(primary_key=True, foreign_key="nodes.node_id", max_length=63)
+    action_id: str = Field(primary_key=True, max_length=64)
+    kind: str = Field(max_length=16)
+    result_json: str = Field(sa_column=Column(Text, nullable=False))
+    error: str = Field(default="", max_length=256)
+    reported_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 class NodeEventRow(SQLModel, table=True):

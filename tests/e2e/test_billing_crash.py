@@ -12,7 +12,7 @@ import asyncio
 import json
 import signal
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -44,7 +44,13 @@ class Server:
 
 
 def spawn(
-    data_dir: Path, database_url: str, rates: Path, log: Path, address: str, scrub_seconds: float
+    data_dir: Path,
+    database_url: str,
+    rates: Path,
+    log: Path,
+    address: str,
+    scrub_seconds: float,
+    extra: Sequence[str] = (),
 ) -> Popen[bytes]:
     command = [
         *gpucloud_command(),
@@ -61,6 +67,7 @@ def spawn(
         str(rates),
         "--log-format",
         "json",
+        *extra,
     ]
     with log.open("ab") as sink:
         return Popen(command, stdout=sink, stderr=STDOUT)
@@ -72,10 +79,13 @@ def failed(process: Popen[bytes], log: Path, why: str) -> AssertionError:
     return AssertionError(f"gpucloud serve {why}:\n{log.read_text()}")
 
 
-async def start_server(data_dir: Path, database_url: str, rates: Path, log: Path, *, scrub_seconds: float) -> Server:
-    """``gpucloud serve`` on a fresh port; returns once its health check says SERVING."""
+async def start_server(
+    data_dir: Path, database_url: str, rates: Path, log: Path, *, scrub_seconds: float, extra: Sequence[str] = ()
+) -> Server:
+    """``gpucloud serve`` (with ``extra`` options) on a fresh port; returns once its health
+    check says SERVING. Its token is "" when the database was bootstrapped by another server."""
     address = f"127.0.0.1:{free_port()}"
-    process = spawn(data_dir, database_url, rates, log, address, scrub_seconds)
+    process = spawn(data_dir, database_url, rates, log, address, scrub_seconds, extra)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)
         loop = asyncio.get_running_loop()
@@ -92,7 +102,8 @@ async def start_server(data_dir: Path, database_url: str, rates: Path, log: Path
                 pass
             if loop.time() > deadline:
                 raise failed(process, log, "did not start")
-    return Server(process, address, read_token(data_dir))
+    minted = data_dir / "operator.token"
+    return Server(process, address, read_token(data_dir) if minted.exists() else "")
 
 
 def read_token(data_dir: Path) -> str:

@@ -98,23 +98,54 @@ Global___NodeState: _TypeAlias = NodeState  # noqa: Y015
 
 @_typing.final
 class Gpu(_message.Message):
+    """A GPU of a node. uuid and index are its identity; the rest describe it as its agent last
+    registered it (empty or 0 where not reported, or where an operator registered the node) and
+    change with a driver or firmware upgrade without a new registration being a conflict.
+    """
+
     DESCRIPTOR: _descriptor.Descriptor
 
     UUID_FIELD_NUMBER: _builtins.int
     INDEX_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    SERIAL_FIELD_NUMBER: _builtins.int
+    MEMORY_BYTES_FIELD_NUMBER: _builtins.int
+    DRIVER_VERSION_FIELD_NUMBER: _builtins.int
+    VBIOS_VERSION_FIELD_NUMBER: _builtins.int
+    INFOROM_VERSION_FIELD_NUMBER: _builtins.int
+    RAIL_FIELD_NUMBER: _builtins.int
     uuid: _builtins.str
     """The GPU's NVML UUID, for example "GPU-5f3c..."."""
     index: _builtins.int
     """Index on the node, 0-7."""
+    name: _builtins.str
+    """The product name NVML reports, for example "NVIDIA H100 80GB HBM3"."""
+    serial: _builtins.str
+    memory_bytes: _builtins.int
+    driver_version: _builtins.str
+    vbios_version: _builtins.str
+    inforom_version: _builtins.str
+    """The InfoROM image version: the GPU's firmware configuration."""
+    rail: _builtins.int
+    """The fabric rail the GPU's network port is cabled to (rail-optimized fabrics); 0 where the
+    fabric has no rails.
+    """
     def __init__(
         self,
         *,
         uuid: _builtins.str = ...,
         index: _builtins.int = ...,
+        name: _builtins.str = ...,
+        serial: _builtins.str = ...,
+        memory_bytes: _builtins.int = ...,
+        driver_version: _builtins.str = ...,
+        vbios_version: _builtins.str = ...,
+        inforom_version: _builtins.str = ...,
+        rail: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["index", b"index", "uuid", b"uuid"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["driver_version", b"driver_version", "index", b"index", "inforom_version", b"inforom_version", "memory_bytes", b"memory_bytes", "name", b"name", "rail", b"rail", "serial", b"serial", "uuid", b"uuid", "vbios_version", b"vbios_version"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -136,6 +167,8 @@ class Node(_message.Message):
     ALLOCATION_ID_FIELD_NUMBER: _builtins.int
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     STATE_CHANGE_TIME_FIELD_NUMBER: _builtins.int
+    AGENT_MANAGED_FIELD_NUMBER: _builtins.int
+    UNREACHABLE_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     gpu_model: Global___GpuModel.ValueType
     zone: _builtins.str
@@ -148,6 +181,14 @@ class Node(_message.Message):
     """Why the node is cordoned or draining, as the operator gave it."""
     allocation_id: _builtins.str
     """The allocation holding the node, empty when none."""
+    agent_managed: _builtins.bool
+    """Registered by its agent (AgentService): burn-in and scrub are work the agent does and
+    reports. False for a node an operator registered, whose burn-in is recorded by hand.
+    """
+    unreachable: _builtins.bool
+    """The agent missed too many heartbeats (docs/agent.md): placement skips the node until it
+    reports again. Never set on a node without an agent.
+    """
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___Gpu]: ...
     @_builtins.property
@@ -169,10 +210,12 @@ class Node(_message.Message):
         allocation_id: _builtins.str = ...,
         create_time: _timestamp_pb2.Timestamp | None = ...,
         state_change_time: _timestamp_pb2.Timestamp | None = ...,
+        agent_managed: _builtins.bool = ...,
+        unreachable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["create_time", b"create_time", "state_change_time", b"state_change_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "cordoned", b"cordoned", "create_time", b"create_time", "gpu_model", b"gpu_model", "gpus", b"gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "rack", b"rack", "state", b"state", "state_change_time", b"state_change_time", "status_reason", b"status_reason", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["agent_managed", b"agent_managed", "allocation_id", b"allocation_id", "cordoned", b"cordoned", "create_time", b"create_time", "gpu_model", b"gpu_model", "gpus", b"gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "rack", b"rack", "state", b"state", "state_change_time", b"state_change_time", "status_reason", b"status_reason", "unreachable", b"unreachable", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -181,8 +224,9 @@ Global___Node: _TypeAlias = Node  # noqa: Y015
 @_typing.final
 class NodeEvent(_message.Message):
     """One entry of a node's history, with who made it and why: a move through the transition
-    table, or REGISTER, CORDON or UNCORDON, which leave the state as it was
-    (from_state == to_state).
+    table, or REGISTER, CORDON, UNCORDON, UNREACHABLE, REACHABLE or DRAIN_OVERDUE, which leave
+    the state as it was (from_state == to_state). A reconciler decision carries its evidence
+    (the figures it compared, the time it waited) in reason.
     """
 
     DESCRIPTOR: _descriptor.Descriptor
@@ -201,7 +245,7 @@ class NodeEvent(_message.Message):
     reason: _builtins.str
     actor: _builtins.str
     """Who made it: "operator:<token id>", "tenant:<tenant id>", "agent:<node id>" or
-    "control-plane" (the control plane's own workers, such as the releaser).
+    "control-plane" (the control plane's own workers: the releaser, the node reconciler).
     """
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp: ...

@@ -23,6 +23,7 @@ from structlog.typing import EventDict
 
 from clients import AsyncClient, InvalidArgumentError
 from services.auth import policy, tokens
+from services.auth.principal import Role
 from services.server import SERVICE_NAMES
 from tests.conftest import RunningControlPlane, register_ready_nodes
 
@@ -138,6 +139,11 @@ async def test_a_token_in_any_field_is_refused_and_never_echoed(
     token = control_plane.operator_token
     _, secret = tokens.split(token) or ("", "")
     assert secret
+    # The call is made with a credential its method takes: an agent's for AgentService.
+    caller = token
+    if Role.OPERATOR not in policy.METHOD_ROLES[f"/{method.containing_service.full_name}/{method.name}"]:
+        async with control_plane.client() as operator:
+            caller = (await operator.create_agent_token("node-x")).token
     request_class = message_factory.GetMessageClass(method.input_type)
     logged = asyncio.Event()
 
@@ -152,7 +158,7 @@ async def test_a_token_in_any_field_is_refused_and_never_echoed(
             _put(request, path, value)
             logged.clear()
             with structlog.testing.capture_logs(processors=[note_line]) as logs:
-                error = await _call(channel, token, method, request)
+                error = await _call(channel, caller, method, request)
                 await asyncio.wait_for(logged.wait(), timeout=10)
             assert error is not None, f"{_label(case)}: a token was accepted"
             assert error.code() == grpc.StatusCode.INVALID_ARGUMENT, f"{error.code()}: {error.details()}"

@@ -192,7 +192,15 @@ async def test_stopping_a_control_plane_leaves_no_task(tmp_path: Path, database_
     before = other_tasks()
     async with running_control_plane(tmp_path / "data", database_url) as running:
         loops = running.plane.loops.status()
-        assert list(loops) == ["releaser", "idempotency-janitor", "operation-watch", "metrics-maintenance"]
+        assert list(loops) == [
+            "releaser",
+            "idempotency-janitor",
+            "operation-watch",
+            "metrics-maintenance",
+            "heartbeat-flush",
+            "directives",
+            "node-reconciler",
+        ]
         assert {s.state for s in loops.values()} == {LoopState.RUNNING}
         async with running.client() as operator:
             await operator.create_tenant("acme")

@@ -1,0 +1,90 @@
+"""What each replica answers agents: every node's record, held in memory and refreshed.
+
+Heartbeat must be answered without touching the database, yet with the node's current state
+and actions. Each replica keeps every node's record (services/fleet/repository.py NodeRecord)
+and re-reads, every ``refresh_s``, the nodes whose state changed since shortly before its last
+read, with a full read now and then for the flags a state change does not stamp. A node this
+replica moves is updated at once; one moved elsewhere shows within a refresh.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+
+import structlog
+
+from services.fleet import repository as repo
+from services.fleet.actions import Action, action_for
+from services.fleet.repository import NodeRecord
+from services.nodes.transitions import NodeState
+from services.store.engine import Database
+
+log = structlog.get_logger(__name__)
+
+# How far before its last read a refresh looks again: a transaction stamps its time before it
+# commits, and another replica's clock may run behind this one's.
+OVERLAP_US = 5_000_000
+# Every this many refreshes, read every node (the reachability flag changes no timestamp).
+FULL_EVERY = 30
+
+
+@dataclass(frozen=True, slots=True)
+class Instructions:
+    """What an agent is told: its node's state, the action it asks for, how often to beat."""
+
+    desired_state: NodeState
+    actions: tuple[Action, ...]
+    heartbeat_interval_ms: int
+
+
+class Directives:
+    """This replica's view of every node, for answering agents."""
+
+    def __init__(self, store: Database, *, refresh_s: float, heartbeat_interval_s: float) -> None:
+        self._store = store
+        self._refresh_s = refresh_s
+        self._interval_ms = round(heartbeat_interval_s * 1000)
+        self._nodes: dict[str, NodeRecord] = {}
+        self._watermark_us: int | None = None
+
+    def put(self, record: NodeRecord) -> None:
+        """Take ``record`` unless the one held is of a later state change."""
+        held = self._nodes.get(record.node_id)
+        if held is None or record.state_changed_us >= held.state_changed_us:
+            self._nodes[record.node_id] = record
+
+    async def lookup(self, node_id: str) -> NodeRecord | None:
+        """The node's record: from memory, or read once for a node registered elsewhere."""
+        record = self._nodes.get(node_id)
+        if record is None:
+            record = await self._store.query(repo.record(node_id))
+            if record is not None:
+                self.put(record)
+        return record
+
+    def instructions(self, record: NodeRecord) -> Instructions:
+        """What the node's agent is told now."""
+        action = action_for(record.state, record.state_changed_us, agent_managed=record.agent_managed)
+        return Instructions(record.state, () if action is None else (action,), self._interval_ms)
+
+    async def refresh(self, *, full: bool = False) -> int:
+        """Re-read the nodes changed since shortly before the last read (all when ``full``)."""
+        since = None if full or self._watermark_us is None else self._watermark_us - OVERLAP_US
+        records = await self._store.query(repo.records_changed_since(since))
+        for record in records:
+            self.put(record)
+            if self._watermark_us is None or record.state_changed_us > self._watermark_us:
+                self._watermark_us = record.state_changed_us
+        return len(records)
+
+    async def run(self) -> None:
+        """Refresh every ``refresh_s`` until cancelled; a failed refresh is logged and retried."""
+        count = 0
+        while True:
+            try:
+                await self.refresh(full=count % FULL_EVERY == 0)
+            except Exception as error:
+                log.warning("directives_refresh_failed", error=repr(error))
+            count += 1
+            await asyncio.sleep(self._refresh_s)

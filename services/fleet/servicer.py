@@ -1,0 +1,79 @@
+"""AgentService: protobuf in, fleet calls, protobuf out. No rules live here."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import grpc
+
+from gpucloud.v1 import agent_pb2, agent_pb2_grpc
+from services.auth.principal import current_principal
+from services.errors import NotFound
+from services.fleet import commands
+from services.fleet.directives import Directives
+from services.fleet.heartbeats import Heartbeats
+from services.fleet.leader import FleetLeader
+from services.fleet.proto import checked_results, checked_status, gpu_details, instructions_to_proto
+from services.fleet.repository import NodeRecord
+from services.nodes.commands import check_speaks_for
+from services.nodes.proto import node_to_proto
+from services.nodes.servicer import checked_inventory
+from services.store.engine import Database
+from services.validation import Violations, checked_id
+
+Context = grpc.aio.ServicerContext[Any, Any]
+
+
+class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
+    """AgentService: each call speaks for the caller's own node only."""
+
+    def __init__(self, store: Database, heartbeats: Heartbeats, directives: Directives, leader: FleetLeader) -> None:
+        self._store = store
+        self._heartbeats = heartbeats
+        self._directives = directives
+        self._leader = leader
+
+    async def _record(self, node_id: str) -> NodeRecord:
+        check_speaks_for(current_principal(), node_id)
+        record = await self._directives.lookup(node_id)
+        if record is None:
+            raise NotFound.of("node", node_id, field_path="node_id")
+        return record
+
+    def _instructions(self, record: NodeRecord) -> agent_pb2.Instructions:
+        return instructions_to_proto(self._directives.instructions(record))
+
+    async def RegisterAgent(
+        self, request: agent_pb2.RegisterAgentRequest, context: Context
+    ) -> agent_pb2.RegisterAgentResponse:
+        """Register or confirm the caller's node; answer with the node and its instructions."""
+        v = Violations()
+        details = gpu_details(v, request)
+        inventory = checked_inventory(request, v)
+        view, record, heard_us = await commands.register_agent(self._store, current_principal(), inventory, details)
+        self._directives.put(record)
+        self._heartbeats.persisted(record.node_id, heard_us)
+        self._leader.notify(record.node_id)
+        return agent_pb2.RegisterAgentResponse(node=node_to_proto(view), instructions=self._instructions(record))
+
+    async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Context) -> agent_pb2.HeartbeatResponse:
+        """Note the node heard, from memory only; answer with its instructions."""
+        record = await self._record(checked_id("node_id", request.node_id))
+        self._heartbeats.beat(record.node_id)
+        return agent_pb2.HeartbeatResponse(instructions=self._instructions(record))
+
+    async def ReportStatus(
+        self, request: agent_pb2.ReportStatusRequest, context: Context
+    ) -> agent_pb2.ReportStatusResponse:
+        """Store the node's status and results; a result wakes the reconciler for the node."""
+        v = Violations()
+        v.identifier("node_id", request.node_id)
+        status = checked_status(v, request.status) if request.HasField("status") else None
+        results = checked_results(v, list(request.results))
+        v.raise_if_any()
+        record = await self._record(request.node_id)
+        await commands.report(self._store, current_principal(), record.node_id, status, results)
+        self._heartbeats.beat(record.node_id)
+        if results:
+            self._leader.notify(record.node_id)
+        return agent_pb2.ReportStatusResponse(instructions=self._instructions(record))
