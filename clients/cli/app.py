@@ -11,6 +11,7 @@ from typing import Annotated, Any
 
 import typer
 
+from clients.cli import agent as agent_verbs
 from clients.cli import allocations as allocations_verbs
 from clients.cli import billing as billing_verbs
 from clients.cli import metrics as metrics_verbs
@@ -39,6 +40,7 @@ app.add_typer(allocations_verbs.allocations, name="allocations")
 app.add_typer(operations_verbs.operations, name="operations")
 app.add_typer(billing_verbs.usage, name="usage")
 app.add_typer(metrics_verbs.metrics, name="metrics")
+app.add_typer(agent_verbs.agent, name="agent")
 
 
 @app.callback()
@@ -91,6 +93,15 @@ def serve(
     ] = None,
     metrics_max_series_per_node: Annotated[int | None, typer.Option(help="Metrics series one node may hold.")] = None,
     metrics_max_series: Annotated[int | None, typer.Option(help="Metrics series the whole store may hold.")] = None,
+    heartbeat_interval: Annotated[float | None, typer.Option(help="Seconds between agents' heartbeats.")] = None,
+    missed_beats: Annotated[
+        int | None, typer.Option(help="Heartbeats a node may miss before it is marked unreachable (3 or more).")
+    ] = None,
+    burn_in_timeout: Annotated[float | None, typer.Option(help="Seconds a burn-in may take before it fails.")] = None,
+    scrub_timeout: Annotated[float | None, typer.Option(help="Seconds a scrub may take before it fails.")] = None,
+    lease_duration: Annotated[
+        float | None, typer.Option(help="Seconds of the reconciler's lease: the most a failover takes.")
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
     ),
@@ -111,7 +122,21 @@ def serve(
             raise typer.Exit(2)
     from accounting import InputError
     from clients.cli.serve import serve as run_server
+    from services.fleet.config import FleetConfig, UnusableFleetConfig
     from services.server import ServerConfig, StartError
+
+    timings: dict[str, Any] = {
+        "heartbeat_interval_s": heartbeat_interval,
+        "missed_beats": missed_beats,
+        "burn_in_timeout_s": burn_in_timeout,
+        "scrub_timeout_s": scrub_timeout,
+        "lease_duration_s": lease_duration,
+    }
+    try:
+        fleet = FleetConfig(**{name: value for name, value in timings.items() if value is not None})
+    except UnusableFleetConfig as error:
+        typer.echo(f"error: {error}", err=True)
+        raise typer.Exit(2) from None
 
     bounds: dict[str, Any] = {
         "tenant_max_calls": tenant_max_calls,
@@ -129,6 +154,7 @@ def serve(
         scrub_seconds=scrub_seconds,
         rates_path=rates,
         grace_seconds=grace_seconds,
+        fleet=fleet,
     )
     # Only the bounds given: the others keep the server's defaults, stated once, in ServerConfig.
     config = dataclasses.replace(config, **{name: bound for name, bound in bounds.items() if bound is not None})
