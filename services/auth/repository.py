@@ -151,6 +151,12 @@ def resolve(plaintext: str) -> Tx[Principal | None]:
     return Principal(token_id=token_id, role=Role(role), tenant_id=tenant_id, node_id=node_id)
 
 
+def revoked_since(since_us: int) -> Tx[list[str]]:
+    """The ids of the tokens revoked at or after ``since_us``."""
+    result = yield Sql("SELECT token_id FROM api_tokens WHERE revoked_us >= :since", {"since": since_us})
+    return [str(r[0]) for r in result.rows]
+
+
 def _mint_first_operator(
     issued: tokens.IssuedToken, *, now_us: int, locking: bool, save: Callable[[str], None]
 ) -> Tx[bool]:

@@ -49,14 +49,29 @@ async def test_calls_that_miss_the_cache_together_share_one_lookup(
     store: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     token = await operator_token(store)
+    authenticator = Authenticator(store)
+    await authenticator.read_revocations()
     resolve = CountedLookups(store)
     monkeypatch.setattr(store, "query", resolve)
-    authenticator = Authenticator(store)
     principals = await asyncio.gather(*(authenticator.authenticate(bearer(token)) for _ in range(20)))
     assert {p.role for p in principals} == {Role.OPERATOR}
     assert resolve.calls == 1
     await authenticator.authenticate(bearer(token))  # cached now
     assert resolve.calls == 1
+
+
+async def test_the_cache_is_unused_until_revocations_have_been_read(
+    store: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Without a recent read of the revoked tokens nothing bounds how stale an entry is: every
+    call is looked up."""
+    token = await operator_token(store)
+    authenticator = Authenticator(store)
+    resolve = CountedLookups(store)
+    monkeypatch.setattr(store, "query", resolve)
+    for _ in range(3):
+        await authenticator.authenticate(bearer(token))
+    assert resolve.calls == 3
 
 
 async def test_an_unknown_token_is_refused_to_every_caller_after_one_lookup(

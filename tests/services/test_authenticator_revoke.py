@@ -10,6 +10,7 @@ import pytest
 from services.auth import tokens
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Role
+from services.clock import now_us
 from services.errors import Unauthenticated
 from services.store.engine import Database
 from services.store.models import TokenRow
@@ -30,7 +31,7 @@ async def revoke_row(store: Database, token_id: str) -> None:
     async with store.write() as session:
         row = await session.get(TokenRow, token_id)
         assert row is not None
-        row.revoked_us = 1
+        row.revoked_us = now_us()
         session.add(row)
 
 
@@ -53,19 +54,26 @@ class ReadThenHold:
         return found
 
 
-async def test_a_forgotten_token_is_looked_up_again_and_refused_once_revoked(store: Database) -> None:
+@pytest.mark.parametrize("dropped_by", ["forget", "read_revocations"])
+async def test_a_token_revoked_around_the_cache_is_refused_once_dropped(store: Database, dropped_by: str) -> None:
+    """Revoked behind this authenticator's back (by another replica), a cached token passes
+    until the cache drops it: by ``forget`` (this replica revoked it) or by the periodic read of
+    revoked tokens. The other tokens stay cached."""
     token = await operator_token(store)
     other = await operator_token(store)
     authenticator = Authenticator(store)
+    await authenticator.read_revocations()
     await authenticator.authenticate(bearer(token))
     await authenticator.authenticate(bearer(other))
     await revoke_row(store, token_id_of(token))
-    # Still cached: the revoke went around this authenticator.
-    await authenticator.authenticate(bearer(token))
-    authenticator.forget(token_id_of(token))
+    await authenticator.authenticate(bearer(token))  # still cached
+    if dropped_by == "forget":
+        authenticator.forget(token_id_of(token))
+    else:
+        await authenticator.read_revocations()
     with pytest.raises(Unauthenticated):
         await authenticator.authenticate(bearer(token))
-    assert (await authenticator.authenticate(bearer(other))).token_id == token_id_of(other)  # the others stay
+    assert (await authenticator.authenticate(bearer(other))).token_id == token_id_of(other)
 
 
 async def test_a_lookup_that_read_the_row_before_the_revoke_caches_nothing(
