@@ -219,6 +219,12 @@ class ControlPlane:
         return f"{host}:{self.port}"
 
     @property
+    def database(self) -> Database | None:
+        """The open database (None before ``start`` and after ``stop``): for tools in the same
+        process that read what the server wrote, and its ``committed`` count."""
+        return self._store
+
+    @property
     def calls_in_flight(self) -> int:
         """Calls counted by the admission bounds and not yet answered (0 before ``start``)."""
         return 0 if self._limiter is None else self._limiter.in_flight
@@ -344,6 +350,7 @@ class ControlPlane:
         maintenance = Maintenance(samples, interval_seconds=config.metrics_maintenance_seconds)
         self.loops.add("metrics-maintenance", maintenance.run)
         self.metrics_maintenance = maintenance
+        self.loops.add("revocations", authenticator.watch_revocations)
         self.loops.add("heartbeat-flush", heartbeats.run)
         self.loops.add("directives", directives.run)
         # Waits for the lease, then runs the node reconciler and the reachability sweep.

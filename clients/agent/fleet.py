@@ -115,6 +115,7 @@ class SimulatedFleet:
         rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
         control_path: Path | None = None,
         control_poll_s: float = DEFAULT_CONTROL_POLL_S,
+        telemetry: bool = True,
     ) -> None:
         check_timing(interval_s, jitter)
         if max_in_flight < 1:
@@ -125,6 +126,9 @@ class SimulatedFleet:
         self.refused: dict[str, RegistrationRefused] = {}
         self._max_in_flight = max_in_flight
         self._semaphore = asyncio.Semaphore(max_in_flight)
+        # Half of the calls in flight at most are registrations: the rest stay free for the
+        # heartbeats and reports of the agents registered already.
+        self._registrations = asyncio.Semaphore(max(1, max_in_flight // 2))
         self._control = None if control_path is None else ControlTail(control_path)
         self._control_poll_s = control_poll_s
         given = tokens or {}
@@ -143,6 +147,8 @@ class SimulatedFleet:
                 jitter=jitter,
                 rpc_timeout_s=rpc_timeout_s,
                 semaphore=self._semaphore,
+                registrations=self._registrations,
+                telemetry=telemetry,
                 stats=self.stats,
                 seed=seed,
             )

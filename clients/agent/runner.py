@@ -187,8 +187,11 @@ class StatusTracker:
 
 
 class ActionBook:
-    """The actions of the instructions: which to start (each id once), which were withdrawn
-    while running (to cancel), and the results to send until the instructions stop naming them."""
+    """The actions of the instructions: which to start (each id once while it is named), which
+    were withdrawn while running (to cancel), and the results to send until the instructions
+    stop naming them. A withdrawn action named again is started again (the control plane still
+    wants its result: an answer from a replica behind the others may withdraw it for a moment);
+    one whose result was acknowledged (no longer named) never is."""
 
     def __init__(self) -> None:
         self._running: dict[str, agent_pb2.ActionKind.ValueType] = {}
@@ -202,7 +205,6 @@ class ActionBook:
         withdrawn = [action_id for action_id in self._running if action_id not in named]
         for action_id in withdrawn:
             del self._running[action_id]
-            self._forget(action_id)
         for action_id in [action_id for action_id in self._results if action_id not in named]:
             del self._results[action_id]
             self._forget(action_id)
@@ -339,7 +341,11 @@ class NodeAgent:
 
     ``token`` is the node's agent token (``authorization: Bearer``); it may be set before
     ``run``. Every call goes through ``semaphore`` (a fleet shares one, bounding its calls in
-    flight) with a deadline of ``rpc_timeout_s``. ``seed`` fixes the jitter; None draws it.
+    flight) with a deadline of ``rpc_timeout_s``; a registration first through
+    ``registrations`` too, which a fleet makes smaller, so that thousands of agents starting at
+    once never queue the registered ones' heartbeats and reports behind their registrations.
+    ``telemetry=False`` sends no samples to MetricsService (a benchmark of the control loop
+    alone). ``seed`` fixes the jitter; None draws it.
     """
 
     def __init__(
@@ -354,6 +360,8 @@ class NodeAgent:
         jitter: float = DEFAULT_JITTER,
         rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
         semaphore: asyncio.Semaphore | None = None,
+        registrations: asyncio.Semaphore | None = None,
+        telemetry: bool = True,
         stats: AgentStats | None = None,
         seed: int | None = None,
     ) -> None:
@@ -370,6 +378,8 @@ class NodeAgent:
         self._jitter = jitter
         self._rpc_timeout_s = rpc_timeout_s
         self._semaphore = semaphore if semaphore is not None else asyncio.Semaphore(DEFAULT_MAX_IN_FLIGHT)
+        self._registrations = registrations if registrations is not None else asyncio.Semaphore(1)
+        self._send_telemetry = telemetry
         self._random = random.Random() if seed is None else random.Random(f"agent/{identity.node_id}/{seed}")
         self._override_s: float | None = None
         self._book = ActionBook()
@@ -480,7 +490,8 @@ class NodeAgent:
         backoff, cap = REGISTER_BACKOFF_S
         while True:
             try:
-                response = await self._rpc(agents.RegisterAgent, request, "RegisterAgent")
+                async with self._registrations:
+                    response = await self._rpc(agents.RegisterAgent, request, "RegisterAgent")
             except _Dropped:
                 pass
             except grpc.aio.AioRpcError as error:
@@ -507,7 +518,8 @@ class NodeAgent:
         await self._heartbeat(agents)
         samples = self._backend.sample()
         await self._report(agents, samples)
-        await self._telemetry(metrics, samples)
+        if self._send_telemetry:
+            await self._telemetry(metrics, samples)
 
     async def _heartbeat(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
         request = agent_pb2.HeartbeatRequest(node_id=self.identity.node_id)

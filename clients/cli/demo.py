@@ -1,10 +1,12 @@
 """``gpucloud demo``: the main job end to end on embedded defaults.
 
 Starts a real control plane (SQLite in a throwaway data directory unless ``--data-dir`` names
-one, a free loopback port), registers a small simulated fleet, creates a tenant, allocates,
-shows idempotency and an all-or-nothing capacity refusal, lists, writes and queries metrics
-(the tenant sees its node's samples only since its allocation), cancels and waits for the
-release, and shows the tenant's invoice for the month, printing each step.
+one, a free loopback port) and a simulated agent for each node of a small fleet: the agents
+register their nodes, run burn-in (one node 20% slow, which the control plane fails against the
+fleet median) and push their GPUs' telemetry. Then it creates a tenant, allocates, shows
+idempotency and an all-or-nothing capacity refusal, lists, queries metrics (the tenant sees its
+node's samples only since its allocation), cancels and waits for the release and the agents'
+scrub, and shows the tenant's invoice for the month, printing each step.
 """
 
 from __future__ import annotations
@@ -12,35 +14,40 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-import uuid
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 
-import numpy as np
 from rich.cells import cell_len
 from rich.progress import Progress
 from rich.rule import Rule
 from rich.text import Text
 
+from clients.agent.runner import NodeAgent, NodeIdentity
+from clients.agent.simulated import SimulatedGpus
+from clients.agent.work import SimulatedWork
 from clients.async_client import AsyncClient
 from clients.cli import render
 from clients.cli.billing import invoice_table, reconciliation_line
 from clients.cli.metrics import result_table
 from clients.errors import ResourceExhaustedError
-from clients.metrics import NodeSamples
 from clients.request_ids import new_request_id
+from services.fleet.config import FleetConfig
 from services.log_config import configure
 from services.server import ControlPlane, ServerConfig
 
-# (node id, model, zone, rack, leaf switch)
 FLEET = [
-    ("h100-a-01", "H100", "zone-a", "rack-a1", "leaf-a1"),
-    ("h100-a-02", "H100", "zone-a", "rack-a1", "leaf-a1"),
-    ("h100-a-03", "H100", "zone-a", "rack-a2", "leaf-a2"),
-    ("h100-a-04", "H100", "zone-a", "rack-a2", "leaf-a2"),
-    ("h200-b-01", "H200", "zone-b", "rack-b1", "leaf-b1"),
-    ("h200-b-02", "H200", "zone-b", "rack-b1", "leaf-b1"),
+    NodeIdentity("h100-a-01", "H100", "zone-a", "rack-a1", "leaf-a1"),
+    NodeIdentity("h100-a-02", "H100", "zone-a", "rack-a1", "leaf-a1"),
+    NodeIdentity("h100-a-03", "H100", "zone-a", "rack-a2", "leaf-a2"),
+    NodeIdentity("h100-a-04", "H100", "zone-a", "rack-a2", "leaf-a2"),
+    NodeIdentity("h100-b-01", "H100", "zone-b", "rack-b1", "leaf-b1"),
+    NodeIdentity("h100-b-02", "H100", "zone-b", "rack-b1", "leaf-b1"),
 ]
+# Its burn-in measures 80% of the others' figures: the control plane fails it.
+SLOW_NODE = "h100-b-02"
+# The agents beat, and push telemetry, every second; the control plane tells them so.
+DEMO_FLEET = FleetConfig(heartbeat_interval_s=1.0, resync_s=1.0, directives_refresh_s=0.2)
 
 
 def step(title: str) -> None:
@@ -60,7 +67,11 @@ async def run_demo(data_dir: Path | None = None, *, scrub_seconds: float = 0.5) 
     configure("warning", "console")
     with tempfile.TemporaryDirectory(prefix="gpucloud-demo-") as scratch:
         config = ServerConfig(
-            data_dir=data_dir or Path(scratch), listen="127.0.0.1:0", scrub_seconds=scrub_seconds, grace_seconds=0.5
+            data_dir=data_dir or Path(scratch),
+            listen="127.0.0.1:0",
+            scrub_seconds=scrub_seconds,
+            grace_seconds=0.5,
+            fleet=DEMO_FLEET,
         )
         plane = ControlPlane(config)
         await plane.start()
@@ -77,19 +88,46 @@ async def _walkthrough(plane: ControlPlane) -> None:
     console.print(f"operator token written to {plane.operator_token_path}")
     operator_token = plane.operator_token_path.read_text().strip()
 
-    async with AsyncClient(plane.address, operator_token) as operator:
-        step("2. Register the fleet and pass burn-in")
+    async with AsyncClient(plane.address, operator_token) as operator, asyncio.TaskGroup() as agents:
+        step("2. Start an agent per node: they register, run burn-in, push telemetry")
+        running = []
+        for identity in FLEET:
+            token = (await operator.create_agent_token(identity.node_id)).token
+            running.append(agents.create_task(_agent(plane.address, identity, token).run()))
         with Progress(console=console, transient=True) as progress:
-            task = progress.add_task("registering nodes", total=len(FLEET))
-            for node_id, model, zone, rack, leaf in FLEET:
-                uuids = [f"GPU-{uuid.uuid5(uuid.NAMESPACE_DNS, f'{node_id}.{i}')}" for i in range(8)]
-                await operator.register_node(
-                    node_id, gpu_model=model, gpu_uuids=uuids, zone=zone, rack=rack, leaf_switch=leaf
-                )
-                await operator.complete_burn_in(node_id, detail="simulated burn-in passed")
-                progress.advance(task)
+            task = progress.add_task("agents registering and running burn-in", total=len(FLEET))
+            while (judged := await _judged(operator)) < len(FLEET):
+                progress.update(task, completed=judged)
+                await asyncio.sleep(0.1)
         console.print(render.nodes_table((await operator.list_nodes()).items, "Fleet"))
+        failed = [e for e in (await operator.list_node_events(SLOW_NODE)).items if e.event == "FAIL_BURN_IN"]
+        console.print(render.node_events_table(failed, f"Why {SLOW_NODE} is QUARANTINED"))
+        try:
+            await _tenant_walkthrough(plane, operator_token)
+        finally:
+            # The agents run until the walkthrough is over, whatever happened.
+            for agent in running:
+                agent.cancel()
 
+
+def _agent(address: str, identity: NodeIdentity, token: str) -> NodeAgent:
+    """A simulated agent for ``identity``: GPUs made up from its id, burn-in and scrub quick."""
+    work = SimulatedWork(identity.node_id, identity.gpu_model, seed=1, burn_in_seconds=0.3, scrub_seconds=0.2)
+    if identity.node_id == SLOW_NODE:
+        work.slow(0.8)
+    gpus = SimulatedGpus(identity.node_id, model=identity.gpu_model, seed=1)
+    return NodeAgent(address, identity, token, gpus, work, interval_s=DEMO_FLEET.heartbeat_interval_s, seed=1)
+
+
+async def _judged(operator: AsyncClient) -> int:
+    """How many of the fleet's nodes are past burn-in (READY or QUARANTINED)."""
+    nodes = (await operator.list_nodes()).items
+    return sum(node.state in ("READY", "QUARANTINED") for node in nodes)
+
+
+async def _tenant_walkthrough(plane: ControlPlane, operator_token: str) -> None:
+    console = render.console
+    async with AsyncClient(plane.address, operator_token) as operator:
         step("3. Create a tenant")
         created = await operator.create_tenant("acme", "Acme Research")
         console.print(render.tenants_table([created.tenant], "Tenant"))
@@ -110,7 +148,7 @@ async def _walkthrough(plane: ControlPlane) -> None:
 
         step("5. Ask for more than is free: all or nothing")
         try:
-            await tenant.create_allocation(gpu_model="H100", node_count=3)
+            await tenant.create_allocation(gpu_model="H100", node_count=4)
             console.print("[red]unexpectedly allocated[/red]")
         except ResourceExhaustedError as err:
             console.print(f"refused as expected: {err}")
@@ -118,7 +156,7 @@ async def _walkthrough(plane: ControlPlane) -> None:
         step("6. List")
         console.print(render.allocations_table((await tenant.list_allocations()).items))
 
-        step("7. Metrics: the operator sees a node's history, its tenant only the time it holds it")
+        step("7. Metrics: the operator sees a node's history, its tenant only since it holds it")
         async with AsyncClient(plane.address, operator_token) as operator:
             await _metrics(operator, tenant, allocation.node_ids[0])
 
@@ -134,6 +172,8 @@ async def _walkthrough(plane: ControlPlane) -> None:
             console.print(render.operations_table([operation], "Cancel done"))
             if not operation.done:
                 raise RuntimeError("the cancel operation did not finish within 60 s")
+        with console.status("waiting for the agents to confirm the scrub..."):
+            await _scrubbed(operator, allocation.node_ids)
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
         events = (await operator.list_node_events(allocation.node_ids[0])).items
         console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
@@ -146,36 +186,26 @@ async def _walkthrough(plane: ControlPlane) -> None:
     step("Done")
 
 
-def _fleet_pushes(at_ms: list[int], busy: set[str], seed: int) -> list[NodeSamples]:
-    """Plausible per-GPU power, temperature and utilization for every node at each instant."""
-    rng = np.random.default_rng(seed)
-    pushes = []
-    for at in at_ms:
-        for node_id, *_ in FLEET:
-            load = 0.9 if node_id in busy else 0.1
-            util = np.clip(rng.normal(load * 100, 5, 8), 0, 100)
-            gpus = {
-                i: {"power_w": round(90 + 6 * u, 1), "temp_c": round(35 + 0.45 * u, 1), "util_pct": round(u, 1)}
-                for i, u in enumerate(util.tolist())
-            }
-            pushes.append(NodeSamples(node_id, at, gpus))
-    return pushes
+async def _scrubbed(operator: AsyncClient, node_ids: Sequence[str], *, timeout_s: float = 60.0) -> None:
+    """Return once none of ``node_ids`` is SCRUBBING; RuntimeError after ``timeout_s``."""
+    for _ in range(round(timeout_s / 0.1)):
+        states = [(await operator.get_node(node_id)).state for node_id in node_ids]
+        if "SCRUBBING" not in states:
+            return
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the agents did not confirm the scrub of {', '.join(node_ids)} within {timeout_s:g} s")
 
 
 async def _metrics(operator: AsyncClient, tenant: AsyncClient, node_id: str) -> None:
-    """Five minutes of fleet history, a few live pushes, and one node's power as each side sees it."""
+    """A few seconds more of the agents' telemetry, then one node's GPU 0 as each side sees it."""
     console = render.console
-    now = time.time_ns() // 1_000_000
-    history = [now - 300_000 + i * 10_000 for i in range(30)]
-    written = (await operator.write_samples(_fleet_pushes(history, set(), seed=1))).samples_written
-    live: list[int] = []
-    for i in range(5):
-        await asyncio.sleep(0.05)
-        live.append(time.time_ns() // 1_000_000)
-        written += (await operator.write_samples(_fleet_pushes(live[-1:], {node_id}, seed=2 + i))).samples_written
-    console.print(f"wrote {written} samples: 5 minutes of history and 5 live pushes for {len(FLEET)} nodes x 8 GPUs")
-    start, end = history[0], live[-1] + 1
-    everything = await operator.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0])
+    allocated_ms = time.time_ns() // 1_000_000
+    with console.status("letting the agents push a few more samples..."):
+        await asyncio.sleep(3 * DEMO_FLEET.heartbeat_interval_s)
+    console.print(f"each agent pushes its 8 GPUs' readings every {DEMO_FLEET.heartbeat_interval_s:g} s")
+    start, end = allocated_ms - 60_000, time.time_ns() // 1_000_000 + 1
+    fields = ["power_w", "temp_c", "util_pct"]
+    everything = await operator.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0], fields=fields)
     console.print(result_table(everything, f"{node_id} GPU 0 as the operator sees it"))
-    held = await tenant.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0])
+    held = await tenant.query_metrics(start=start, end=end, node_ids=[node_id], gpu_indexes=[0], fields=fields)
     console.print(result_table(held, f"{node_id} GPU 0 as its tenant sees it: only since its allocation"))

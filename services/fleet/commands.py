@@ -10,30 +10,20 @@ from services.clock import now_us
 from services.fleet import repository as repo
 from services.fleet.repository import NodeRecord, ResultRecord
 from services.nodes import commands as node_commands
-from services.nodes import repository as nodes_repo
 from services.nodes.inventory import Inventory
 from services.nodes.repository import GpuDetails, NodeView
 from services.store.engine import Database
-from services.store.tx import Tx
 
 
 async def register_agent(
     store: Database, principal: Principal, inventory: Inventory, details: Sequence[tuple[int, GpuDetails]]
 ) -> tuple[NodeView, NodeRecord, int]:
     """Register (or confirm) the agent's node and mark it managed by its agent, with its GPUs'
-    descriptions: the node, its record, and the heartbeat time written."""
-    await node_commands.register(store, principal, inventory)
+    descriptions, in one transaction: the node, its record, and the heartbeat time written."""
     now = now_us()
-    view, record = await store.transact(partial(_adopt, inventory.node_id, details, now))
-    return view, record, now
-
-
-def _adopt(node_id: str, details: Sequence[tuple[int, GpuDetails]], now: int) -> Tx[tuple[NodeView, NodeRecord]]:
-    yield from repo.adopt(node_id, details, now_us=now)
-    view = yield from nodes_repo.get_view(node_id)
-    record = yield from repo.record(node_id)
-    assert record is not None  # read in the transaction that found its view
-    return view, record
+    adopt = partial(repo.adopt, inventory.node_id, details, now_us=now)
+    view = await node_commands.register(store, principal, inventory, then=adopt)
+    return view, repo.record_of(view.row, last_heartbeat_us=now), now
 
 
 async def report(

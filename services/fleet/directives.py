@@ -10,6 +10,8 @@ replica moves is updated at once; one moved elsewhere shows within a refresh.
 from __future__ import annotations
 
 import asyncio
+import math
+import time
 from dataclasses import dataclass
 
 import structlog
@@ -47,20 +49,31 @@ class Directives:
         self._interval_ms = round(heartbeat_interval_s * 1000)
         self._nodes: dict[str, NodeRecord] = {}
         self._watermark_us: int | None = None
+        # When each node's record was last put from a transaction of this replica
+        # (time.monotonic): a refresh that began before that read an older record.
+        self._put_at: dict[str, float] = {}
 
-    def put(self, record: NodeRecord) -> None:
-        """Take ``record`` unless the one held is of a later state change."""
+    def put(self, record: NodeRecord, *, read_at: float | None = None) -> None:
+        """Take ``record``, read at ``read_at`` (``time.monotonic``; None: just now, by a
+        transaction of this replica), unless the one held is of a later state change or was
+        put after ``read_at``."""
         held = self._nodes.get(record.node_id)
-        if held is None or record.state_changed_us >= held.state_changed_us:
-            self._nodes[record.node_id] = record
+        if held is not None and record.state_changed_us < held.state_changed_us:
+            return
+        if read_at is None:
+            self._put_at[record.node_id] = time.monotonic()
+        elif self._put_at.get(record.node_id, -math.inf) > read_at:
+            return
+        self._nodes[record.node_id] = record
 
     async def lookup(self, node_id: str) -> NodeRecord | None:
         """The node's record: from memory, or read once for a node registered elsewhere."""
         record = self._nodes.get(node_id)
         if record is None:
+            read_at = time.monotonic()
             record = await self._store.query(repo.record(node_id))
             if record is not None:
-                self.put(record)
+                self.put(record, read_at=read_at)
         return record
 
     def instructions(self, record: NodeRecord) -> Instructions:
@@ -71,9 +84,10 @@ class Directives:
     async def refresh(self, *, full: bool = False) -> int:
         """Re-read the nodes changed since shortly before the last read (all when ``full``)."""
         since = None if full or self._watermark_us is None else self._watermark_us - OVERLAP_US
+        read_at = time.monotonic()
         records = await self._store.query(repo.records_changed_since(since))
         for record in records:
-            self.put(record)
+            self.put(record, read_at=read_at)
             if self._watermark_us is None or record.state_changed_us > self._watermark_us:
                 self._watermark_us = record.state_changed_us
         return len(records)

@@ -21,6 +21,7 @@ It runs only on the replica holding the ``node-reconciler`` lease (services/flee
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -33,7 +34,6 @@ from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.control.controller import Outcome
 from services.fleet import repository as repo
-from services.fleet.actions import action_for
 from services.fleet.burn_in import BurnInFigures, fleet_median, judge
 from services.fleet.config import FleetConfig
 from services.fleet.directives import Directives
@@ -47,6 +47,10 @@ log = structlog.get_logger(__name__)
 
 # How long a model's burn-in median is reused before it is read again.
 MEDIAN_MAX_AGE_S = 1.0
+# The median is of the model's latest results, this many at most: a reference as robust as the
+# whole fleet's, at a cost that does not grow with it (reading every result of a 10,000-node
+# fleet each second held the event loop longer as the fleet grew).
+MEDIAN_SAMPLE = 1000
 # How soon a burn-in waiting for a quorum of results looks again.
 QUORUM_WAIT_S = 1.0
 SCRUB_STEPS = ("gpus_reset", "disks_wiped", "keys_removed")
@@ -72,23 +76,34 @@ class NodeReconciler:
         self._clock = clock
         self._locking = store.dialect == "postgresql"
         self._medians: dict[str, _Median] = {}
+        # One read of a model's median at a time: the workers that need it meanwhile share it.
+        self._median_reads: dict[str, asyncio.Lock] = {}
 
     async def list_keys(self) -> list[str]:
-        """The nodes a resync looks at: those waiting for something."""
-        return await self._store.query(repo.in_progress())
+        """The nodes a resync looks at: those with something to act on (a result reported, a
+        timeout passed), whatever event about them was missed. One query, however many
+        nodes wait: a resync of every node in burn-in would read each one every few seconds."""
+        config, now = self._config, self._clock()
+        timeouts = {
+            NodeState.BURN_IN: config.burn_in_timeout_s,
+            NodeState.SCRUBBING: config.scrub_timeout_s,
+            NodeState.DRAINING: config.drain_timeout_s,
+        }
+        cutoffs = {state: now - round(seconds * 1_000_000) for state, seconds in timeouts.items()}
+        return await self._store.query(repo.actionable(cutoffs))
 
     async def reconcile(self, node_id: str) -> Outcome:
         """One level-triggered pass over ``node_id``."""
-        record = await self._store.query(repo.record(node_id))
+        record, result = await self._store.query(repo.observed(node_id))
         if record is None or not record.agent_managed:
             return Outcome()
         self._directives.put(record)
         if record.state is NodeState.REGISTERED:
             return await self._move(record, NodeEvent.START_BURN_IN, "the agent registered the node")
         if record.state is NodeState.BURN_IN:
-            return await self._burn_in(record)
+            return await self._burn_in(record, result)
         if record.state is NodeState.SCRUBBING:
-            return await self._scrub(record)
+            return await self._scrub(record, result)
         if record.state is NodeState.DRAINING:
             return await self._drain(record)
         return Outcome()
@@ -96,17 +111,11 @@ class NodeReconciler:
     def _elapsed_s(self, record: NodeRecord) -> float:
         return max(0.0, (self._clock() - record.state_changed_us) / 1e6)
 
-    async def _result(self, record: NodeRecord) -> ResultRecord | None:
-        action = action_for(record.state, record.state_changed_us, agent_managed=True)
-        assert action is not None  # only called in states that ask for one
-        return await self._store.query(repo.result_of(record.node_id, action.action_id))
-
     async def _result_or_wait(
-        self, record: NodeRecord, timeout: float, failure: NodeEvent, waited_for: str
+        self, record: NodeRecord, result: ResultRecord | None, timeout: float, failure: NodeEvent, waited_for: str
     ) -> ResultRecord | Outcome:
         """The agent's result of the node's current attempt; else, before ``timeout``, when to
         look again, and at it, the node failed by ``failure`` with the time waited."""
-        result = await self._result(record)
         if result is not None:
             return result
         elapsed = self._elapsed_s(record)
@@ -115,8 +124,9 @@ class NodeReconciler:
         why = f"{waited_for} timed out: nothing from the agent after {elapsed:.0f} s (timeout {timeout:.0f} s)"
         return await self._move(record, failure, why)
 
-    async def _burn_in(self, record: NodeRecord) -> Outcome:
-        result = await self._result_or_wait(record, self._config.burn_in_timeout_s, NodeEvent.FAIL_BURN_IN, "burn-in")
+    async def _burn_in(self, record: NodeRecord, reported: ResultRecord | None) -> Outcome:
+        timeout = self._config.burn_in_timeout_s
+        result = await self._result_or_wait(record, reported, timeout, NodeEvent.FAIL_BURN_IN, "burn-in")
         if isinstance(result, Outcome):
             return result
         if result.error:
@@ -131,26 +141,37 @@ class NodeReconciler:
         event = NodeEvent.PASS_BURN_IN if verdict.passed else NodeEvent.FAIL_BURN_IN
         return await self._move(record, event, verdict.evidence)
 
+    def _usable(self, median: _Median | None) -> bool:
+        """Whether ``median`` is recent, and rests on a quorum of results."""
+        return (
+            median is not None
+            and time.monotonic() - median.read_at < MEDIAN_MAX_AGE_S
+            and median.sample >= min(self._config.burn_in_quorum, median.fleet)
+        )
+
     async def _median(self, gpu_model: str) -> _Median:
-        cached = self._medians.get(gpu_model)
-        now = time.monotonic()
-        fresh = cached is not None and now - cached.read_at < MEDIAN_MAX_AGE_S
-        if cached is not None and fresh and cached.sample >= min(self._config.burn_in_quorum, cached.fleet):
-            return cached
+        async with self._median_reads.setdefault(gpu_model, asyncio.Lock()):
+            cached = self._medians.get(gpu_model)
+            if cached is not None and self._usable(cached):
+                return cached
+            quorum = self._config.burn_in_quorum
 
-        def read() -> Tx[tuple[list[str], int]]:
-            results = yield from repo.burn_in_results(gpu_model)
-            fleet = yield from repo.fleet_size(gpu_model)
-            return results, fleet
+            def read() -> Tx[tuple[list[str], int]]:
+                results = yield from repo.burn_in_results(gpu_model, most=MEDIAN_SAMPLE)
+                # The fleet's size matters only while there are fewer results than the quorum.
+                fleet = quorum if len(results) >= quorum else (yield from repo.fleet_size(gpu_model))
+                return results, fleet
 
-        results, fleet = await self._store.query(read())
-        figures = [BurnInFigures(**json.loads(r)) for r in results]
-        median = _Median(fleet_median(figures) if figures else None, len(figures), fleet, now)
-        self._medians[gpu_model] = median
-        return median
+            read_at = time.monotonic()
+            results, fleet = await self._store.query(read())
+            figures = [BurnInFigures(**json.loads(r)) for r in results]
+            median = _Median(fleet_median(figures) if figures else None, len(figures), fleet, read_at)
+            self._medians[gpu_model] = median
+            return median
 
-    async def _scrub(self, record: NodeRecord) -> Outcome:
-        result = await self._result_or_wait(record, self._config.scrub_timeout_s, NodeEvent.FAIL_SCRUB, "scrub")
+    async def _scrub(self, record: NodeRecord, reported: ResultRecord | None) -> Outcome:
+        timeout = self._config.scrub_timeout_s
+        result = await self._result_or_wait(record, reported, timeout, NodeEvent.FAIL_SCRUB, "scrub")
         if isinstance(result, Outcome):
             return result
         if result.error:
@@ -172,11 +193,13 @@ class NodeReconciler:
 
     async def _move(self, record: NodeRecord, event: NodeEvent, reason: str) -> Outcome:
         moved = await self._store.transact(partial(_move, record, event, reason, locking=self._locking))
-        if moved is not None:
-            self._directives.put(moved)
-            log.info("node_reconciled", node_id=record.node_id, node_event=event.value, state=moved.state.value)
-        # Look again: the new state may ask for more (REGISTERED -> BURN_IN asks for a burn-in).
-        return Outcome(requeue_after_s=0.0)
+        if moved is None:
+            return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
+        self._directives.put(moved)
+        log.info("node_reconciled", node_id=record.node_id, node_event=event.value, state=moved.state.value)
+        # A state that waits for something (REGISTERED -> BURN_IN waits for a burn-in) is
+        # looked at again, to start its timer; one that waits for nothing is done with.
+        return Outcome(requeue_after_s=0.0) if moved.state in repo.IN_PROGRESS else Outcome()
 
 
 def _move(record: NodeRecord, event: NodeEvent, reason: str, *, locking: bool) -> Tx[NodeRecord | None]:

@@ -3,17 +3,18 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from services.nodes.repository import GpuDetails
+from services.fleet.actions import action_for
+from services.nodes.repository import GpuDetails, Node
 from services.nodes.transitions import NodeState
 from services.store.tx import Sql, Tx, for_update
 
-# The states whose nodes the reconciler looks at on every resync: each waits for something (an
-# agent's result, a timeout, a tenant's release).
-IN_PROGRESS = (NodeState.REGISTERED, NodeState.BURN_IN, NodeState.SCRUBBING, NodeState.DRAINING)
+# The states that wait for something (an agent's result, a timeout, a tenant's release): a
+# node moved into one is reconciled again at once.
+IN_PROGRESS = frozenset({NodeState.REGISTERED, NodeState.BURN_IN, NodeState.SCRUBBING, NodeState.DRAINING})
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,14 +68,48 @@ def records_changed_since(since_us: int | None) -> Tx[list[NodeRecord]]:
     return [_record(r) for r in result.rows]
 
 
-def in_progress() -> Tx[list[str]]:
-    """The agent-managed nodes in a state that waits for something (``IN_PROGRESS``)."""
-    states = {f"s{i}": s.value for i, s in enumerate(IN_PROGRESS)}
+def record_of(row: Node, *, last_heartbeat_us: int | None) -> NodeRecord:
+    """The record of a node row read with its view."""
+    return NodeRecord(
+        row.node_id,
+        row.gpu_model,
+        NodeState(row.state),
+        row.state_changed_us,
+        row.agent_managed,
+        row.unreachable,
+        row.drain_pending,
+        last_heartbeat_us,
+    )
+
+
+def actionable(cutoffs: Mapping[NodeState, int]) -> Tx[list[str]]:
+    """The agent-managed nodes a reconcile would move now, or might: REGISTERED ones, those in
+    a state of ``cutoffs`` since before its cutoff (timed out), and those with a result
+    reported since they entered their state."""
+    params: dict[str, Any] = {"registered": NodeState.REGISTERED.value}
+    timed_out = []
+    for i, (state, cutoff) in enumerate(cutoffs.items()):
+        params[f"s{i}"], params[f"c{i}"] = state.value, cutoff
+        timed_out.append(f"(n.state = :s{i} AND n.state_changed_us < :c{i})")
     result = yield Sql(
-        f"SELECT node_id FROM nodes WHERE agent_managed = TRUE AND state IN ({', '.join(':' + k for k in states)})",
-        states,
+        "SELECT n.node_id FROM nodes n WHERE n.agent_managed = TRUE AND (n.state = :registered"
+        f" OR {' OR '.join(timed_out)}"
+        " OR EXISTS (SELECT 1 FROM action_results r WHERE r.node_id = n.node_id"
+        " AND r.reported_us >= n.state_changed_us))",
+        params,
     )
     return [str(r[0]) for r in result.rows]
+
+
+def observed(node_id: str) -> Tx[tuple[NodeRecord | None, ResultRecord | None]]:
+    """The node's record and its agent's result for the node's current action, in one snapshot."""
+    found = yield from record(node_id)
+    if found is None or not found.agent_managed:
+        return found, None
+    action = action_for(found.state, found.state_changed_us, agent_managed=True)
+    if action is None:
+        return found, None
+    return found, (yield from result_of(node_id, action.action_id))
 
 
 def adopt(node_id: str, gpus: Sequence[tuple[int, GpuDetails]], *, now_us: int) -> Tx[None]:
@@ -151,14 +186,18 @@ def result_of(node_id: str, action_id: str) -> Tx[ResultRecord | None]:
     return None if found is None else ResultRecord(*(str(v) for v in found))
 
 
-def burn_in_results(gpu_model: str) -> Tx[list[str]]:
-    """The latest successful burn-in result (JSON) of each node of ``gpu_model``."""
+def burn_in_results(gpu_model: str, *, most: int) -> Tx[list[str]]:
+    """The successful burn-in results (JSON) of nodes of ``gpu_model``, the latest ``most`` of
+    them, one per node (its latest), newest first. Walks ``ix_action_results_kind_reported``
+    backwards: the cost is ``most``, not the fleet's size."""
     result = yield Sql(
         "SELECT r.node_id, r.result_json FROM action_results r JOIN nodes n ON n.node_id = r.node_id"
-        " WHERE n.gpu_model = :model AND r.kind = :kind AND r.error = '' ORDER BY r.reported_us",
-        {"model": gpu_model, "kind": "burn_in"},
+        " WHERE r.kind = :kind AND r.error = '' AND n.gpu_model = :model ORDER BY r.reported_us DESC LIMIT :most",
+        {"model": gpu_model, "kind": "burn_in", "most": most},
     )
-    latest = {str(node_id): str(figures) for node_id, figures in result.rows}
+    latest: dict[str, str] = {}
+    for node_id, figures in result.rows:
+        latest.setdefault(str(node_id), str(figures))
     return list(latest.values())
 
 

@@ -18,6 +18,7 @@ from services.fleet.repository import NodeRecord
 from services.nodes.commands import check_speaks_for
 from services.nodes.proto import node_to_proto
 from services.nodes.servicer import checked_inventory
+from services.nodes.transitions import NodeState
 from services.store.engine import Database
 from services.validation import Violations, checked_id
 
@@ -53,7 +54,8 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         view, record, heard_us = await commands.register_agent(self._store, current_principal(), inventory, details)
         self._directives.put(record)
         self._heartbeats.persisted(record.node_id, heard_us)
-        self._leader.notify(record.node_id)
+        if record.state is NodeState.REGISTERED:
+            self._leader.notify(record.node_id)
         return agent_pb2.RegisterAgentResponse(node=node_to_proto(view), instructions=self._instructions(record))
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Context) -> agent_pb2.HeartbeatResponse:

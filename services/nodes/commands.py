@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 
@@ -43,19 +44,26 @@ def _inventory_differences(view: NodeView, inventory: Inventory) -> list[str]:
     ]
 
 
-async def register(store: Database, principal: Principal, inventory: Inventory) -> NodeView:
+async def register(
+    store: Database, principal: Principal, inventory: Inventory, *, then: Callable[[], Tx[None]] | None = None
+) -> NodeView:
     """Register a node and start its burn-in; re-registering the same inventory is a no-op,
-    also when the registrations run at once (an agent retrying, two agents racing)."""
+    also when the registrations run at once (an agent retrying, two agents racing). ``then``
+    runs in the same transaction once the node is known, so that nobody reads the node
+    without what it writes (its agent's adoption)."""
     check_speaks_for(principal, inventory.node_id)
     try:
-        return await store.transact(partial(_register, inventory, actor=principal.actor))
+        return await store.transact(partial(_register, inventory, actor=principal.actor, then=then))
     except Refused:
         pass
     # A concurrent registration of the node or one of its GPUs won: answer as if this call had
     # come second, which is what the winner's commit now shows.
     known = await store.query(_registered(inventory))
     if known is not None:
-        return known
+        if then is None:
+            return known
+        await store.transact(then)
+        return await store.query(repo.get_view(inventory.node_id))
     raise AlreadyExists(
         reason="NODE_REGISTERED_CONCURRENTLY",
         message=f"node {inventory.node_id!r} or one of its GPUs was registered concurrently; retry to compare",
@@ -63,15 +71,16 @@ async def register(store: Database, principal: Principal, inventory: Inventory) 
     )
 
 
-def _register(inventory: Inventory, *, actor: str) -> Tx[NodeView]:
+def _register(inventory: Inventory, *, actor: str, then: Callable[[], Tx[None]] | None) -> Tx[NodeView]:
     known = yield from _registered(inventory)
-    if known is not None:
-        return known
-    now = now_us()
-    row = yield from repo.insert(inventory, actor=actor, now_us=now)
-    yield from repo.apply(
-        row, NodeEvent.START_BURN_IN, reason="burn-in starts on registration", actor=actor, now_us=now
-    )
+    if known is None:
+        now = now_us()
+        row = yield from repo.insert(inventory, actor=actor, now_us=now)
+        yield from repo.apply(
+            row, NodeEvent.START_BURN_IN, reason="burn-in starts on registration", actor=actor, now_us=now
+        )
+    if then is not None:
+        yield from then()
     return (yield from repo.get_view(inventory.node_id))
 
 

@@ -119,6 +119,9 @@ class Database:
         self._writes = async_sessionmaker(write_engine, class_=AsyncSession, expire_on_commit=False)
         # Transactions ending on tasks of their own (see transact and write); close waits for them.
         self._in_flight: set[asyncio.Task[Any]] = set()
+        # Write transactions committed through ``transact`` since the store was opened: what a
+        # workload costs the database, for operators and benchmarks.
+        self.committed = 0
         self._reads = async_sessionmaker(read_engine, class_=AsyncSession, expire_on_commit=False)
 
     @property
@@ -228,7 +231,9 @@ class Database:
         share its group (store/set_based.py); PostgreSQL runs ``make()`` regardless.
         """
         if self._writer is not None:
-            return await self._writer.run(make, set_based)
+            result = await self._writer.run(make, set_based)
+            self.committed += 1
+            return result
         # On its own task, shielded from the caller's cancellation (a deadline, a client gone):
         # cancelled mid-statement, asyncpg can leave the pooled connection inside the
         # transaction (BEGIN sent, its answer unread), and the next transaction on it would be
@@ -238,10 +243,12 @@ class Database:
         abandoned = asyncio.Event()
         task = self._owned(self._transact_on_postgresql(make, abandoned))
         try:
-            return await asyncio.shield(task)
+            result = await asyncio.shield(task)
         except asyncio.CancelledError:
             abandoned.set()
             raise
+        self.committed += 1
+        return result
 
     def _owned(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coroutine`` on a task the store owns: ``settled()`` and ``close()`` wait for it,

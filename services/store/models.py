@@ -116,6 +116,8 @@ class ActionResultRow(SQLModel, table=True):
     """
 
     __tablename__ = "action_results"
+    # The burn-in median reads a model's latest results (services/fleet/repository.py).
+    __table_args__ = (Index("ix_action_results_kind_reported", "kind", "reported_us"),)
 
     node_id: str = Field(primary_key=True, foreign_key="nodes.node_id", max_length=63)
     action_id: str = Field(primary_key=True, max_length=64)

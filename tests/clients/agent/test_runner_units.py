@@ -184,13 +184,23 @@ def test_a_running_action_no_longer_named_is_cancelled_and_its_result_dropped() 
     assert book.running == {"s1", "a2"}
 
 
-def test_only_the_last_forgotten_ids_are_remembered() -> None:
+def test_only_the_last_acknowledged_ids_are_remembered() -> None:
     book = ActionBook()
     for n in range(REMEMBERED_ACTIONS + 1):
         book.update([action(f"a{n}")])
-    book.update([])
+        assert book.finish(agent_pb2.ActionResult(action_id=f"a{n}", kind=BURN_IN))
+        book.update([])  # no longer named: acknowledged
     assert book.update([action("a0")]) == ([action("a0")], [])  # the oldest fell out
     assert book.update([action("a0"), action(f"a{REMEMBERED_ACTIONS}")]) == ([], [])
+
+
+def test_a_withdrawn_action_named_again_starts_again() -> None:
+    """An answer that withdraws a running action for a moment (a replica behind the others)
+    must not cost the action: the control plane still wants its result."""
+    book = ActionBook()
+    book.update([action("a1")])
+    assert book.update([]) == ([], ["a1"])
+    assert book.update([action("a1")]) == ([action("a1")], [])
 
 
 # Link faults and latencies ------------------------------------------------------------------

@@ -27,6 +27,13 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     for step in range(1, 10):
         assert f"\n{step}. " in output or output.startswith(f"{step}. "), step
     assert "refused as expected: RESOURCE_EXHAUSTED INSUFFICIENT_CAPACITY" in output
+    # The agents' burn-in decides: the slow node fails it with its figures, the others pass.
+    flat = " ".join(output.split())
+    assert "FAIL_BURN_IN" in output
+    assert "fleet median of" in flat
+    assert "PASS_BURN_IN" in output
+    # And the agents' scrub confirms the release.
+    assert "the agent confirmed gpus_reset" in flat
     assert "the same allocation, replayed from its record (nothing new allocated)" in " ".join(output.split())
     assert "Cancel done" in output
     assert "CANCELLED" in output

@@ -197,6 +197,7 @@ async def test_stopping_a_control_plane_leaves_no_task(tmp_path: Path, database_
             "idempotency-janitor",
             "operation-watch",
             "metrics-maintenance",
+            "revocations",
             "heartbeat-flush",
             "directives",
             "node-reconciler",

@@ -50,6 +50,7 @@ def upgrade() -> None:
         sa.ForeignKeyConstraint(["node_id"], ["nodes.node_id"]),
         sa.PrimaryKeyConstraint("node_id", "action_id"),
     )
+    op.create_index("ix_action_results_kind_reported", "action_results", ["kind", "reported_us"])
 
 
 def downgrade() -> None:
