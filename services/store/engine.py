@@ -308,14 +308,22 @@ class Database:
     async def query(self, step: Tx[T]) -> T:
         """Run the read ``step`` (SQL steps, store/tx.py) in one read-only snapshot and return
         what it returns: how every repository read runs. Steps that must see one snapshot are
-        composed into one step with ``yield from``."""
+        composed into one step with ``yield from``.
+
+        The read runs on a task the store owns, shielded from the caller's cancellation: one
+        cancelled while its connection was being opened or handed back (a loop stopped with the
+        server) would leave that connection open past ``close``, and SQLite its write-ahead log
+        beside the database."""
+        return await asyncio.shield(self._owned(self._query(step)))
+
+    async def _query(self, step: Tx[T]) -> T:
         async with self.read() as session:
             return await run_in_session(session, step)
 
     async def settled(self) -> None:
         """Wait until the transactions whose callers stopped waiting have finished: PostgreSQL
-        ``transact`` ones, and the commits or rollbacks ending ``write`` sessions. (The SQLite
-        writer orders every later transaction after its own.)"""
+        ``transact`` ones, the commits or rollbacks ending ``write`` sessions, and ``query``
+        reads. (The SQLite writer orders every later transaction after its own.)"""
         if self._in_flight:
             # wait, not gather: a caller cancelled here must not cancel the transactions.
             await asyncio.wait(set(self._in_flight))
