@@ -9,11 +9,12 @@ own and drops it afterwards, never trusting what an earlier run left on the serv
 from __future__ import annotations
 
 import asyncio
+import inspect
 import os
 import secrets
 import socket
 import sys
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -195,11 +196,17 @@ def umask_022() -> Iterator[None]:
         os.umask(old)
 
 
-async def until(condition: Callable[[], bool], *, timeout: float = 10.0) -> None:
+async def until(condition: Callable[[], bool | Awaitable[bool]], *, timeout: float = 10.0) -> None:
     """Return once ``condition()`` holds, checking every few milliseconds; fail the test if it
-    does not hold within ``timeout`` seconds."""
+    does not hold within ``timeout`` seconds. ``condition`` may be a coroutine function (a
+    check over the API), awaited at each check."""
     loop = asyncio.get_running_loop()
     give_up = loop.time() + timeout
-    while not condition():
+
+    async def holds() -> bool:
+        answer = condition()
+        return await answer if inspect.isawaitable(answer) else answer
+
+    while not await holds():
         assert loop.time() < give_up, f"still not true after {timeout} s: {condition}"
         await asyncio.sleep(0.005)

@@ -29,6 +29,10 @@ class Action:
     kind: ActionKind
 
 
+# What a scrub report must confirm, each a field of ScrubReport: the node is READY again only
+# when all three are.
+SCRUB_STEPS = ("gpus_reset", "disks_wiped", "keys_removed")
+
 # The state in which each action is asked for.
 ACTION_OF_STATE = {NodeState.BURN_IN: ActionKind.BURN_IN, NodeState.SCRUBBING: ActionKind.SCRUB}
 

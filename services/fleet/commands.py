@@ -26,9 +26,7 @@ async def register_agent(
     return view, repo.record_of(view.row, last_heartbeat_us=now), now
 
 
-async def report(
-    store: Database, principal: Principal, node_id: str, status_json: str | None, results: Sequence[ResultRecord]
-) -> None:
-    """Store what the node's agent reports (PERMISSION_DENIED for another node's agent)."""
-    node_commands.check_speaks_for(principal, node_id)
+async def report(store: Database, node_id: str, status_json: str | None, results: Sequence[ResultRecord]) -> None:
+    """Store what the node's agent reports; the servicer has checked that the caller speaks for
+    ``node_id``."""
     await store.transact(partial(repo.save_report, node_id, status_json, results, now_us=now_us()))

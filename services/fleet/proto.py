@@ -9,10 +9,9 @@ import math
 from google.protobuf import json_format
 
 from gpucloud.v1 import agent_pb2
-from services.fleet.actions import ActionKind
+from services.fleet.actions import SCRUB_STEPS, ActionKind
 from services.fleet.burn_in import FIGURES
 from services.fleet.directives import Instructions
-from services.fleet.reconciler import SCRUB_STEPS
 from services.fleet.repository import ResultRecord
 from services.nodes.proto import NODE_STATE_TO_PROTO
 from services.nodes.repository import GpuDetails

@@ -34,6 +34,7 @@ from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.control.controller import Outcome
 from services.fleet import repository as repo
+from services.fleet.actions import SCRUB_STEPS
 from services.fleet.burn_in import BurnInFigures, fleet_median, judge
 from services.fleet.config import FleetConfig
 from services.fleet.directives import Directives
@@ -53,7 +54,6 @@ MEDIAN_MAX_AGE_S = 1.0
 MEDIAN_SAMPLE = 1000
 # How soon a burn-in waiting for a quorum of results looks again.
 QUORUM_WAIT_S = 1.0
-SCRUB_STEPS = ("gpus_reset", "disks_wiped", "keys_removed")
 
 
 @dataclass(frozen=True, slots=True)

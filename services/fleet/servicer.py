@@ -74,7 +74,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         results = checked_results(v, list(request.results))
         v.raise_if_any()
         record = await self._record(request.node_id)
-        await commands.report(self._store, current_principal(), record.node_id, status, results)
+        await commands.report(self._store, record.node_id, status, results)
         self._heartbeats.beat(record.node_id)
         if results:
             self._leader.notify(record.node_id)

@@ -3,7 +3,6 @@ every call is one the test chooses, with figures the test chooses."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -12,7 +11,7 @@ import grpc
 from clients import AsyncClient
 from gpucloud.v1 import agent_pb2, agent_pb2_grpc, node_pb2
 from services.fleet.config import FleetConfig
-from tests.conftest import gpu_uuids
+from tests.conftest import gpu_uuids, until
 
 # Quick enough for tests, and far enough apart that a loaded machine does not trip them.
 FAST = FleetConfig(
@@ -107,16 +106,5 @@ class WireAgent:
             found[:] = [a.action_id for a in (await self.beat()).actions if a.kind == kind]
             return bool(found)
 
-        await eventually(asked)
+        await until(asked)
         return found[0]
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], *, timeout: float = 15.0) -> None:
-    """Return once ``await check()`` is true, asking every 20 ms; fail the test after ``timeout`` s."""
-    import asyncio
-
-    loop = asyncio.get_running_loop()
-    give_up = loop.time() + timeout
-    while not await check():
-        assert loop.time() < give_up, f"still not true after {timeout} s: {check}"
-        await asyncio.sleep(0.02)

@@ -13,8 +13,8 @@ import pytest
 from clients import AsyncClient
 from gpucloud.v1 import agent_pb2, node_pb2
 from services.fleet.config import FleetConfig
-from tests.conftest import RunningControlPlane, running_control_plane
-from tests.e2e.agent_wire import FAST, WireAgent, burn_in, eventually, scrub
+from tests.conftest import RunningControlPlane, running_control_plane, until
+from tests.e2e.agent_wire import FAST, WireAgent, burn_in, scrub
 
 
 @pytest.fixture
@@ -59,7 +59,7 @@ async def test_burn_in_is_judged_against_the_fleet_median(plane: RunningControlP
             states = [await state_of(operator, n) for n in (*healthy, slow)]
             return states == ["READY", "READY", "READY", "QUARANTINED"]
 
-        await eventually(settled)
+        await until(settled)
         [evidence] = await reasons(operator, slow, "FAIL_BURN_IN")
         assert evidence.startswith("burn-in failed: gemm_tflops 560.0 is 20.0% under 700.0;")
         # The median of the results in when the node was judged: at least the quorum of three.
@@ -109,7 +109,7 @@ async def test_a_silent_node_is_marked_unreachable_once_and_recovers_once(
         async def unreachable() -> bool:
             return (await operator.get_node("node-q")).unreachable
 
-        await eventually(unreachable)
+        await until(unreachable)
         [why] = await reasons(operator, "node-q", "UNREACHABLE")
         assert "3 beats of 0.3 s missed" in why
         # Several sweeps later, still one mark.
@@ -121,7 +121,7 @@ async def test_a_silent_node_is_marked_unreachable_once_and_recovers_once(
             await agent.beat()
             return not (await operator.get_node("node-q")).unreachable
 
-        await eventually(reachable)
+        await until(reachable)
         assert len(await reasons(operator, "node-q", "UNREACHABLE")) == 1
         assert len(await reasons(operator, "node-q", "REACHABLE")) == 1
         assert plane.plane.reachability.marked == sweeps
@@ -134,7 +134,7 @@ async def test_scrub_waits_for_the_agent_across_a_restart(tmp_path: Path, databa
     async with running_control_plane(data, database_url, fleet=FAST) as first, first.client() as operator:
         agents = await burn_in_fleet(operator, first.address, [1.0, 1.0])
         for agent in agents:
-            await eventually(partial(_is, operator, agent.node_id, "READY"))
+            await until(partial(_is, operator, agent.node_id, "READY"))
         await operator.create_tenant("acme")
         allocation = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
         operation = await operator.cancel_allocation(allocation.allocation_id)
@@ -155,8 +155,8 @@ async def test_scrub_waits_for_the_agent_across_a_restart(tmp_path: Path, databa
                 assert await agent.action(agent_pb2.ACTION_KIND_SCRUB) == scrub_id
             await whole.report(scrub(scrub_ids[0]))
             await halfway.report(scrub(scrub_ids[1], keys_removed=False))
-            await eventually(lambda: _is(operator, whole.node_id, "READY"))
-            await eventually(lambda: _is(operator, halfway.node_id, "QUARANTINED"))
+            await until(lambda: _is(operator, whole.node_id, "READY"))
+            await until(lambda: _is(operator, halfway.node_id, "QUARANTINED"))
             [why] = await reasons(operator, halfway.node_id, "FAIL_SCRUB")
             assert "did not confirm keys_removed" in why
             assert await reasons(operator, halfway.node_id, "FINISH_SCRUB") == []
@@ -171,7 +171,7 @@ async def test_a_burn_in_with_no_result_times_out(tmp_path: Path, database_url: 
         await WireAgent.minted(operator, plane.address, "node-t") as agent,
     ):
         await agent.register()
-        await eventually(lambda: _is(operator, "node-t", "QUARANTINED"))
+        await until(lambda: _is(operator, "node-t", "QUARANTINED"))
         [why] = await reasons(operator, "node-t", "FAIL_BURN_IN")
         assert why.startswith("burn-in timed out: nothing from the agent after")
 

@@ -15,8 +15,8 @@ import pytest
 from clients import AsyncClient
 from gpucloud.v1 import agent_pb2
 from services.store.tx import Sql, Tx
-from tests.conftest import backend, open_database
-from tests.e2e.agent_wire import WireAgent, burn_in, eventually
+from tests.conftest import backend, open_database, until
+from tests.e2e.agent_wire import WireAgent, burn_in
 from tests.e2e.test_billing_crash import RATES, Server, reaped, start_server
 
 pytestmark = pytest.mark.skipif(
@@ -56,7 +56,7 @@ async def ready_node(operator: AsyncClient, via: Server, node_id: str) -> None:
         async def ready() -> bool:
             return (await operator.get_node(node_id)).state == "READY"
 
-        await eventually(ready, timeout=30)
+        await until(ready, timeout=30)
 
 
 async def test_one_replica_reconciles_and_the_other_takes_over(tmp_path: Path, database_url: str) -> None:
@@ -71,7 +71,7 @@ async def test_one_replica_reconciles_and_the_other_takes_over(tmp_path: Path, d
         async def first_leads() -> bool:
             return await holder_pid(database_url) == first.process.pid
 
-        await eventually(first_leads, timeout=30)
+        await until(first_leads, timeout=30)
         second = await start_server(
             tmp_path / "b", database_url, rates, logs[1], scrub_seconds=0.1, extra=FLEET_OPTIONS
         )
@@ -90,7 +90,7 @@ async def test_one_replica_reconciles_and_the_other_takes_over(tmp_path: Path, d
             async def second_leads() -> bool:
                 return await holder_pid(database_url) == second.process.pid
 
-            await eventually(second_leads, timeout=30)
+            await until(second_leads, timeout=30)
             took = time.monotonic() - killed
             print(f"takeover {took:.2f} s after SIGKILL (lease {LEASE_S} s)")
             # The lease runs out at most LEASE_S after the dead leader's last renewal, and the

@@ -14,8 +14,8 @@ import pytest
 from clients import AsyncClient
 from clients.agent.control import Fault
 from clients.agent.fleet import SimulatedFleet
-from tests.conftest import RunningControlPlane, running_control_plane
-from tests.e2e.agent_wire import FAST, eventually
+from tests.conftest import RunningControlPlane, running_control_plane, until
+from tests.e2e.agent_wire import FAST
 
 NODES = 12
 SLOW = "sim-0005"
@@ -43,7 +43,7 @@ async def test_a_simulated_fleet_converges_and_a_slow_node_fails_burn_in(plane: 
                 now = await states(operator)
                 return len(now) == NODES and sorted(now.values()) == ["QUARANTINED"] + ["READY"] * (NODES - 1)
 
-            await eventually(converged, timeout=30)
+            await until(converged, timeout=30)
             assert (await states(operator))[SLOW] == "QUARANTINED"
             events = (await operator.list_node_events(SLOW)).items
             [failed] = [e for e in events if e.event == "FAIL_BURN_IN"]
@@ -62,7 +62,7 @@ async def test_a_simulated_fleet_converges_and_a_slow_node_fails_burn_in(plane: 
                 )
                 return any(len(series.values) for series in result.series)
 
-            await eventually(sampled)
+            await until(sampled)
 
             # A lost heartbeat, longer than the threshold: one mark, then one recovery.
             fleet.inject("sim-0002", Fault.LOST_HEARTBEAT, seconds=2.0)
@@ -70,12 +70,12 @@ async def test_a_simulated_fleet_converges_and_a_slow_node_fails_burn_in(plane: 
             async def marked() -> bool:
                 return (await operator.get_node("sim-0002")).unreachable
 
-            await eventually(marked)
+            await until(marked)
 
             async def recovered() -> bool:
                 return not (await operator.get_node("sim-0002")).unreachable
 
-            await eventually(recovered)
+            await until(recovered)
             events = (await operator.list_node_events("sim-0002")).items
             assert [e.event for e in events if e.event in ("UNREACHABLE", "REACHABLE")] == ["UNREACHABLE", "REACHABLE"]
     finally:
