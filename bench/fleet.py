@@ -84,14 +84,9 @@ def serve(data_dir: str, database_url: str | None, interval_s: float, pipe: Conn
         pipe.send((plane.port, plane.operator_token_path.read_text().strip()))
         store = plane.database
         assert store is not None
-        asked = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        loop.add_reader(pipe.fileno(), asked.set)
-        while True:
-            await asyncio.wait_for(asked.wait(), timeout=None)
-            asked.clear()
-            if pipe.recv() == "stop":
-                break
+        # The pipe is read on a thread: a read on the loop would block it whenever the reader
+        # woke for a message another wakeup had already taken.
+        while await asyncio.to_thread(pipe.recv) != "stop":
             states, marks = await store.query(census())
             heartbeats = plane.heartbeats
             rows = 0 if heartbeats is None else heartbeats.rows_written
