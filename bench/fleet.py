@@ -14,7 +14,8 @@ it (the default) the figures are the control loop's alone. A 10,000-node fleet's
 this machine's memory for the head: telemetry at that scale is measured by bench/telemetry.py,
 not here.
 
-Printed: time to converge; heartbeat RPC p50/p99 in steady state (as the agents saw them);
+Printed: time to converge; each call's p50/p99 while converging, and the heartbeat's in steady
+state (a message written on the agent's Connect stream, as the agents saw it);
 server CPU seconds per 1,000 heartbeats and its share of one core; database write transactions
 and rows per heartbeat; nodes marked unreachable that never stopped beating (false marks).
 
@@ -184,7 +185,10 @@ async def run(
         f"steady state over {seconds:.0f} s at a {interval_s:g} s interval: {beats:,} heartbeats,"
         f" {statuses:,} status reports, {fleet.stats.telemetry_sent:,} telemetry pushes in all"
     )
-    print(f"heartbeat RPC p50 {latency.quantile(0.5) * 1e3:.1f} ms, p99 {latency.quantile(0.99) * 1e3:.1f} ms")
+    print(
+        f"heartbeat (a write on the Connect stream) p50 {latency.quantile(0.5) * 1e3:.1f} ms,"
+        f" p99 {latency.quantile(0.99) * 1e3:.1f} ms"
+    )
     print(
         f"server CPU {cpu:.1f} s = {cores:.2f} of one core (goal < {CPU_GOAL_CORES}),"
         f" {cpu / max(reports, 1) * 1000:.2f} s per 1,000 reports"

@@ -1,6 +1,7 @@
 """The one server interceptor: authenticate, authorize, log, and map domain errors.
 
-For every RPC it counts the call against the server's bound on calls in flight, before
+For every RPC (and every stream of ``limits.STREAMS``, whose messages are checked one by one
+as they arrive) it counts the call against the server's bound on calls in flight, before
 anything else (services/limits.py: RESOURCE_EXHAUSTED with a RetryInfo beyond it), resolves
 the bearer token to a Principal (UNAUTHENTICATED when it cannot), checks the method's roles in
 services/auth/policy.py (PERMISSION_DENIED), admits the call within its caller's own bounds
@@ -12,8 +13,10 @@ request id, tenant.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, cast
 
 import grpc
@@ -28,7 +31,7 @@ from services.auth import policy
 from services.auth.authenticator import Authenticator
 from services.auth.principal import Principal, set_current_principal
 from services.errors import ApiError, Internal, InvalidArgument, PermissionDenied
-from services.limits import NO_KEYS, CallLimiter, CallLimits
+from services.limits import NO_KEYS, STREAMS, CallLimiter, CallLimits
 from services.store import failures
 from services.validation import loggable_request_id
 
@@ -38,6 +41,8 @@ ERROR_DOMAIN = "gpucloud.dev"
 _INTERNAL = Internal(reason="INTERNAL_ERROR", message="internal error; see the server log")
 
 Handler = Callable[[Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[Any]]
+StreamHandler = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext[Any, Any]], AsyncGenerator[Any, None]]
+StreamBehaviour = Callable[[AsyncIterator[Any], grpc.aio.ServicerContext[Any, Any]], Awaitable[None]]
 
 
 def to_status(error: ApiError) -> grpc.Status:
@@ -69,7 +74,8 @@ def _pack(message: Any) -> AnyProto:
 
 
 class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
-    """Authenticates, authorizes, logs and maps the errors of every unary RPC (see the module docstring)."""
+    """Authenticates, authorizes, logs and maps the errors of every unary RPC and of the
+    streams in ``limits.STREAMS`` (see the module docstring)."""
 
     def __init__(self, authenticator: Authenticator, limiter: CallLimiter | None = None) -> None:
         self._authenticator = authenticator
@@ -85,7 +91,7 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
         handler_call_details: grpc.HandlerCallDetails,
     ) -> grpc.RpcMethodHandler[Any, Any] | None:
         """The method's handler, wrapped once per method; unknown and public methods pass through unwrapped, and
-        streaming ones are refused with UNIMPLEMENTED."""
+        streaming ones other than ``limits.STREAMS`` are refused with UNIMPLEMENTED."""
         handler = await continuation(handler_call_details)
         method: str = handler_call_details.method
         if handler is None or policy.is_public(method):
@@ -94,83 +100,149 @@ class ControlPlaneInterceptor(grpc.aio.ServerInterceptor):
         cached = self._wrapped.get(method)
         if cached is not None and cached[0] is handler:
             return cached[1]
-        if handler.unary_unary is None:
-            # Only unary calls are authenticated here: a streaming method must not slip past.
-            wrapped = _refuse_streaming(handler, method)
-        else:
+        if handler.unary_unary is not None:
             # Every servicer here is async, so the unary behaviour is a coroutine function.
             wrapped = grpc.unary_unary_rpc_method_handler(
                 self._wrap(method, cast(Handler, handler.unary_unary)),
                 request_deserializer=_tolerant(handler.request_deserializer),
                 response_serializer=handler.response_serializer,
             )
+        elif handler.stream_stream is not None and method in STREAMS:
+            wrapped = grpc.stream_stream_rpc_method_handler(
+                self._wrap_stream(method, cast(StreamHandler, handler.stream_stream)),
+                request_deserializer=_tolerant(handler.request_deserializer),
+                response_serializer=handler.response_serializer,
+            )
+        else:
+            # Only the calls above are authenticated here: another streaming method must not slip past.
+            wrapped = _refuse_streaming(handler, method)
         self._wrapped[method] = (handler, wrapped)
         return wrapped
 
     def _wrap(self, method: str, inner: Handler) -> Handler:
         async def behaviour(request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> Any:
-            started = time.perf_counter()
-            # Nothing of the body is read before the caller is known, and only a well-formed key
-            # is logged: a stranger's 4 MB request_id, or a token pasted into it, is not.
-            request_id: str | None = None
-            principal: Principal | None = None
-            code = "OK"
-            # No clear_contextvars() first: grpc.aio runs every call in a task of its own, whose
-            # context is a copy of the server's, so nothing bound by another call is in it
-            # (clearing would walk every context variable on every call).
-            try:
+            async with _answered(method, context) as call:
                 # Counted before the token is looked up: an unknown token's call costs a lookup,
                 # so it is bounded like any other (services/limits.py has the rule).
                 self._limiter.arrive()
                 counted = NO_KEYS
                 try:
-                    principal = await self._authenticator.authenticate(context.invocation_metadata())
-                    _authorize(method, principal)
+                    call.principal = await self._caller(method, context)
                     if type(request) is Undecodable:
                         raise request.as_error(method)
-                    request_id = loggable_request_id(getattr(request, "request_id", ""))
-                    set_current_principal(principal)
-                    structlog.contextvars.bind_contextvars(
-                        tenant=principal.tenant_id, node=principal.node_id, request_id=request_id
-                    )
-                    counted = self._limiter.admit(method, principal)
+                    # Nothing of the body is read before the caller is known, and only a
+                    # well-formed key is logged: a stranger's 4 MB request_id, or a token pasted
+                    # into it, is not.
+                    call.request_id = loggable_request_id(getattr(request, "request_id", ""))
+                    structlog.contextvars.bind_contextvars(request_id=call.request_id)
+                    counted = self._limiter.admit(method, call.principal)
                     return await inner(request, context)
                 finally:
                     self._limiter.leave(counted)
-            except ApiError as error:
-                code = error.code
-                await context.abort_with_status(to_status(error))
-            except grpc.aio.AbortError:
-                code = context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"
-                raise
-            except asyncio.CancelledError:
-                # The client went away or its deadline passed; nothing is sent back.
-                code = "CANCELLED"
-                raise
-            except Exception as error:
-                retryable = failures.translate(error)
-                if retryable is None:
-                    code = "INTERNAL"
-                    log.exception("rpc_failed", method=method)
-                    await context.abort_with_status(to_status(_INTERNAL))
-                else:
-                    code = retryable.code
-                    log.warning("rpc_database_failure", method=method, error=repr(error))
-                    await context.abort_with_status(to_status(retryable))
-            finally:
-                log.info(
-                    "rpc",
-                    method=method,
-                    code=code,
-                    duration_ms=round((time.perf_counter() - started) * 1000, 2),
-                    request_id=request_id,
-                    tenant=principal.tenant_id if principal else None,
-                    role=principal.role.value if principal else None,
-                    # Public (never the secret): which credential acted, for an audit or a revoke.
-                    token_id=principal.token_id if principal else None,
-                )
 
         return behaviour
+
+    def _wrap_stream(self, method: str, inner: StreamHandler) -> StreamBehaviour:
+        """A stream is admitted as a call is, then counted against its caller's stream bound
+        only; each message is checked to be well formed and its token still valid."""
+
+        async def behaviour(requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]) -> None:
+            async with _answered(method, context) as call:
+                self._limiter.arrive()
+                counted = NO_KEYS
+                try:
+                    call.principal = await self._caller(method, context)
+                    counted = self._limiter.admit(method, call.principal)
+                finally:
+                    self._limiter.leave(NO_KEYS)
+                try:
+                    async with contextlib.aclosing(inner(self._checked(method, requests, context), context)) as answers:
+                        async for answer in answers:
+                            await context.write(answer)
+                finally:
+                    self._limiter.release(counted)
+
+        return behaviour
+
+    async def _caller(self, method: str, context: grpc.aio.ServicerContext[Any, Any]) -> Principal:
+        """The call's principal, authorized for ``method`` and bound for the handler and the log."""
+        principal = await self._authenticator.authenticate(context.invocation_metadata())
+        _authorize(method, principal)
+        set_current_principal(principal)
+        structlog.contextvars.bind_contextvars(tenant=principal.tenant_id, node=principal.node_id)
+        return principal
+
+    async def _checked(
+        self, method: str, requests: AsyncIterator[Any], context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[Any]:
+        """The stream's messages; INVALID_ARGUMENT for one that does not decode, UNAUTHENTICATED
+        once the token is revoked (the revocation watcher keeps this a lookup in memory)."""
+        async for request in requests:
+            if type(request) is Undecodable:
+                raise request.as_error(method)
+            await self._authenticator.authenticate(context.invocation_metadata())
+            yield request
+
+
+@dataclass
+class _Call:
+    """What the log line of one call says besides its method."""
+
+    started: float
+    code: str = "OK"
+    request_id: str | None = None
+    principal: Principal | None = None
+
+
+@contextlib.asynccontextmanager
+async def _answered(method: str, context: grpc.aio.ServicerContext[Any, Any]) -> AsyncIterator[_Call]:
+    """Run a call's body: end the call for what it raises (``_outcome``), log it however it ends.
+
+    No clear_contextvars() first: grpc.aio runs every call in a task of its own, whose context is
+    a copy of the server's, so nothing bound by another call is in it (clearing would walk every
+    context variable on every call)."""
+    call = _Call(time.perf_counter())
+    try:
+        yield call
+    except BaseException as error:
+        call.code, status = _outcome(method, error, context)
+        if status is None:
+            raise
+        await context.abort_with_status(status)
+    finally:
+        log.info(
+            "rpc",
+            method=method,
+            code=call.code,
+            duration_ms=round((time.perf_counter() - call.started) * 1000, 2),
+            request_id=call.request_id,
+            tenant=call.principal.tenant_id if call.principal else None,
+            role=call.principal.role.value if call.principal else None,
+            # Public (never the secret): which credential acted, for an audit or a revoke.
+            token_id=call.principal.token_id if call.principal else None,
+        )
+
+
+def _outcome(
+    method: str, error: BaseException, context: grpc.aio.ServicerContext[Any, Any]
+) -> tuple[str, grpc.Status | None]:
+    """The code to log for a call that raised ``error``, and the status to end it with (None:
+    re-raise, for what gRPC itself must see: an abort already sent, a cancellation)."""
+    if isinstance(error, ApiError):
+        return error.code, to_status(error)
+    if isinstance(error, grpc.aio.AbortError):
+        return (context.code().name if context.code() is not None else "ABORTED_BY_HANDLER"), None
+    if isinstance(error, asyncio.CancelledError):
+        # The client went away or its deadline passed; nothing is sent back.
+        return "CANCELLED", None
+    if not isinstance(error, Exception):
+        return "CANCELLED", None
+    retryable = failures.translate(error)
+    if retryable is None:
+        log.exception("rpc_failed", method=method)
+        return "INTERNAL", to_status(_INTERNAL)
+    log.warning("rpc_database_failure", method=method, error=repr(error))
+    return retryable.code, to_status(retryable)
 
 
 class Undecodable:

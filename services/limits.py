@@ -16,7 +16,10 @@ A call is counted from its arrival until its handler ends, in two steps:
      lookup). A tenant's call must also fit within the server's bound itself, without the
      quarter: the last quarter is kept from tenants, for operators and agents to run the fleet
      and look at it while tenants are refused;
-   - an agent's, per node: calls in flight, so that one node's agent cannot take the server.
+   - an agent's, per node: calls in flight, so that one node's agent cannot take the server;
+     and its open streams (``STREAMS``), which are counted against the server's bound only
+     while their caller is looked up: a fleet holds one stream per node for as long as it runs,
+     and 10,000 of them must not leave no room for calls.
 
    Operators are held to no bound of their own. Calls whose token is still being looked up,
    or turns out to be unknown, may use the last quarter only for as long as the lookup lasts.
@@ -51,6 +54,8 @@ HEAVY_READS = frozenset(
         "/gpucloud.v1.MetricsService/QueryRange",
     }
 )
+# Long-lived streams: counted per node while open, against the server's bound only until admitted.
+STREAMS = frozenset({"/gpucloud.v1.AgentService/Connect"})
 # How far past ``calls_in_flight`` calls not known to be a tenant's are still admitted, as a fraction of it.
 FLEET_HEADROOM = 0.25
 # Refusals are summed into one log line per reason per this many seconds.
@@ -63,6 +68,7 @@ class Reason(StrEnum):
     TOO_MANY_CALLS = "TOO_MANY_CALLS"
     TOO_MANY_WAITS = "TOO_MANY_WAITS"
     TOO_MANY_HEAVY_CALLS = "TOO_MANY_HEAVY_CALLS"
+    TOO_MANY_STREAMS = "TOO_MANY_STREAMS"
     SERVER_OVERLOADED = "SERVER_OVERLOADED"
 
 
@@ -74,13 +80,24 @@ class CallLimits:
     tenant_waits: int = 32
     tenant_heavy_calls: int = 4
     agent_calls: int = 16
+    # Two, not one: an agent that reconnects is let in before the server has noticed that its
+    # previous stream broke.
+    agent_streams: int = 2
     calls_in_flight: int = 1024
     # What a refused caller is told to wait before it tries again (RetryInfo).
     retry_after_seconds: float = 1.0
 
     def __post_init__(self) -> None:
         """ValueError for a bound under 1 (it would refuse every call) or a negative delay."""
-        for name in ("tenant_calls", "tenant_waits", "tenant_heavy_calls", "agent_calls", "calls_in_flight"):
+        names = (
+            "tenant_calls",
+            "tenant_waits",
+            "tenant_heavy_calls",
+            "agent_calls",
+            "agent_streams",
+            "calls_in_flight",
+        )
+        for name in names:
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be at least 1, not {getattr(self, name)}")
         if not self.retry_after_seconds >= 0:
@@ -164,6 +181,11 @@ class CallLimiter:
     def leave(self, keys: tuple[_Key, ...]) -> None:
         """Let go of an arrived call and of the caller's counts ``admit`` returned for it."""
         self._in_flight -= 1
+        self.release(keys)
+
+    def release(self, keys: tuple[_Key, ...]) -> None:
+        """Let go of the caller's counts ``admit`` returned: a stream's, when it ends (it left
+        the server's count once admitted)."""
         callers = self._callers
         for key in keys:
             left = callers[key] - 1
@@ -183,6 +205,8 @@ class CallLimiter:
     def _bounds_of(self, method: str, role: Role) -> tuple[tuple[Reason, int], ...]:
         limits = self.limits
         if role is Role.AGENT:
+            if method in STREAMS:
+                return ((Reason.TOO_MANY_STREAMS, limits.agent_streams),)
             return ((Reason.TOO_MANY_CALLS, limits.agent_calls),)
         if method in LONG_POLLS:
             return (Reason.TOO_MANY_CALLS, limits.tenant_calls), (Reason.TOO_MANY_WAITS, limits.tenant_waits)
@@ -246,5 +270,6 @@ _MESSAGES = {
     Reason.TOO_MANY_HEAVY_CALLS: (
         "this tenant has {bound} invoice or metrics queries in flight, its bound; retry in {delay:g} s"
     ),
+    Reason.TOO_MANY_STREAMS: "{subject} has {bound} streams open, its bound; retry in {delay:g} s",
     Reason.SERVER_OVERLOADED: "the server has {bound} calls in flight, its bound; retry in {delay:g} s",
 }

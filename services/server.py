@@ -195,6 +195,7 @@ class ControlPlane:
         self._samples: SampleStore | None = None
         self._server: grpc.aio.Server | None = None
         self._health: health.aio.HealthServicer | None = None
+        self._agents: AgentServicer | None = None
         self._limiter: CallLimiter | None = None
         # The background loops: the releaser, the idempotency janitor, the operation watch,
         # metrics maintenance, the heartbeat flush, the agents' directives and the node
@@ -320,7 +321,8 @@ class ControlPlane:
         reachability = Reachability(store, heartbeats, directives, fleet)
         leader = FleetLeader(store, NodeReconciler(store, directives, fleet), reachability, fleet)
         self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
-        agent_pb2_grpc.add_AgentServiceServicer_to_server(AgentServicer(store, heartbeats, directives, leader), server)
+        self._agents = AgentServicer(store, heartbeats, directives, leader)
+        agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
             AllocationServicer(store, page_tokens, wake_releaser), server
         )
@@ -371,6 +373,8 @@ class ControlPlane:
         """Stop serving, drain in-flight RPCs, stop the background loops and close the store."""
         if self._health is not None:
             await self._health.enter_graceful_shutdown()
+        if self._agents is not None:
+            self._agents.close_streams()  # agents' streams would hold the drain to its end
         if self._server is not None:
             await self._server.stop(self.config.grace_seconds)
         if self._limiter is not None:

@@ -1,10 +1,12 @@
 """``NodeAgent``: one node's agent loop against the control plane's AgentService.
 
 It registers the node with its inventory, then every interval (jittered, starting at a random
-phase so that many agents do not beat in step) sends a Heartbeat, a ReportStatus when what it
-observes changed or an action finished, and one WriteSamples of its GPUs' readings. Each
-action the instructions name is performed once, in a task of its own; its result is sent with
-every report until the instructions stop naming it. The pure parts (the jitter, the status and
+phase so that many agents do not beat in step) sends a beat on its Connect stream, a
+ReportStatus when what it observes changed or an action finished, and one WriteSamples of its
+GPUs' readings. The instructions come back on the stream whenever they change, so new work
+starts at once rather than at the next beat; a broken stream is opened again at the next beat.
+Each action the instructions name is performed once, in a task of its own; its result is sent
+with every report until the instructions stop naming it. The pure parts (the jitter, the status and
 its diffing, the action bookkeeping, the link faults) are plain classes and functions here.
 """
 
@@ -392,6 +394,9 @@ class NodeAgent:
         self._refusal: RegistrationRefused | None = None
         self._node: node_pb2.Node | None = None
         self._instructions = agent_pb2.Instructions()
+        # The Connect stream the beats go on, and the task that follows what it pushes.
+        self._stream: grpc.aio.StreamStreamCall[agent_pb2.ConnectRequest, agent_pb2.ConnectResponse] | None = None
+        self._listener: asyncio.Task[None] | None = None
 
     @property
     def interval_s(self) -> float:
@@ -459,7 +464,9 @@ class NodeAgent:
                     log.exception("agent_beat_failed", node=self.identity.node_id)
                 await self._pause(agents, jittered(self.interval_s, self._jitter, self._random))
         finally:
-            tasks = list(self._tasks.values())
+            if self._stream is not None:
+                self._stream.cancel()
+            tasks = [*self._tasks.values(), *([] if self._listener is None else [self._listener])]
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
@@ -522,22 +529,41 @@ class NodeAgent:
             await self._telemetry(metrics, samples)
 
     async def _heartbeat(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
-        request = agent_pb2.HeartbeatRequest(node_id=self.identity.node_id)
-        try:
-            response = await self._rpc(agents.Heartbeat, request, "Heartbeat")
-        except _Dropped:
+        """One beat on the Connect stream, opening it first when there is none (or it ended)."""
+        if self._faults.dropping(asyncio.get_running_loop().time()):
+            self.stats.rpcs_dropped += 1
             return
-        except grpc.aio.AioRpcError as error:
-            self.stats.beats_failed += 1
-            self._failed("Heartbeat", error)
-            if error.code() == grpc.StatusCode.NOT_FOUND:
+        stream = self._stream
+        if stream is None or stream.done():
+            if stream is not None and await stream.code() == grpc.StatusCode.NOT_FOUND:
                 # The control plane does not know the node (deleted, or its store was reset):
                 # registering again is harmless for a node it knows, since the identity is the same.
                 await self._register(agents)
+            stream = self._stream = agents.Connect(metadata=self._metadata())
+            self._listener = asyncio.create_task(self._listen(stream), name=f"{self.identity.node_id}/instructions")
+        started = time.perf_counter()
+        try:
+            await stream.write(agent_pb2.ConnectRequest(node_id=self.identity.node_id))
+        except grpc.aio.AioRpcError as error:
+            self.stats.beats_failed += 1
+            self._failed("Heartbeat", error)
             return
+        except asyncio.InvalidStateError:
+            self.stats.beats_failed += 1  # the stream had ended cleanly: the next beat opens another
+            return
+        self.stats.latency("Heartbeat").record(time.perf_counter() - started)
         self.stats.beats_sent += 1
         self._ok("Heartbeat")
-        self._follow(response.instructions)
+
+    async def _listen(
+        self, stream: grpc.aio.StreamStreamCall[agent_pb2.ConnectRequest, agent_pb2.ConnectResponse]
+    ) -> None:
+        """Follow the instructions the control plane pushes on ``stream`` until it ends."""
+        try:
+            async for pushed in stream:
+                self._follow(pushed.instructions)
+        except grpc.aio.AioRpcError as error:
+            self._failed("Connect", error)
 
     async def _report(self, agents: agent_pb2_grpc.AgentServiceAsyncStub, samples: Sequence[GpuSample]) -> None:
         status = self._status.observe(samples, self._backend.xid_events())

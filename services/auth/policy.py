@@ -40,6 +40,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.NodeService/ListNodeEvents": OPERATOR,
     "/gpucloud.v1.AgentService/RegisterAgent": AGENT,
     "/gpucloud.v1.AgentService/Heartbeat": AGENT,
+    "/gpucloud.v1.AgentService/Connect": AGENT,
     "/gpucloud.v1.AgentService/ReportStatus": AGENT,
     "/gpucloud.v1.AllocationService/CreateAllocation": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/GetAllocation": OPERATOR_OR_TENANT,

@@ -4,7 +4,8 @@ Heartbeat must be answered without touching the database, yet with the node's cu
 and actions. Each replica keeps every node's record (services/fleet/repository.py NodeRecord)
 and re-reads, every ``refresh_s``, the nodes whose state changed since shortly before its last
 read, with a full read now and then for the flags a state change does not stamp. A node this
-replica moves is updated at once; one moved elsewhere shows within a refresh.
+replica moves is updated at once; one moved elsewhere shows within a refresh. An agent's open
+stream ``watch``es its node and is woken when the node's instructions change.
 """
 
 from __future__ import annotations
@@ -12,6 +13,8 @@ from __future__ import annotations
 import asyncio
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import structlog
@@ -52,6 +55,8 @@ class Directives:
         # When each node's record was last put from a transaction of this replica
         # (time.monotonic): a refresh that began before that read an older record.
         self._put_at: dict[str, float] = {}
+        # The events of the streams watching each node.
+        self._watchers: dict[str, set[asyncio.Event]] = {}
 
     def put(self, record: NodeRecord, *, read_at: float | None = None) -> None:
         """Take ``record``, read at ``read_at`` (``time.monotonic``; None: just now, by a
@@ -65,6 +70,29 @@ class Directives:
         elif self._put_at.get(record.node_id, -math.inf) > read_at:
             return
         self._nodes[record.node_id] = record
+        if held is None or _instructed(held) != _instructed(record):
+            for changed in self._watchers.get(record.node_id, ()):
+                changed.set()
+
+    @contextmanager
+    def watch(self, node_id: str) -> Iterator[asyncio.Event]:
+        """An event set whenever the node's instructions may have changed, for as long as the
+        block runs; ``wake_all`` sets it too."""
+        changed = asyncio.Event()
+        watchers = self._watchers.setdefault(node_id, set())
+        watchers.add(changed)
+        try:
+            yield changed
+        finally:
+            watchers.discard(changed)
+            if not watchers:
+                del self._watchers[node_id]
+
+    def wake_all(self) -> None:
+        """Set every watcher's event (the server is stopping: the streams look and end)."""
+        for watchers in self._watchers.values():
+            for changed in watchers:
+                changed.set()
 
     async def lookup(self, node_id: str) -> NodeRecord | None:
         """The node's record: from memory, or read once for a node registered elsewhere."""
@@ -102,3 +130,8 @@ class Directives:
                 log.warning("directives_refresh_failed", error=repr(error))
             count += 1
             await asyncio.sleep(self._refresh_s)
+
+
+def _instructed(record: NodeRecord) -> tuple[NodeState, int, bool]:
+    """What of a record the instructions are made of (``Directives.instructions``)."""
+    return record.state, record.state_changed_us, record.agent_managed

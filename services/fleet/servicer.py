@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
 
 from gpucloud.v1 import agent_pb2, agent_pb2_grpc
 from services.auth.principal import current_principal
-from services.errors import NotFound
+from services.errors import NotFound, Unavailable
 from services.fleet import commands
 from services.fleet.directives import Directives
 from services.fleet.heartbeats import Heartbeats
@@ -33,6 +35,13 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         self._heartbeats = heartbeats
         self._directives = directives
         self._leader = leader
+        self._closing = False
+
+    def close_streams(self) -> None:
+        """End every open Connect stream (UNAVAILABLE) and refuse new ones: the server is
+        stopping, and a stream would otherwise hold its drain for the whole grace period."""
+        self._closing = True
+        self._directives.wake_all()
 
     async def _record(self, node_id: str) -> NodeRecord:
         check_speaks_for(current_principal(), node_id)
@@ -63,6 +72,53 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         record = await self._record(checked_id("node_id", request.node_id))
         self._heartbeats.beat(record.node_id)
         return agent_pb2.HeartbeatResponse(instructions=self._instructions(record))
+
+    async def Connect(
+        self, requests: AsyncIterator[agent_pb2.ConnectRequest], context: Context
+    ) -> AsyncIterator[agent_pb2.ConnectResponse]:
+        """Note each beat as Heartbeat does; send the node's instructions at once and whenever
+        they change. The first beat names the node (checked as Heartbeat checks it); the rest
+        are read on a task of this call's own, and each must name the same node."""
+        beats = aiter(requests)
+        first = await anext(beats, None)
+        if first is None:
+            return  # closed before its first beat
+        node_id = (await self._record(checked_id("node_id", first.node_id))).node_id
+        self._heartbeats.beat(node_id)
+        with self._directives.watch(node_id) as changed:
+            reading = asyncio.create_task(self._beats(node_id, beats, changed), name=f"beats-{node_id}")
+            try:
+                sent = None
+                while True:
+                    changed.clear()
+                    if reading.done():
+                        reading.result()  # raises when the agent broke a rule
+                        return  # the agent closed its side
+                    if self._closing:
+                        raise Unavailable(
+                            reason="SERVER_STOPPING", message="the control plane is stopping; connect again"
+                        )
+                    instructions = self._directives.instructions(await self._record(node_id))
+                    if instructions != sent:
+                        yield agent_pb2.ConnectResponse(instructions=instructions_to_proto(instructions))
+                        sent = instructions
+                    await changed.wait()
+            finally:
+                reading.cancel()
+                await asyncio.gather(reading, return_exceptions=True)
+
+    async def _beats(
+        self, node_id: str, requests: AsyncIterator[agent_pb2.ConnectRequest], done: asyncio.Event
+    ) -> None:
+        """Note every beat of a stream for ``node_id``; ``done`` is set when the stream ends."""
+        try:
+            async for beat in requests:
+                if beat.node_id != node_id:
+                    # INVALID_ARGUMENT, PERMISSION_DENIED or NOT_FOUND, as for a first beat.
+                    await self._record(checked_id("node_id", beat.node_id))
+                self._heartbeats.beat(node_id)
+        finally:
+            done.set()
 
     async def ReportStatus(
         self, request: agent_pb2.ReportStatusRequest, context: Context

@@ -46,12 +46,14 @@ class WireAgent:
     node_id: str
     token: str
     channel: grpc.aio.Channel
+    # The token's public id, to revoke it by ("" when the test made the token otherwise).
+    token_id: str = ""
 
     @classmethod
     async def minted(cls, operator: AsyncClient, address: str, node_id: str) -> WireAgent:
         """An agent for ``node_id`` with a token the operator mints for it."""
-        token = (await operator.create_agent_token(node_id)).token
-        return cls(node_id, token, grpc.aio.insecure_channel(address))
+        created = await operator.create_agent_token(node_id)
+        return cls(node_id, created.token, grpc.aio.insecure_channel(address), created.token_id)
 
     async def __aenter__(self) -> WireAgent:
         return self
@@ -90,6 +92,10 @@ class WireAgent:
         """One heartbeat; the instructions it was answered with."""
         request = agent_pb2.HeartbeatRequest(node_id=node_id or self.node_id)
         return (await self._stub.Heartbeat(request, metadata=self._metadata, timeout=10)).instructions
+
+    def connect(self) -> grpc.aio.StreamStreamCall[agent_pb2.ConnectRequest, agent_pb2.ConnectResponse]:
+        """A Connect stream; the caller writes the beats and reads what is pushed."""
+        return self._stub.Connect(metadata=self._metadata)
 
     async def report(
         self, *results: agent_pb2.ActionResult, node_id: str | None = None, status: agent_pb2.NodeStatus | None = None

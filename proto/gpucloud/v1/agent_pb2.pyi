@@ -150,6 +150,49 @@ class HeartbeatResponse(_message.Message):
 Global___HeartbeatResponse: _TypeAlias = HeartbeatResponse  # noqa: Y015
 
 @_typing.final
+class ConnectRequest(_message.Message):
+    """One beat on a Connect stream."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectRequest: _TypeAlias = ConnectRequest  # noqa: Y015
+
+@_typing.final
+class ConnectResponse(_message.Message):
+    """The node's instructions, sent when the stream opens and whenever they change."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INSTRUCTIONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def instructions(self) -> Global___Instructions: ...
+    def __init__(
+        self,
+        *,
+        instructions: Global___Instructions | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instructions", b"instructions"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ConnectResponse: _TypeAlias = ConnectResponse  # noqa: Y015
+
+@_typing.final
 class ReportStatusRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -210,7 +253,7 @@ class Instructions(_message.Message):
     desired_state: _node_pb2.NodeState.ValueType
     """The node's lifecycle state as the control plane records it."""
     heartbeat_interval_ms: _builtins.int
-    """How often to send Heartbeat, in milliseconds."""
+    """How often to beat (Heartbeat, or a message on Connect), in milliseconds."""
     @_builtins.property
     def actions(self) -> _containers.RepeatedCompositeFieldContainer[Global___Action]:
         """Work to do, at most one of each kind. An action keeps its id until the control plane has

@@ -30,11 +30,12 @@ class AgentServiceStub:
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     def __init__(self, channel):
@@ -53,6 +54,11 @@ class AgentServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_agent__pb2.HeartbeatRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_agent__pb2.HeartbeatResponse.FromString,
                 _registered_method=True)
+        self.Connect = channel.stream_stream(
+                '/gpucloud.v1.AgentService/Connect',
+                request_serializer=gpucloud_dot_v1_dot_agent__pb2.ConnectRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_agent__pb2.ConnectResponse.FromString,
+                _registered_method=True)
         self.ReportStatus = channel.unary_unary(
                 '/gpucloud.v1.AgentService/ReportStatus',
                 request_serializer=gpucloud_dot_v1_dot_agent__pb2.ReportStatusRequest.SerializeToString,
@@ -65,11 +71,12 @@ class AgentServiceServicer:
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     def RegisterAgent(self, request, context):
@@ -84,6 +91,17 @@ class AgentServiceServicer:
 
     def Heartbeat(self, request, context):
         """"Still here." Cheap by design; see the service comment.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Connect(self, request_iterator, context):
+        """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
+        control plane sends the node's instructions when the stream opens and again each time they
+        change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
+        stream; so does a token revoked while it is open. The control plane ends every stream when
+        it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -109,6 +127,11 @@ def add_AgentServiceServicer_to_server(servicer, server):
                     request_deserializer=gpucloud_dot_v1_dot_agent__pb2.HeartbeatRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_agent__pb2.HeartbeatResponse.SerializeToString,
             ),
+            'Connect': grpc.stream_stream_rpc_method_handler(
+                    servicer.Connect,
+                    request_deserializer=gpucloud_dot_v1_dot_agent__pb2.ConnectRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_agent__pb2.ConnectResponse.SerializeToString,
+            ),
             'ReportStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.ReportStatus,
                     request_deserializer=gpucloud_dot_v1_dot_agent__pb2.ReportStatusRequest.FromString,
@@ -127,11 +150,12 @@ class AgentService:
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     @staticmethod
@@ -178,6 +202,33 @@ class AgentService:
             '/gpucloud.v1.AgentService/Heartbeat',
             gpucloud_dot_v1_dot_agent__pb2.HeartbeatRequest.SerializeToString,
             gpucloud_dot_v1_dot_agent__pb2.HeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Connect(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/gpucloud.v1.AgentService/Connect',
+            gpucloud_dot_v1_dot_agent__pb2.ConnectRequest.SerializeToString,
+            gpucloud_dot_v1_dot_agent__pb2.ConnectResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -31,11 +31,12 @@ class AgentServiceStub:
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     @_typing.overload
@@ -50,6 +51,13 @@ class AgentServiceStub:
     """
     Heartbeat: _grpc.UnaryUnaryMultiCallable[_agent_pb2.HeartbeatRequest, _agent_pb2.HeartbeatResponse]
     """"Still here." Cheap by design; see the service comment."""
+    Connect: _grpc.StreamStreamMultiCallable[_agent_pb2.ConnectRequest, _agent_pb2.ConnectResponse]
+    """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
+    control plane sends the node's instructions when the stream opens and again each time they
+    change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
+    stream; so does a token revoked while it is open. The control plane ends every stream when
+    it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
+    """
     ReportStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportStatusRequest, _agent_pb2.ReportStatusResponse]
     """What the agent observes now, and the results of the actions it finished."""
 
@@ -59,11 +67,12 @@ class AgentServiceAsyncStub(AgentServiceStub):
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     def __init__(self, channel: _aio.Channel) -> None: ...
@@ -75,6 +84,13 @@ class AgentServiceAsyncStub(AgentServiceStub):
     """
     Heartbeat: _aio.UnaryUnaryMultiCallable[_agent_pb2.HeartbeatRequest, _agent_pb2.HeartbeatResponse]  # type: ignore[assignment]
     """"Still here." Cheap by design; see the service comment."""
+    Connect: _aio.StreamStreamMultiCallable[_agent_pb2.ConnectRequest, _agent_pb2.ConnectResponse]  # type: ignore[assignment]
+    """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
+    control plane sends the node's instructions when the stream opens and again each time they
+    change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
+    stream; so does a token revoked while it is open. The control plane ends every stream when
+    it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
+    """
     ReportStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportStatusRequest, _agent_pb2.ReportStatusResponse]  # type: ignore[assignment]
     """What the agent observes now, and the results of the actions it finished."""
 
@@ -83,11 +99,12 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     CreateAgentToken) and speaks only for that node: a request naming another node is
     PERMISSION_DENIED.
 
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: Heartbeat,
-    sent every interval, is answered from memory and writes nothing durable per call; ReportStatus
-    is written, and an agent sends it only when what it observes has changed or an action has
-    finished. Both answer with the node's instructions, so an agent learns of new work within one
-    interval.
+    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
+    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
+    written, and an agent sends it only when what it observes has changed or an action has
+    finished. An agent beats on its Connect stream, where the control plane pushes the node's
+    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
+    the instructions, for an agent that cannot hold a stream open.
     """
 
     @_abc_1.abstractmethod
@@ -109,6 +126,19 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_agent_pb2.HeartbeatResponse, _abc.Awaitable[_agent_pb2.HeartbeatResponse]]:
         """"Still here." Cheap by design; see the service comment."""
+
+    @_abc_1.abstractmethod
+    def Connect(
+        self,
+        request_iterator: _MaybeAsyncIterator[_agent_pb2.ConnectRequest],
+        context: _ServicerContext,
+    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ConnectResponse], _abc.AsyncIterator[_agent_pb2.ConnectResponse]]:
+        """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
+        control plane sends the node's instructions when the stream opens and again each time they
+        change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
+        stream; so does a token revoked while it is open. The control plane ends every stream when
+        it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
+        """
 
     @_abc_1.abstractmethod
     def ReportStatus(

@@ -275,10 +275,20 @@ class Plane:
             node = node_pb2.Node(node_id=self.registered[-1].node_id, state=node_pb2.NODE_STATE_BURN_IN)
             return agent_pb2.RegisterAgentResponse(node=node, instructions=self.instructions()).SerializeToString()
 
-        async def heartbeat(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        async def connect(
+            requests: AsyncIterator[bytes], context: grpc.aio.ServicerContext[bytes, bytes]
+        ) -> AsyncIterator[bytes]:
+            # Pushes the instructions when a beat finds them changed (the real server pushes them
+            # the moment they change).
             self._token(context)
-            self.beats += 1
-            return agent_pb2.HeartbeatResponse(instructions=self.instructions()).SerializeToString()
+            sent = None
+            async for request in requests:
+                assert agent_pb2.ConnectRequest.FromString(request).node_id == IDENTITY.node_id
+                self.beats += 1
+                now = self.instructions()
+                if now != sent:
+                    yield agent_pb2.ConnectResponse(instructions=now).SerializeToString()
+                    sent = now
 
         async def report(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             self._token(context)
@@ -292,7 +302,7 @@ class Plane:
 
         return {
             AGENT_SERVICE + "RegisterAgent": register,
-            AGENT_SERVICE + "Heartbeat": heartbeat,
+            AGENT_SERVICE + "Connect": connect,
             AGENT_SERVICE + "ReportStatus": report,
             WRITE_SAMPLES: write,
         }
