@@ -1,0 +1,74 @@
+"""From what an agent reports of its GPUs to the observations the health policy counts.
+
+An agent's status (AgentService ``NodeStatus``) describes each GPU as it is now: present or
+off the bus, its throttle reasons, the XID codes raised since the last status, lifetime ECC
+counters and the row-remap flags. ``observations`` turns one status, given the one before it,
+into strikes: a GPU off the bus, each XID code, thermal or power throttling, a counter that
+rose, a remap pending or failed. Counters count only when they rise between two statuses: a
+first status says nothing of when its totals accumulated. Pure, like the policy.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+from services.health.policy import (
+    ECC_CORRECTABLE_RISING,
+    ECC_UNCORRECTABLE,
+    OFF_BUS,
+    ROW_REMAP_FAILURE,
+    ROW_REMAP_PENDING,
+    THROTTLE_POWER,
+    THROTTLE_THERMAL,
+    Observation,
+    signal_of_xid,
+)
+
+# NVML's clocks event reasons (the agent reports their names) that mean heat or power.
+THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
+POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+
+
+@dataclass(frozen=True, slots=True)
+class GpuReading:
+    """One GPU in one status, as the agent reported it."""
+
+    index: int
+    present: bool = True
+    throttle_reasons: frozenset[str] = frozenset()
+    xid_codes: tuple[int, ...] = ()
+    ecc_corrected_total: int = 0
+    ecc_uncorrected_total: int = 0
+    remapped_rows_pending: bool = False
+    remapped_rows_failure: bool = False
+
+
+def observations(
+    readings: Iterable[GpuReading], before: Mapping[int, GpuReading] | None, at_s: float
+) -> list[Observation]:
+    """The strikes one status carries, at ``at_s``; ``before`` is the previous status's GPUs by
+    index (None for a node's first status)."""
+    found: list[Observation] = []
+    for gpu in readings:
+        index = gpu.index
+        signals: list[str] = []
+        if not gpu.present:
+            signals.append(OFF_BUS)
+        signals += [signal_of_xid(code) for code in gpu.xid_codes]
+        if gpu.throttle_reasons & THERMAL_REASONS:
+            signals.append(THROTTLE_THERMAL)
+        if gpu.throttle_reasons & POWER_REASONS:
+            signals.append(THROTTLE_POWER)
+        previous = None if before is None else before.get(index)
+        if previous is not None:
+            if gpu.ecc_uncorrected_total > previous.ecc_uncorrected_total:
+                signals.append(ECC_UNCORRECTABLE)
+            if gpu.ecc_corrected_total > previous.ecc_corrected_total:
+                signals.append(ECC_CORRECTABLE_RISING)
+        if gpu.remapped_rows_pending:
+            signals.append(ROW_REMAP_PENDING)
+        if gpu.remapped_rows_failure:
+            signals.append(ROW_REMAP_FAILURE)
+        found += [Observation(signal, at_s, index) for signal in signals]
+    return found
