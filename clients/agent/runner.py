@@ -561,6 +561,7 @@ class NodeAgent:
         """Follow the instructions the control plane pushes on ``stream`` until it ends."""
         try:
             async for pushed in stream:
+                self._ok("Connect")
                 self._follow(pushed.instructions)
         except grpc.aio.AioRpcError as error:
             self._failed("Connect", error)

@@ -257,6 +257,9 @@ class Plane:
     reports: list[agent_pb2.ReportStatusRequest] = field(default_factory=list)
     samples: list[metrics_pb2.WriteSamplesRequest] = field(default_factory=list)
     tokens: set[str] = field(default_factory=set)
+    # Connect streams ended with UNAVAILABLE after their first beat, the first ones opened.
+    streams_to_break: int = 0
+    streams: int = 0
 
     def instructions(self) -> agent_pb2.Instructions:
         carried: dict[str, int] = {}
@@ -281,8 +284,11 @@ class Plane:
             # Pushes the instructions when a beat finds them changed (the real server pushes them
             # the moment they change).
             self._token(context)
+            self.streams += 1
             sent = None
             async for request in requests:
+                if self.streams <= self.streams_to_break:
+                    await context.abort(grpc.StatusCode.UNAVAILABLE, "scripted break")
                 assert agent_pb2.ConnectRequest.FromString(request).node_id == IDENTITY.node_id
                 self.beats += 1
                 now = self.instructions()
@@ -437,6 +443,16 @@ async def test_a_lost_heartbeat_sends_nothing_for_that_long(scripted: Start) -> 
         await until(lambda: agent.stats.rpcs_dropped >= 6)
         assert (plane.beats, len(plane.reports), len(plane.samples)) == calls
         await until(lambda: plane.beats > calls[0])  # and it beats again afterwards
+
+
+async def test_a_broken_stream_is_opened_again_at_the_next_beat(scripted: Start) -> None:
+    plane = Plane(streams_to_break=2)
+    agent = make_agent(await scripted(plane.methods()))
+    async with running(agent):
+        await until(lambda: plane.streams == 3)
+        beats = plane.beats
+        await until(lambda: plane.beats >= beats + 3)
+        assert plane.streams == 3  # the unbroken stream carries every later beat
 
 
 async def test_the_servers_interval_overrides_the_agents(scripted: Start) -> None:
