@@ -3,7 +3,8 @@ control plane on a loopback port, and real clients.
 
 Set GPUCLOUD_TEST_DATABASE_URL to a PostgreSQL server URL (postgresql+asyncpg://user@host/db)
 to run every database-backed test against PostgreSQL: each test then creates a database of its
-own and drops it afterwards, never trusting what an earlier run left on the server.
+own (a copy of one migrated at the start of the session) and drops it afterwards, never
+trusting what an earlier run left on the server.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import asyncio
 import inspect
 import os
 import secrets
+import shutil
 import socket
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -36,23 +38,69 @@ def backend() -> str:
     return "postgresql" if os.environ.get(PG_ENV) else "sqlite"
 
 
-@pytest.fixture
-async def database_url(tmp_path: Path) -> AsyncIterator[str]:
-    """A URL of an empty database that exists for this test only."""
+@pytest.fixture(scope="session")
+def schema_template(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A database migrated to the schema's head once per session, for tests to start from a
+    copy of: migrating takes 0.1 s on SQLite and 0.25 s on PostgreSQL, copying a tenth of that.
+    On SQLite the path of a closed database file; on PostgreSQL the name of a database."""
     admin_url = os.environ.get(PG_ENV)
     if not admin_url:
-        yield f"sqlite+aiosqlite:///{tmp_path / 'test.db'}"
+        path = tmp_path_factory.mktemp("schema") / "head.db"
+        asyncio.run(_migrate(f"sqlite+aiosqlite:///{path}"))
+        yield str(path)
         return
-    url = make_url(admin_url)
-    name = f"gpucloud_test_{secrets.token_hex(6)}"
-    dsn = url.set(drivername="postgresql").render_as_string(hide_password=False)
+    name = f"gpucloud_template_{secrets.token_hex(6)}"
+    asyncio.run(_admin(admin_url, f'CREATE DATABASE "{name}"'))
+    try:
+        asyncio.run(_migrate(make_url(admin_url).set(database=name).render_as_string(hide_password=False)))
+        yield name
+    finally:
+        asyncio.run(_admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+
+
+async def _migrate(url: str) -> None:
+    await (await Database.open(url)).close()
+
+
+async def _admin(admin_url: str, statement: str) -> None:
+    dsn = make_url(admin_url).set(drivername="postgresql").render_as_string(hide_password=False)
     admin = await asyncpg.connect(dsn)
     try:
-        await admin.execute(f'CREATE DATABASE "{name}"')
-        yield url.set(database=name).render_as_string(hide_password=False)
+        await admin.execute(statement)
     finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
         await admin.close()
+
+
+@asynccontextmanager
+async def own_database(path: Path, template: str | None) -> AsyncIterator[str]:
+    """The URL of a database for one test, dropped afterwards: a copy of ``template``, or empty
+    when None. On SQLite the database is the file ``path``; on PostgreSQL a new database."""
+    admin_url = os.environ.get(PG_ENV)
+    if not admin_url:
+        if template is not None:
+            shutil.copyfile(template, path)
+        yield f"sqlite+aiosqlite:///{path}"
+        return
+    name = f"gpucloud_test_{secrets.token_hex(6)}"
+    await _admin(admin_url, f'CREATE DATABASE "{name}"' + ("" if template is None else f' TEMPLATE "{template}"'))
+    try:
+        yield make_url(admin_url).set(database=name).render_as_string(hide_password=False)
+    finally:
+        await _admin(admin_url, f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+async def database_url(tmp_path: Path, schema_template: str) -> AsyncIterator[str]:
+    """A URL of a database for this test only, its schema at the head and no rows in it."""
+    async with own_database(tmp_path / "test.db", schema_template) as url:
+        yield url
+
+
+@pytest.fixture
+async def fresh_database_url(tmp_path: Path) -> AsyncIterator[str]:
+    """A URL of an empty database (no schema at all) for this test only: for tests of migrating."""
+    async with own_database(tmp_path / "test.db", None) as url:
+        yield url
 
 
 @asynccontextmanager

@@ -31,11 +31,11 @@ def _current_revision(connection: Connection) -> str | None:
 
 
 @asynccontextmanager
-async def _migrated(database_url: str) -> AsyncIterator[AsyncConnection]:
+async def _migrated(fresh_database_url: str) -> AsyncIterator[AsyncConnection]:
     """A connection to the database after Database.open has migrated it to head."""
-    store = await Database.open(database_url)
+    store = await Database.open(fresh_database_url)
     await store.close()
-    engine = null_pool_engine(database_url)
+    engine = null_pool_engine(fresh_database_url)
     try:
         async with engine.connect() as connection:
             yield connection
@@ -47,9 +47,9 @@ async def _migrated(database_url: str) -> AsyncIterator[AsyncConnection]:
 # it (and says so); the next test checks that it exists.
 @pytest.mark.filterwarnings("ignore:autogenerate skipping metadata-specified expression-based index")
 @pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
-async def test_head_matches_models(database_url: str) -> None:
+async def test_head_matches_models(fresh_database_url: str) -> None:
     """After Database.open the live schema equals SQLModel.metadata: autogenerate finds no difference."""
-    async with _migrated(database_url) as connection:
+    async with _migrated(fresh_database_url) as connection:
         differences = await connection.run_sync(_differences)
         revision = await connection.run_sync(_current_revision)
     assert differences == []
@@ -57,7 +57,7 @@ async def test_head_matches_models(database_url: str) -> None:
 
 
 @pytest.mark.filterwarnings("ignore:Skipped unsupported reflection of expression-based index")
-async def test_migrations_create_every_model_table_and_index(database_url: str) -> None:
+async def test_migrations_create_every_model_table_and_index(fresh_database_url: str) -> None:
     """Every table and named index of the models exists after migrating, the live-assignment index unique."""
 
     def read(connection: Connection) -> tuple[set[str], dict[str, bool], set[str]]:
@@ -77,7 +77,7 @@ async def test_migrations_create_every_model_table_and_index(database_url: str) 
         names = {str(name) for (name,) in connection.execute(text(catalog))}
         return set(inspector.get_table_names()), indexes, names
 
-    async with _migrated(database_url) as connection:
+    async with _migrated(fresh_database_url) as connection:
         tables, indexes, index_names = await connection.run_sync(read)
     assert set(SQLModel.metadata.tables) <= tables
     expected = {index.name for table in SQLModel.metadata.tables.values() for index in table.indexes}
@@ -86,12 +86,12 @@ async def test_migrations_create_every_model_table_and_index(database_url: str) 
     assert indexes["uq_assignment_live_node"] is True
 
 
-async def test_registration_looks_gpus_up_through_the_index(database_url: str) -> None:
+async def test_registration_looks_gpus_up_through_the_index(fresh_database_url: str) -> None:
     """The case-insensitive GPU lookup of RegisterNode is an index search, not a scan of every GPU."""
     # The lookup's one statement, as the step yields it.
     statement = next(gpu_owners(["GPU-a", "GPU-b"]))
     params = dict(statement.params)
-    async with _migrated(database_url) as connection:
+    async with _migrated(fresh_database_url) as connection:
         if connection.dialect.name == "sqlite":
             explained = await connection.execute(text(f"EXPLAIN QUERY PLAN {statement.text}"), params)
             plan = [str(row[-1]) for row in explained]

@@ -88,10 +88,11 @@ async def test_cordon_committed_during_placement_keeps_the_node_free(store: Data
     assert node.allocation_id is None
 
 
-async def test_replicas_opening_a_fresh_database_together_both_start(database_url: str) -> None:
+async def test_replicas_opening_a_fresh_database_together_both_start(fresh_database_url: str) -> None:
     """Two control planes migrating one empty database at once both come up (migrations serialize)."""
     # Without the migration lock this deadlocks on PostgreSQL: bound it so the test fails instead.
-    first, second = await asyncio.wait_for(asyncio.gather(Database.open(database_url), Database.open(database_url)), 60)
+    url = fresh_database_url
+    first, second = await asyncio.wait_for(asyncio.gather(Database.open(url), Database.open(url)), 60)
     try:
         async with first.read() as session:
             version = await session.connection()

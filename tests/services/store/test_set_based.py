@@ -12,9 +12,7 @@ are checked there against the answers they must give in order.
 from __future__ import annotations
 
 import asyncio
-import os
 import re
-import secrets
 import sqlite3
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
@@ -23,9 +21,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
-import asyncpg
 import pytest
-from sqlalchemy.engine import make_url
 
 from services.allocations import commands, set_based
 from services.allocations.releaser import release_batch
@@ -44,7 +40,7 @@ from services.store.engine import Database
 from services.store.tx import Sql, Tx, run_on_connection
 from services.store.writer import SqliteWriter
 from services.tenants import commands as tenant_commands
-from tests.conftest import PG_ENV
+from tests.conftest import own_database
 
 T = TypeVar("T")
 H100, A100 = GpuModel.H100, GpuModel.A100
@@ -63,29 +59,13 @@ Outcome = tuple[object, ...]
 
 @asynccontextmanager
 async def fresh_store(tmp_path: Path, name: str) -> AsyncIterator[Database]:
-    """A second store on an empty database of its own, made as conftest's ``database_url`` and
-    ``store`` fixtures make theirs (a file beside the test's, or a new PostgreSQL database)."""
-    admin_url = os.environ.get(PG_ENV)
-    if not admin_url:
-        opened = await Database.open(f"sqlite+aiosqlite:///{tmp_path / f'{name}.db'}")
+    """A second store on an empty database of its own, migrated by opening it."""
+    async with own_database(tmp_path / f"{name}.db", None) as url:
+        opened = await Database.open(url)
         try:
             yield opened
         finally:
             await opened.close()
-        return
-    url = make_url(admin_url)
-    database = f"gpucloud_test_{secrets.token_hex(6)}"
-    admin = await asyncpg.connect(url.set(drivername="postgresql").render_as_string(hide_password=False))
-    try:
-        await admin.execute(f'CREATE DATABASE "{database}"')
-        opened = await Database.open(url.set(database=database).render_as_string(hide_password=False))
-        try:
-            yield opened
-        finally:
-            await opened.close()
-    finally:
-        await admin.execute(f'DROP DATABASE IF EXISTS "{database}" WITH (FORCE)')
-        await admin.close()
 
 
 async def add_ready_node(store: Database, node_id: str, model: GpuModel, rack: str) -> None:
