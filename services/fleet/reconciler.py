@@ -22,11 +22,11 @@ It runs only on the replica holding the ``node-reconciler`` lease (services/flee
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 
 import structlog
 
@@ -54,6 +54,13 @@ MEDIAN_MAX_AGE_S = 1.0
 MEDIAN_SAMPLE = 1000
 # How soon a burn-in waiting for a quorum of results looks again.
 QUORUM_WAIT_S = 1.0
+
+
+@functools.lru_cache(maxsize=2 * MEDIAN_SAMPLE)
+def _figures(result_json: str) -> BurnInFigures:
+    """A burn-in result's figures. Cached: the median reads the model's latest results every
+    second, and decoding the same 1,000 again each time took 2% of a converging server's loop."""
+    return BurnInFigures(**json.loads(result_json))
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +138,7 @@ class NodeReconciler:
             return result
         if result.error:
             return await self._move(record, NodeEvent.FAIL_BURN_IN, f"burn-in could not run: {result.error}")
-        figures = BurnInFigures(**json.loads(result.result_json))
+        figures = _figures(result.result_json)
         median = await self._median(record.gpu_model)
         if median.figures is None or median.sample < min(self._config.burn_in_quorum, median.fleet):
             # Too few of the model have reported for a median to mean anything yet.
@@ -164,7 +171,7 @@ class NodeReconciler:
 
             read_at = time.monotonic()
             results, fleet = await self._store.query(read())
-            figures = [BurnInFigures(**json.loads(r)) for r in results]
+            figures = [_figures(r) for r in results]
             median = _Median(fleet_median(figures) if figures else None, len(figures), fleet, read_at)
             self._medians[gpu_model] = median
             return median
@@ -188,11 +195,11 @@ class NodeReconciler:
         if elapsed < timeout:
             return Outcome(requeue_after_s=timeout - elapsed)
         why = f"drain overdue: the tenant has held the node {elapsed:.0f} s since the drain (timeout {timeout:.0f} s)"
-        await self._store.transact(partial(_record_once, record, NodeEvent.DRAIN_OVERDUE, why))
+        await self._store.transact(functools.partial(_record_once, record, NodeEvent.DRAIN_OVERDUE, why))
         return Outcome()
 
     async def _move(self, record: NodeRecord, event: NodeEvent, reason: str) -> Outcome:
-        moved = await self._store.transact(partial(_move, record, event, reason, locking=self._locking))
+        moved = await self._store.transact(functools.partial(_move, record, event, reason, locking=self._locking))
         if moved is None:
             return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
         self._directives.put(moved)

@@ -12,7 +12,8 @@ at REPEATABLE READ, read-only, so that a read sees one snapshot on both database
 Every write transaction of the control plane is SQL steps (store/tx.py) run by ``transact``:
 on SQLite by the writer (store/writer.py), which commits them in groups; on PostgreSQL on a
 pooled asyncpg connection, one asyncpg transaction each. Every read is SQL steps run by
-``query`` in one read-only snapshot. ``read()`` and ``write()`` hand out SQLAlchemy sessions
+``query`` in one read-only snapshot: on SQLite whole on a reader thread (store/readers.py), on
+PostgreSQL in a session of the shared pool. ``read()`` and ``write()`` hand out SQLAlchemy sessions
 for what is not a repository (tests and tools that set up or inspect rows). On SQLite the
 writer and ``write()`` share an asyncio lock held for the whole transaction, so the process's
 two write connections take turns in order instead of polling each other through the busy
@@ -37,6 +38,7 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 
 from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
+from services.store.readers import SqliteReaders
 from services.store.set_based import SetBased
 from services.store.tx import Tx, run_in_session, run_on_asyncpg
 from services.store.writer import SqliteWriter
@@ -107,9 +109,12 @@ class Database:
         read_engine: AsyncEngine,
         writer: SqliteWriter | None = None,
         write_lock: asyncio.Lock | None = None,
+        readers: SqliteReaders | None = None,
     ) -> None:
         self.url = url
         self._writer = writer
+        # SQLite only: ``query`` runs there, whole, in one hop; ``read`` sessions use the engine.
+        self._readers = readers
         # SQLite only: shared with the writer, so its two write connections take turns.
         self._write_lock = write_lock
         self._write_engine = write_engine
@@ -152,14 +157,15 @@ class Database:
             writer: SqliteWriter | None = SqliteWriter(
                 parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000, lock=write_lock
             )
+            readers: SqliteReaders | None = SqliteReaders(parsed.database, timeout=SQLITE_BUSY_TIMEOUT_MS / 1000)
         else:
             write_engine = create_async_engine(url, pool_size=10, max_overflow=10, hide_parameters=True)
             _replace_closed_connections(write_engine)
             # Same pool; a read is one snapshot, as on SQLite: at PostgreSQL's default READ
             # COMMITTED each statement would see a newer state than the one before it.
             read_engine = write_engine.execution_options(isolation_level="REPEATABLE READ", postgresql_readonly=True)
-            writer, write_lock = None, None
-        store = cls(url, write_engine, read_engine, writer, write_lock)
+            writer, write_lock, readers = None, None, None
+        store = cls(url, write_engine, read_engine, writer, write_lock, readers)
         try:
             async with write_engine.begin() as connection:
                 if write_engine.dialect.name == "postgresql":
@@ -317,6 +323,8 @@ class Database:
         return await asyncio.shield(self._owned(self._query(step)))
 
     async def _query(self, step: Tx[T]) -> T:
+        if self._readers is not None:
+            return await self._readers.query(step)
         async with self.read() as session:
             return await run_in_session(session, step)
 
@@ -333,6 +341,8 @@ class Database:
         if self._writer is not None:
             await self._writer.close()
         await self.settled()  # before the pool goes
+        if self._readers is not None:
+            await self._readers.close()
         await self._write_engine.dispose()
         if self._read_engine.sync_engine.pool is not self._write_engine.sync_engine.pool:
             await self._read_engine.dispose()  # SQLite's own read pool; PostgreSQL's is shared

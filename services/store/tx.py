@@ -126,8 +126,10 @@ def run_on_connection(connection: sqlite3.Connection, tx: Tx[T]) -> T:
             try:
                 if statement.rows is not None:
                     cursor.executemany(statement.text, statement.rows)
-                else:
+                elif statement.params:
                     cursor.execute(statement.text, statement.params)
+                else:
+                    cursor.execute(statement.text)  # sqlite3 takes a dict or a sequence, not a mapping proxy
             except sqlite3.IntegrityError as error:
                 raise Refused(str(error)) from error
             rows = cursor.fetchall() if cursor.description else []

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import secrets
+import sqlite3
 import statistics
 import time
 from collections import Counter
@@ -20,7 +21,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import pytest
@@ -34,10 +35,14 @@ from sqlalchemy.engine import Engine
 from clients import ResourceExhaustedError
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc, billing_pb2, billing_pb2_grpc, node_pb2, node_pb2_grpc
 from services.server import StartError
+from services.store import readers
+from services.store.tx import Tx, run_on_connection
 from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane, until
 
 # Long enough that no cancel completes during a test: every operation stays pending.
 NEVER_SCRUBBED = 600.0
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -139,18 +144,36 @@ async def limited(tmp_path: Path, database_url: str, request: pytest.FixtureRequ
 
 @contextmanager
 def reads_of(table: str) -> Iterator[list[str]]:
-    """The SQL statements that read ``table`` while the block runs, on any engine."""
+    """The SQL statements that read ``table`` while the block runs: on SQLite as its reader
+    threads run them (store/readers.py), on PostgreSQL as SQLAlchemy's engines do."""
     seen: list[str] = []
 
     def note(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
         if f"FROM {table}" in statement:
             seen.append(statement)
 
+    def noted(step: Tx[T]) -> Tx[T]:
+        try:
+            statement = next(step)
+            while True:
+                note(None, None, statement.text)
+                statement = step.send((yield statement))
+        except StopIteration as done:
+            result: T = done.value
+            return result
+
+    run = run_on_connection
+
+    def counted(connection: sqlite3.Connection, step: Tx[T]) -> T:
+        return run(connection, noted(step))
+
+    setattr(readers, "run_on_connection", counted)  # noqa: B010 (a spy on the real function)
     event.listen(Engine, "before_cursor_execute", note)
     try:
         yield seen
     finally:
         event.remove(Engine, "before_cursor_execute", note)
+        setattr(readers, "run_on_connection", run)  # noqa: B010
 
 
 @pytest.mark.parametrize("limited", [{"tenant_max_waits": 4}], indirect=True)

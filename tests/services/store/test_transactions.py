@@ -295,6 +295,30 @@ async def test_writer_locked_out_past_its_timeout_fails_the_group_then_recovers(
         await writer.close()
 
 
+async def test_writer_waits_out_a_lock_shorter_than_its_timeout_without_holding_the_loop(sqlite_file: str) -> None:
+    """The writer's connection tries BEGIN with no busy wait; held elsewhere, the lock is
+    waited for on the writer's thread: the transaction commits once it is free, and the loop
+    runs meanwhile."""
+    writer = SqliteWriter(sqlite_file, timeout=5)
+    await writer.start()
+    holder = sqlite3.connect(sqlite_file, isolation_level=None)
+    try:
+        holder.execute("BEGIN IMMEDIATE")
+        blocked = asyncio.ensure_future(writer.run(partial(add_tenant, "waited")))
+        ticks = 0
+        for _ in range(20):
+            await asyncio.sleep(0.01)
+            ticks += 1
+        assert not blocked.done()
+        holder.execute("ROLLBACK")
+        assert await blocked == "waited"
+        assert ticks == 20
+        assert [r[0] for r in holder.execute("SELECT tenant_id FROM tenants")] == ["waited"]
+    finally:
+        holder.close()
+        await writer.close()
+
+
 async def test_writer_close_runs_what_is_queued_and_then_refuses(sqlite_file: str) -> None:
     writer = SqliteWriter(sqlite_file, timeout=5)
     await writer.start()
