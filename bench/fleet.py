@@ -14,7 +14,8 @@ it (the default) the figures are the control loop's alone. A 10,000-node fleet's
 this machine's memory for the head: telemetry at that scale is measured by bench/telemetry.py,
 not here.
 
-Printed: time to converge; each call's p50/p99 while converging, and the heartbeat's in steady
+Printed: time to converge; each call's p50/p99 while converging and how many a node made, and
+the server's CPU and write transactions a node; the heartbeat's p50/p99 in steady
 state (a message written on the agent's Connect stream, as the agents saw it);
 server CPU seconds per 1,000 heartbeats and its share of one core; database write transactions
 and rows per heartbeat; nodes marked unreachable that never stopped beating (false marks).
@@ -143,7 +144,7 @@ async def run(
         await fleet.mint_tokens(server.operator_token)
         print(f"minted {nodes:,} agent tokens in {time.perf_counter() - began:.1f} s")
 
-        began = time.perf_counter()
+        began, before = time.perf_counter(), await server.sample()
         agents = asyncio.create_task(fleet.run())
         try:
             while True:
@@ -159,8 +160,12 @@ async def run(
                 seen = fleet.stats.latency(method)
                 print(
                     f"while converging, {method} p50 {seen.quantile(0.5) * 1e3:.1f} ms,"
-                    f" p99 {seen.quantile(0.99) * 1e3:.1f} ms"
+                    f" p99 {seen.quantile(0.99) * 1e3:.1f} ms, {seen.count / nodes:.2f} a node"
                 )
+            print(
+                f"while converging, a node cost the server {(sample.cpu_s - before.cpu_s) / nodes * 1e3:.1f} ms of CPU"
+                f" and {(sample.committed - before.committed) / nodes:.2f} write transactions"
+            )
             await asyncio.sleep(interval_s)  # one interval to settle into the steady beat
 
             fleet.stats.latencies.clear()
