@@ -54,6 +54,8 @@ from services.fleet.leader import FleetLeader
 from services.fleet.reachability import Reachability
 from services.fleet.reconciler import NodeReconciler
 from services.fleet.servicer import AgentServicer
+from services.health.config import HealthConfig
+from services.health.controller import NodeHealth
 from services.interceptors import ControlPlaneInterceptor
 from services.limits import CallLimiter, CallLimits
 from services.metrics.commands import Metrics
@@ -166,6 +168,8 @@ class ServerConfig:
     max_calls_in_flight: int = CallLimits.calls_in_flight
     # Agents' heartbeats, the node reconciler's timeouts and thresholds, and its lease.
     fleet: FleetConfig = field(default_factory=FleetConfig)
+    # The health controller's safety limits (services/health/config.py).
+    health: HealthConfig = field(default_factory=HealthConfig)
 
     def call_limits(self) -> CallLimits:
         """The bounds on concurrent calls; ValueError for one under 1."""
@@ -319,7 +323,8 @@ class ControlPlane:
         heartbeats = Heartbeats(store, persist_every_s=interval, flush_s=interval / 2)
         directives = Directives(store, refresh_s=fleet.directives_refresh_s, heartbeat_interval_s=interval)
         reachability = Reachability(store, heartbeats, directives, fleet)
-        leader = FleetLeader(store, NodeReconciler(store, directives, fleet), reachability, fleet)
+        reconciler, node_health = NodeReconciler(store, directives, fleet), NodeHealth(store, config.health)
+        leader = FleetLeader(store, reconciler, reachability, fleet, node_health, config.health)
         self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)

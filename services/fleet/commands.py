@@ -8,7 +8,7 @@ from functools import partial
 from services.auth.principal import Principal
 from services.clock import now_us
 from services.fleet import repository as repo
-from services.fleet.repository import NodeRecord, ResultRecord
+from services.fleet.repository import NodeRecord, ResultRecord, StatusReport
 from services.nodes import commands as node_commands
 from services.nodes.inventory import Inventory
 from services.nodes.repository import GpuDetails, NodeView
@@ -26,7 +26,7 @@ async def register_agent(
     return view, repo.record_of(view.row, last_heartbeat_us=now), now
 
 
-async def report(store: Database, node_id: str, status_json: str | None, results: Sequence[ResultRecord]) -> None:
-    """Store what the node's agent reports; the servicer has checked that the caller speaks for
-    ``node_id``."""
-    await store.transact(partial(repo.save_report, node_id, status_json, results, now_us=now_us()))
+async def report(store: Database, node_id: str, status: StatusReport | None, results: Sequence[ResultRecord]) -> int:
+    """Store what the node's agent reports, and the health strikes its status carries (how many
+    is returned); the servicer has checked that the caller speaks for ``node_id``."""
+    return await store.transact(partial(repo.save_report, node_id, status, results, now_us=now_us()))

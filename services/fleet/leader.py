@@ -1,5 +1,6 @@
-"""What the replica holding the ``node-reconciler`` lease runs: the reconciler's controller and
-the reachability sweep, started afresh each time this replica becomes the leader."""
+"""What the replica holding the ``node-reconciler`` lease runs: the reconciler's controller, the
+health controller and the reachability sweep, started afresh each time this replica becomes the
+leader."""
 
 from __future__ import annotations
 
@@ -11,6 +12,8 @@ from services.control.lease import LeaderElector, holder_id
 from services.fleet.config import FleetConfig
 from services.fleet.reachability import Reachability
 from services.fleet.reconciler import NodeReconciler
+from services.health.config import HealthConfig
+from services.health.controller import NodeHealth
 from services.store.engine import Database
 
 LEASE_NAME = "node-reconciler"
@@ -20,12 +23,21 @@ class FleetLeader:
     """Runs the node reconciler while this replica holds the lease; ``notify`` queues a node."""
 
     def __init__(
-        self, store: Database, reconciler: NodeReconciler, reachability: Reachability, config: FleetConfig
+        self,
+        store: Database,
+        reconciler: NodeReconciler,
+        reachability: Reachability,
+        config: FleetConfig,
+        health: NodeHealth,
+        health_config: HealthConfig,
     ) -> None:
         self._reconciler = reconciler
         self._reachability = reachability
         self._config = config
+        self._health = health
+        self._health_config = health_config
         self._controller: Controller[str] | None = None
+        self._health_controller: Controller[str] | None = None
         self.elector = LeaderElector(
             store,
             LEASE_NAME,
@@ -46,6 +58,12 @@ class FleetLeader:
         if self._controller is not None:
             self._controller.queue.add(node_id, critical=critical)
 
+    def notify_health(self, node_id: str) -> None:
+        """Ask the health controller to look at ``node_id`` (new strikes); nothing when this
+        replica does not lead (the leader's resync finds the node)."""
+        if self._health_controller is not None:
+            self._health_controller.queue.add(node_id)
+
     async def run(self) -> None:
         """Lead whenever the lease can be had, until cancelled (a manager's loop)."""
         await self.elector.run(self._lead)
@@ -59,12 +77,21 @@ class FleetLeader:
             list_keys=self._reconciler.list_keys,
             resync_s=config.resync_s,
         )
-        self._controller = controller
+        health: Controller[str] = Controller(
+            "health",
+            self._health.reconcile,
+            workers=self._health_config.workers,
+            list_keys=self._health.list_keys,
+            resync_s=self._health_config.resync_s,
+        )
+        self._controller, self._health_controller = controller, health
         leading_since = now_us()
         try:
             async with asyncio.TaskGroup() as group:
                 group.create_task(controller.run(), name="node-reconciler")
+                group.create_task(health.run(), name="health")
                 group.create_task(self._reachability.run(leading_since_us=leading_since), name="reachability")
         finally:
-            self._controller = None
+            self._controller = self._health_controller = None
             controller.shut_down()
+            health.shut_down()

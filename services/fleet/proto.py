@@ -13,6 +13,7 @@ from services.fleet.actions import SCRUB_STEPS, ActionKind
 from services.fleet.burn_in import FIGURES
 from services.fleet.directives import Instructions
 from services.fleet.repository import ResultRecord
+from services.health.signals import GpuReading
 from services.nodes.proto import NODE_STATE_TO_PROTO
 from services.nodes.repository import GpuDetails
 from services.validation import Violations
@@ -116,3 +117,25 @@ def checked_results(v: Violations, results: list[agent_pb2.ActionResult]) -> lis
             payload = {name: getattr(result.scrub, name) for name in SCRUB_STEPS}
         records.append(ResultRecord(result.action_id, kind.value, json.dumps(payload, sort_keys=True), ""))
     return records
+
+
+def gpu_readings(status: agent_pb2.NodeStatus) -> list[GpuReading]:
+    """The GPUs of a status as the health signals read them."""
+    return [
+        GpuReading(
+            gpu.index,
+            gpu.present,
+            frozenset(gpu.throttle_reasons),
+            tuple(gpu.xid_codes),
+            gpu.ecc_corrected_total,
+            gpu.ecc_uncorrected_total,
+            gpu.remapped_rows_pending,
+            gpu.remapped_rows_failure,
+        )
+        for gpu in status.gpus
+    ]
+
+
+def stored_readings(status_json: str) -> list[GpuReading]:
+    """The GPUs of a status as stored (``checked_status``'s JSON)."""
+    return gpu_readings(json_format.Parse(status_json, agent_pb2.NodeStatus()))

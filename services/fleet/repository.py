@@ -3,11 +3,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from services.fleet.actions import action_for
+from services.health import repository as health_repo
+from services.health.policy import Observation
+from services.health.signals import GpuReading, observations
 from services.nodes.repository import GpuDetails, Node
 from services.nodes.transitions import NodeState
 from services.store.tx import Sql, Tx, for_update
@@ -140,14 +143,33 @@ def adopt(node_id: str, gpus: Sequence[tuple[int, GpuDetails]], *, now_us: int) 
         )
 
 
-def save_report(node_id: str, status_json: str | None, results: Sequence[ResultRecord], *, now_us: int) -> Tx[None]:
-    """Store the node's status (replacing the last) and any results not stored yet."""
-    if status_json is not None:
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    """A status as an agent reported it: stored as ``json``, read by the health signals as
+    ``readings``; ``stored`` reads a status stored earlier the same way."""
+
+    json: str
+    readings: Sequence[GpuReading]
+    stored: Callable[[str], Sequence[GpuReading]]
+
+
+def save_report(node_id: str, status: StatusReport | None, results: Sequence[ResultRecord], *, now_us: int) -> Tx[int]:
+    """Store the node's status (replacing the last), the strikes it carries (services/health),
+    and any results not stored yet; the number of strikes."""
+    strikes: list[Observation] = []
+    if status is not None:
+        before = None
+        # A counter at zero cannot have risen: only then is the status before it worth decoding.
+        if any(gpu.ecc_corrected_total or gpu.ecc_uncorrected_total for gpu in status.readings):
+            previous = yield from status_of(node_id)
+            before = None if previous is None else {gpu.index: gpu for gpu in status.stored(previous)}
+        strikes = observations(status.readings, before, now_us / 1e6)
+        yield from health_repo.record(node_id, strikes, at_us=now_us)
         yield Sql(
             "INSERT INTO node_status (node_id, status_json, reported_us) VALUES (:id, :status, :now)"
             " ON CONFLICT (node_id) DO UPDATE SET status_json = excluded.status_json,"
             " reported_us = excluded.reported_us",
-            {"id": node_id, "status": status_json, "now": now_us},
+            {"id": node_id, "status": status.json, "now": now_us},
         )
     if results:
         yield Sql(
@@ -166,6 +188,7 @@ def save_report(node_id: str, status_json: str | None, results: Sequence[ResultR
                 for r in results
             ],
         )
+    return len(strikes)
 
 
 def status_of(node_id: str) -> Tx[str | None]:

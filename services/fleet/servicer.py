@@ -15,8 +15,15 @@ from services.fleet import commands
 from services.fleet.directives import Directives
 from services.fleet.heartbeats import Heartbeats
 from services.fleet.leader import FleetLeader
-from services.fleet.proto import checked_results, checked_status, gpu_details, instructions_to_proto
-from services.fleet.repository import NodeRecord
+from services.fleet.proto import (
+    checked_results,
+    checked_status,
+    gpu_details,
+    gpu_readings,
+    instructions_to_proto,
+    stored_readings,
+)
+from services.fleet.repository import NodeRecord, StatusReport
 from services.nodes.commands import check_speaks_for
 from services.nodes.proto import node_to_proto
 from services.nodes.servicer import checked_inventory
@@ -126,12 +133,16 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         """Store the node's status and results; a result wakes the reconciler for the node."""
         v = Violations()
         v.identifier("node_id", request.node_id)
-        status = checked_status(v, request.status) if request.HasField("status") else None
+        status = None
+        if request.HasField("status"):
+            status = StatusReport(checked_status(v, request.status), gpu_readings(request.status), stored_readings)
         results = checked_results(v, list(request.results))
         v.raise_if_any()
         record = await self._record(request.node_id)
-        await commands.report(self._store, record.node_id, status, results)
+        strikes = await commands.report(self._store, record.node_id, status, results)
         self._heartbeats.beat(record.node_id)
         if results:
             self._leader.notify(record.node_id)
+        if strikes:
+            self._leader.notify_health(record.node_id)
         return agent_pb2.ReportStatusResponse(instructions=self._instructions(record))

@@ -150,6 +150,10 @@ class Decision:
         )
 
 
+# How far back any rule looks: the strikes older than this never count.
+LONGEST_WINDOW_S = max(rule.window_s for rule in POLICY)
+
+
 def signal_of_xid(code: int) -> str:
     """The signal an XID code counts as: its own when the policy names it, else ``xid:unknown``."""
     return xid(code) if xid(code) in _NAMED else XID_UNKNOWN

@@ -134,6 +134,16 @@ def _flags_for(row: Node, event: NodeEvent, reason: str) -> Node:
     return row
 
 
+def drain(row: Node, reason: str, *, actor: str) -> Tx[Node]:
+    """DRAIN ``row`` as DrainNode does (cordoned; drain pending while a tenant holds it), as a
+    step of the caller's transaction; the node as written."""
+    return (
+        yield from repo.apply(
+            _flags_for(row, NodeEvent.DRAIN, reason), NodeEvent.DRAIN, reason=reason, actor=actor, now_us=now_us()
+        )
+    )
+
+
 def _transition(node_id: str, event: NodeEvent, reason: str, *, actor: str, locking: bool) -> Tx[NodeView]:
     row = yield from repo.get_row(node_id, locking=locking)
     yield from repo.apply(_flags_for(row, event, reason), event, reason=reason, actor=actor, now_us=now_us())

@@ -45,6 +45,10 @@ class NodeEvent(StrEnum):
     # A drain has waited longer than its timeout for the tenant to release the node: recorded
     # once, for operators; the node stays with its tenant.
     DRAIN_OVERDUE = "DRAIN_OVERDUE"
+    # The health controller's decisions that move no state (services/health/controller.py):
+    # one that asks for no removal (notify the tenant), and a removal a safety limit held back.
+    HEALTH = "HEALTH"
+    HEALTH_HELD = "HEALTH_HELD"
     START_BURN_IN = "START_BURN_IN"
     PASS_BURN_IN = "PASS_BURN_IN"
     FAIL_BURN_IN = "FAIL_BURN_IN"

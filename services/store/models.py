@@ -108,6 +108,23 @@ class NodeStatusRow(SQLModel, table=True):
     reported_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
+class HealthObservationRow(SQLModel, table=True):
+    """One bad signal an agent's status carried (services/health/signals.py): a strike the
+    health policy counts. ``seq`` orders the strikes of one report; ``gpu_index`` is None for
+    the node as a whole."""
+
+    __tablename__ = "health_observations"
+    # The health controller reads a node's strikes within the policy's longest window, and the
+    # resync the nodes with strikes since a time.
+    __table_args__ = (Index("ix_health_observations_at", "at_us"),)
+
+    node_id: str = Field(primary_key=True, foreign_key="nodes.node_id", max_length=63)
+    at_us: int = Field(sa_column=Column(BigInteger, primary_key=True))
+    seq: int = Field(primary_key=True)
+    gpu_index: int | None = Field(default=None)
+    signal: str = Field(max_length=64)
+
+
 class ActionResultRow(SQLModel, table=True):
     """An action's result as the node's agent reported it: burn-in figures or a scrub report, as JSON.
 

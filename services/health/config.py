@@ -1,0 +1,35 @@
+"""The health controller's settings: its safety limits and how often it looks again."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class HealthConfig:
+    """Removals a pool (the nodes of one GPU model) may lose to automation in an hour: the
+    larger of ``removals_per_hour`` and ``removal_share_per_hour`` of the pool. Past it the
+    controller removes nothing more and says so: that many nodes failing at once is more likely
+    a monitoring or control-plane fault than hardware (as Kubernetes slows evictions when a
+    whole zone looks down)."""
+
+    removals_per_hour: int = 3
+    removal_share_per_hour: float = 0.10
+    # How often every node with recent strikes is looked at again, whatever was missed.
+    resync_s: float = 30.0
+    # When a removal was held back, how soon it is tried again.
+    held_retry_s: float = 60.0
+    workers: int = 2
+
+    def __post_init__(self) -> None:
+        if self.removals_per_hour < 0:
+            raise ValueError(f"removals_per_hour must be >= 0, got {self.removals_per_hour}")
+        if not 0.0 <= self.removal_share_per_hour <= 1.0:
+            raise ValueError(f"removal_share_per_hour must be within 0-1, got {self.removal_share_per_hour}")
+        if self.resync_s <= 0 or self.held_retry_s <= 0 or self.workers < 1:
+            raise ValueError("resync_s and held_retry_s must be > 0, workers >= 1")
+
+    def removal_limit(self, pool_size: int) -> int:
+        """How many of a pool of ``pool_size`` nodes may be removed in an hour."""
+        return max(self.removals_per_hour, math.ceil(self.removal_share_per_hour * pool_size))

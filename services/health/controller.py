@@ -1,0 +1,132 @@
+"""The health controller: turns a node's strikes into the policy's decision, and applies it.
+
+Level-triggered, on the replica that leads the fleet (services/fleet/leader.py): a pass over a
+node reads its strikes within the policy's longest window, asks ``decide`` (policy.py) for the
+most severe action that fired, and acts on the difference between that and what it has done
+already:
+
+- nothing fired, or the decision is settled (a ``DRAIN`` or ``HEALTH`` event of the controller's
+  since the node's latest strike): nothing;
+- NOTIFY_TENANT: a ``HEALTH`` event with the evidence (the signal, the strikes, the window, the
+  rule), which ``gpucloud nodes events`` shows; the node stays in service;
+- any removal (drain after the job, drain now, quarantine, repair, RMA): a ``DRAIN`` with the
+  evidence as its reason, through the node transition table: a free node leaves service at
+  once, a held one drains while its tenant keeps it (replacing it with a spare is not built
+  yet, so DRAIN_NOW drains as DRAIN_AFTER_JOB does);
+- a removal past the pool's safety limit (config.py): not applied, a ``HEALTH_HELD`` event once
+  per strike and an error log, and the node is looked at again later.
+
+Every move runs in a transaction that first checks the node is still in the state the pass
+read, so a pass racing an operator or the reconciler changes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from functools import partial
+
+import structlog
+
+from services.auth.principal import CONTROL_PLANE
+from services.clock import now_us
+from services.control.controller import Outcome
+from services.health import repository as repo
+from services.health.config import HealthConfig
+from services.health.policy import LONGEST_WINDOW_S, Action, Decision, decide
+from services.health.repository import NodeHealthView
+from services.nodes import commands as node_commands
+from services.nodes import repository as nodes_repo
+from services.nodes.transitions import NodeEvent, NodeState
+from services.store.engine import Database
+from services.store.tx import Tx
+
+log = structlog.get_logger(__name__)
+
+ACTOR = CONTROL_PLANE.actor
+HOUR_US = 3_600_000_000
+
+
+class NodeHealth:
+    """Decides and applies one node's health per call; see the module docstring."""
+
+    def __init__(self, store: Database, config: HealthConfig, *, clock: Callable[[], int] = now_us) -> None:
+        self._store = store
+        self._config = config
+        self._clock = clock
+
+    async def list_keys(self) -> list[str]:
+        """The in-service nodes with a strike within the policy's longest window."""
+        return await self._store.query(repo.struck_since(self._clock() - round(LONGEST_WINDOW_S * 1e6)))
+
+    async def reconcile(self, node_id: str) -> Outcome:
+        """One level-triggered pass over ``node_id``."""
+        now = self._clock()
+        seen = await self._store.query(repo.view(node_id, since_us=now - round(LONGEST_WINDOW_S * 1e6), actor=ACTOR))
+        if seen is None or seen.state in repo.OUT_OF_SERVICE or not seen.strikes:
+            return Outcome()
+        decision = decide(seen.strikes, now / 1e6)
+        latest_us = round(seen.strikes[-1].at_s * 1e6)
+        if decision is None or (seen.settled_us is not None and seen.settled_us >= latest_us):
+            return Outcome()
+        if decision.action <= Action.NOTIFY_TENANT:
+            await self._record(seen, NodeEvent.HEALTH, decision.evidence)
+            return Outcome()
+        drained, pool = await self._store.query(repo.removals(seen.gpu_model, since_us=now - HOUR_US, actor=ACTOR))
+        limit = self._config.removal_limit(pool)
+        if drained >= limit:
+            return await self._hold(seen, decision, drained, limit, latest_us)
+        moved = await self._store.transact(partial(_drain, seen, decision.evidence))
+        if moved is None:
+            return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
+        log.warning(
+            "health_drained",
+            node_id=node_id,
+            action=decision.action.name,
+            signal=decision.rule.signal,
+            strikes=decision.strikes,
+            state=moved.value,
+        )
+        return Outcome()
+
+    async def _hold(
+        self, seen: NodeHealthView, decision: Decision, drained: int, limit: int, latest_us: int
+    ) -> Outcome:
+        why = (
+            f"held: {decision.evidence}; {drained} of the {seen.gpu_model} pool removed in the last hour,"
+            f" limit {limit}: that many at once looks like a monitoring or control-plane fault"
+        )
+        if seen.held_us is None or seen.held_us < latest_us:
+            await self._record(seen, NodeEvent.HEALTH_HELD, why)
+            log.error(
+                "health_removals_held",
+                node_id=seen.node_id,
+                gpu_model=seen.gpu_model,
+                removed_last_hour=drained,
+                limit=limit,
+                action=decision.action.name,
+            )
+        return Outcome(requeue_after_s=self._config.held_retry_s)
+
+    async def _record(self, seen: NodeHealthView, event: NodeEvent, reason: str) -> None:
+        await self._store.transact(partial(_record, seen, event, reason))
+
+
+def _still(seen: NodeHealthView) -> Tx[nodes_repo.Node | None]:
+    """The node's row if it is still in the state ``seen`` read, else None."""
+    row = yield from nodes_repo.find(seen.node_id)
+    return row if row is not None and NodeState(row.state) is seen.state else None
+
+
+def _drain(seen: NodeHealthView, reason: str) -> Tx[NodeState | None]:
+    """DRAIN the node if it is still as ``seen``; its new state, or None (nothing written)."""
+    row = yield from _still(seen)
+    if row is None:
+        return None
+    moved = yield from node_commands.drain(row, reason, actor=ACTOR)
+    return NodeState(moved.state)
+
+
+def _record(seen: NodeHealthView, event: NodeEvent, reason: str) -> Tx[None]:
+    row = yield from _still(seen)
+    if row is not None:
+        yield from nodes_repo.record_event(row, event, reason=reason, actor=ACTOR, now_us=now_us())

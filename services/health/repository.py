@@ -1,0 +1,106 @@
+"""Persistence of health strikes, and the reads the health controller decides from, as
+transaction steps (store/tx.py). Node states move only through services/nodes/repository.py."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from services.health.policy import Observation
+from services.nodes.transitions import NodeEvent, NodeState
+from services.store.tx import Sql, Tx
+
+# A node in one of these is out of service already: no decision can remove it further.
+OUT_OF_SERVICE = frozenset({NodeState.QUARANTINED, NodeState.REPAIR, NodeState.RETIRED, NodeState.DRAINING})
+# The events that settle a decision: it was applied (a drain) or recorded (nothing to remove).
+SETTLING = (NodeEvent.DRAIN.value, NodeEvent.HEALTH.value)
+
+
+def record(node_id: str, strikes: Sequence[Observation], *, at_us: int) -> Tx[None]:
+    """Store the strikes one status of ``node_id`` carried."""
+    if strikes:
+        yield Sql(
+            "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal)"
+            " VALUES (:node_id, :at_us, :seq, :gpu, :signal) ON CONFLICT DO NOTHING",
+            rows=[
+                {"node_id": node_id, "at_us": at_us, "seq": seq, "gpu": strike.gpu, "signal": strike.signal}
+                for seq, strike in enumerate(strikes)
+            ],
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class NodeHealthView:
+    """What one health decision about a node reads, in one snapshot."""
+
+    node_id: str
+    gpu_model: str
+    state: NodeState
+    strikes: list[Observation]
+    # The health controller's last event about the node that settled a decision, and the last
+    # that held one back (None: none since the strikes read began).
+    settled_us: int | None
+    held_us: int | None
+
+
+def view(node_id: str, *, since_us: int, actor: str) -> Tx[NodeHealthView | None]:
+    """The node, its strikes at or after ``since_us`` (oldest first), and ``actor``'s last
+    settling and holding events since then; None for an unknown node."""
+    found = (yield Sql("SELECT gpu_model, state FROM nodes WHERE node_id = :id", {"id": node_id})).first()
+    if found is None:
+        return None
+    rows = (
+        yield Sql(
+            "SELECT signal, at_us, gpu_index FROM health_observations WHERE node_id = :id AND at_us >= :since"
+            " ORDER BY at_us, seq",
+            {"id": node_id, "since": since_us},
+        )
+    ).rows
+    strikes = [Observation(str(signal), int(at) / 1e6, None if gpu is None else int(gpu)) for signal, at, gpu in rows]
+    events = (
+        yield Sql(
+            "SELECT event, MAX(at_us) FROM node_events WHERE node_id = :id AND actor = :actor AND at_us >= :since"
+            " AND event IN (:drain, :health, :held) GROUP BY event",
+            {
+                "id": node_id,
+                "actor": actor,
+                "since": since_us,
+                "drain": NodeEvent.DRAIN.value,
+                "health": NodeEvent.HEALTH.value,
+                "held": NodeEvent.HEALTH_HELD.value,
+            },
+        )
+    ).rows
+    latest = {str(event): int(at) for event, at in events}
+    settled = max((latest[e] for e in SETTLING if e in latest), default=None)
+    return NodeHealthView(node_id, str(found[0]), NodeState(found[1]), strikes, settled, latest.get("HEALTH_HELD"))
+
+
+def struck_since(since_us: int) -> Tx[list[str]]:
+    """The in-service nodes with a strike at or after ``since_us``."""
+    out = sorted(state.value for state in OUT_OF_SERVICE)
+    result = yield Sql(
+        "SELECT DISTINCT o.node_id FROM health_observations o JOIN nodes n ON n.node_id = o.node_id"
+        f" WHERE o.at_us >= :since AND n.state NOT IN ({', '.join(f':s{i}' for i in range(len(out)))})",
+        {"since": since_us, **{f"s{i}": state for i, state in enumerate(out)}},
+    )
+    return [str(row[0]) for row in result.rows]
+
+
+def removals(gpu_model: str, *, since_us: int, actor: str) -> Tx[tuple[int, int]]:
+    """How many nodes of ``gpu_model`` ``actor`` drained at or after ``since_us``, and how many
+    nodes of the model are in the fleet (not retired): a pool's removals and its size."""
+    drained = (
+        yield Sql(
+            "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
+            " WHERE n.gpu_model = :model AND e.event = :drain AND e.actor = :actor AND e.at_us >= :since",
+            {"model": gpu_model, "drain": NodeEvent.DRAIN.value, "actor": actor, "since": since_us},
+        )
+    ).first()
+    pool = (
+        yield Sql(
+            "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state <> :retired",
+            {"model": gpu_model, "retired": NodeState.RETIRED.value},
+        )
+    ).first()
+    return (0 if drained is None else int(drained[0])), (0 if pool is None else int(pool[0]))

@@ -1,0 +1,135 @@
+"""The health controller against the real server and simulated agents: a GPU that falls off the
+bus takes its node out of service with the evidence in its events, and so does correctable ECC
+rising report after report; an application's XID only tells the tenant; a pool losing many
+nodes at once keeps all but its hourly limit in service."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+from clients import AsyncClient
+from clients.agent.control import Fault
+from clients.agent.fleet import SimulatedFleet
+from services.health.config import HealthConfig
+from services.store.tx import Sql, Tx
+from tests.conftest import RunningControlPlane, running_control_plane, until
+from tests.e2e.agent_wire import FAST
+
+HEALTH = HealthConfig(removals_per_hour=2, removal_share_per_hour=0.10, resync_s=0.3, held_retry_s=0.3)
+
+
+async def states(operator: AsyncClient) -> dict[str, str]:
+    return {node.node_id: node.state for node in (await operator.list_nodes(page_size=1000)).items}
+
+
+@asynccontextmanager
+async def ready_fleet(plane: RunningControlPlane, nodes: int) -> AsyncIterator[SimulatedFleet]:
+    """``nodes`` simulated agents, every node READY."""
+    fleet = SimulatedFleet(plane.address, nodes, interval_s=0.3, seed=3, burn_in_seconds=0.05, scrub_seconds=0.05)
+    await fleet.mint_tokens(plane.operator_token)
+    running = asyncio.create_task(fleet.run())
+    try:
+        async with plane.client() as operator:
+
+            async def all_ready() -> bool:
+                now = await states(operator)
+                return len(now) == nodes and set(now.values()) == {"READY"}
+
+            await until(all_ready, timeout=30)
+        yield fleet
+    finally:
+        running.cancel()
+        await asyncio.gather(running, return_exceptions=True)
+
+
+async def test_a_gpu_off_the_bus_quarantines_its_node_and_an_application_xid_only_tells(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with (
+        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
+        ready_fleet(plane, 10) as fleet,
+        plane.client() as operator,
+    ):
+        fleet.inject("sim-0003", Fault.XID, gpu=2, code=79)
+        fleet.inject("sim-0004", Fault.XID, gpu=5, code=13)
+        fleet.inject("sim-0006", Fault.ECC, gpu=1, per_sample=5)
+
+        async def quarantined() -> bool:
+            return (await operator.get_node("sim-0003")).state == "QUARANTINED"
+
+        await until(quarantined, timeout=30)
+        [drain] = [e for e in (await operator.list_node_events("sim-0003")).items if e.event == "DRAIN"]
+        assert drain.actor == "control-plane"
+        assert drain.from_state == "READY"
+        assert drain.to_state == "QUARANTINED"
+        assert drain.reason.startswith("REPAIR: xid:79 on GPU 2, 1 in 1 h")
+        assert "fell off the bus" in drain.reason
+
+        async def told() -> bool:
+            events = (await operator.list_node_events("sim-0004")).items
+            return any(e.event == "HEALTH" for e in events)
+
+        await until(told, timeout=30)
+        [notice] = [e for e in (await operator.list_node_events("sim-0004")).items if e.event == "HEALTH"]
+        assert notice.reason.startswith("NOTIFY_TENANT: xid:13 on GPU 5")
+        assert (await operator.get_node("sim-0004")).state == "READY"
+        # Decided once: later passes over the same strikes add nothing.
+        await asyncio.sleep(1.0)
+        events = (await operator.list_node_events("sim-0004")).items
+        assert [e.event for e in events].count("HEALTH") == 1
+
+        # Correctable ECC counts as a strike each time it has risen since the status before;
+        # three in a day drain the node.
+        async def drained() -> bool:
+            return (await operator.get_node("sim-0006")).state == "QUARANTINED"
+
+        await until(drained, timeout=30)
+        assert set(await strikes(plane, "sim-0006")) == {(1, "ecc_correctable_rising")}
+        [drain] = [e for e in (await operator.list_node_events("sim-0006")).items if e.event == "DRAIN"]
+        assert drain.reason.startswith("DRAIN_AFTER_JOB: ecc_correctable_rising on GPU 1, 3 in 24 h")
+        others = await states(operator)
+        assert sorted(n for n, state in others.items() if state != "READY") == ["sim-0003", "sim-0006"]
+
+
+async def strikes(plane: RunningControlPlane, node_id: str) -> list[tuple[int, str]]:
+    def read() -> Tx[list[tuple[int, str]]]:
+        found = yield Sql("SELECT gpu_index, signal FROM health_observations WHERE node_id = :id", {"id": node_id})
+        return [(int(gpu), str(signal)) for gpu, signal in found.rows]
+
+    store = plane.plane.database
+    assert store is not None
+    return await store.query(read())
+
+
+async def test_a_pool_failing_at_once_loses_only_its_hourly_limit(tmp_path: Path, database_url: str) -> None:
+    """Ten nodes, a limit of max(2, 10%) = 2 an hour: five GPUs off the bus at once take two
+    nodes out of service; the other three stay READY with the removal held, and say why."""
+    failing = [f"sim-000{i}" for i in range(5)]
+    async with (
+        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
+        ready_fleet(plane, 10) as fleet,
+        plane.client() as operator,
+    ):
+        for node_id in failing:
+            fleet.inject(node_id, Fault.XID, gpu=0, code=79)
+
+        async def decided() -> bool:
+            held = 0
+            for node_id in failing:
+                events = (await operator.list_node_events(node_id)).items
+                held += any(e.event == "HEALTH_HELD" for e in events)
+            return held == 3
+
+        await until(decided, timeout=30)
+        await asyncio.sleep(1.0)  # further passes remove nothing more
+        now = await states(operator)
+        assert sorted(now[n] for n in failing) == ["QUARANTINED"] * 2 + ["READY"] * 3
+        assert [n for n, state in now.items() if n not in failing and state != "READY"] == []
+        for node_id in (n for n in failing if now[n] == "READY"):
+            events = (await operator.list_node_events(node_id)).items
+            [held] = [e for e in events if e.event == "HEALTH_HELD"]
+            assert held.reason.startswith("held: REPAIR: xid:79 on GPU 0")
+            assert "2 of the H100 pool removed in the last hour, limit 2" in held.reason
