@@ -174,18 +174,14 @@ class StatusTracker:
                 self._xids.setdefault(event.index, []).append(event.code)
         return node_status(samples, self._xids, self._gpus)
 
-    def due(self, status: agent_pb2.NodeStatus, *, results_pending: bool) -> bool:
-        """Whether ``status`` is to be reported."""
-        return results_pending or self._last_sent is None or status != self._last_sent
+    def changed(self, status: agent_pb2.NodeStatus) -> bool:
+        """Whether ``status`` differs from the last one the control plane stored (or none was)."""
+        return self._last_sent is None or status != self._last_sent
 
     def sent(self, status: agent_pb2.NodeStatus) -> None:
         """``status`` reached the control plane: its XID codes are delivered."""
         self._last_sent = status
         self._xids.clear()
-
-    def reset(self) -> None:
-        """The next status is due whatever it is (after a registration)."""
-        self._last_sent = None
 
 
 class ActionBook:
@@ -486,6 +482,7 @@ class NodeAgent:
 
     async def _register(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
         identity = self.identity
+        status = self._status.observe(self._backend.sample(), self._backend.xid_events())
         request = agent_pb2.RegisterAgentRequest(
             node_id=identity.node_id,
             gpu_model=identity.gpu_model_value,
@@ -493,6 +490,7 @@ class NodeAgent:
             zone=identity.zone,
             rack=identity.rack,
             leaf_switch=identity.leaf_switch,
+            status=status,
         )
         backoff, cap = REGISTER_BACKOFF_S
         while True:
@@ -511,7 +509,7 @@ class NodeAgent:
                 self._ok("RegisterAgent")
                 self.stats.registrations += 1
                 self._node = response.node
-                self._status.reset()
+                self._status.sent(status)
                 self._follow(response.instructions)
                 self._registered.set()
                 log.debug("agent_registered", node=identity.node_id, state=node_pb2.NodeState.Name(response.node.state))
@@ -569,9 +567,12 @@ class NodeAgent:
     async def _report(self, agents: agent_pb2_grpc.AgentServiceAsyncStub, samples: Sequence[GpuSample]) -> None:
         status = self._status.observe(samples, self._backend.xid_events())
         results = self._book.results()
-        if not self._status.due(status, results_pending=bool(results)):
+        changed = self._status.changed(status)
+        if not (changed or results):
             return
-        request = agent_pb2.ReportStatusRequest(node_id=self.identity.node_id, status=status, results=results)
+        request = agent_pb2.ReportStatusRequest(
+            node_id=self.identity.node_id, status=status if changed else None, results=results
+        )
         try:
             response = await self._rpc(agents.ReportStatus, request, "ReportStatus")
         except _Dropped:
@@ -582,7 +583,8 @@ class NodeAgent:
             return
         self.stats.reports_sent += 1
         self._ok("ReportStatus")
-        self._status.sent(status)
+        if changed:
+            self._status.sent(status)
         self._follow(response.instructions)
 
     async def _telemetry(self, metrics: metrics_pb2_grpc.MetricsServiceAsyncStub, samples: Sequence[GpuSample]) -> None:

@@ -16,12 +16,17 @@ from services.store.engine import Database
 
 
 async def register_agent(
-    store: Database, principal: Principal, inventory: Inventory, details: Sequence[tuple[int, GpuDetails]]
+    store: Database,
+    principal: Principal,
+    inventory: Inventory,
+    details: Sequence[tuple[int, GpuDetails]],
+    status: StatusReport | None,
 ) -> tuple[NodeView, NodeRecord, int]:
     """Register (or confirm) the agent's node and mark it managed by its agent, with its GPUs'
-    descriptions, in one transaction: the node, its record, and the heartbeat time written."""
+    descriptions and its status, in one transaction: the node, its record, and the heartbeat
+    time written."""
     now = now_us()
-    adopt = partial(repo.adopt, inventory.node_id, details, now_us=now)
+    adopt = partial(repo.adopt, inventory.node_id, details, status, now_us=now)
     view = await node_commands.register(store, principal, inventory, then=adopt)
     return view, repo.record_of(view.row, last_heartbeat_us=now), now
 

@@ -80,7 +80,9 @@ class FleetLeader:
         health: Controller[str] = Controller(
             "health",
             self._health.reconcile,
-            workers=self._health_config.workers,
+            # One worker: a pool's removals are counted and made one pass after another, so two
+            # passes can never both find the last removal of the hour free.
+            workers=1,
             list_keys=self._health.list_keys,
             resync_s=self._health_config.resync_s,
         )

@@ -115,8 +115,11 @@ def observed(node_id: str) -> Tx[tuple[NodeRecord | None, ResultRecord | None]]:
     return found, (yield from result_of(node_id, action.action_id))
 
 
-def adopt(node_id: str, gpus: Sequence[tuple[int, GpuDetails]], *, now_us: int) -> Tx[None]:
-    """Mark the node managed by its agent, heard from now, with its GPUs as the agent describes them."""
+def adopt(
+    node_id: str, gpus: Sequence[tuple[int, GpuDetails]], status: StatusReport | None, *, now_us: int
+) -> Tx[None]:
+    """Mark the node managed by its agent, heard from now, with its GPUs as the agent describes
+    them and the status it registered with (stored as ``save_report`` stores one)."""
     yield Sql(
         "UPDATE nodes SET agent_managed = TRUE, last_heartbeat_us = :now WHERE node_id = :id",
         {"id": node_id, "now": now_us},
@@ -141,6 +144,8 @@ def adopt(node_id: str, gpus: Sequence[tuple[int, GpuDetails]], *, now_us: int) 
                 for index, d in gpus
             ],
         )
+    if status is not None:
+        yield from save_report(node_id, status, (), now_us=now_us)
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from services.fleet.proto import (
     stored_readings,
 )
 from services.fleet.repository import NodeRecord, StatusReport
+from services.health.signals import observations
 from services.nodes.commands import check_speaks_for
 from services.nodes.proto import node_to_proto
 from services.nodes.servicer import checked_inventory
@@ -57,6 +58,15 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             raise NotFound.of("node", node_id, field_path="node_id")
         return record
 
+    @staticmethod
+    def _status(
+        v: Violations, request: agent_pb2.RegisterAgentRequest | agent_pb2.ReportStatusRequest
+    ) -> StatusReport | None:
+        """The request's status, checked; None when it carries none."""
+        if not request.HasField("status"):
+            return None
+        return StatusReport(checked_status(v, request.status), gpu_readings(request.status), stored_readings)
+
     def _instructions(self, record: NodeRecord) -> agent_pb2.Instructions:
         return instructions_to_proto(self._directives.instructions(record))
 
@@ -66,12 +76,17 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         """Register or confirm the caller's node; answer with the node and its instructions."""
         v = Violations()
         details = gpu_details(v, request)
+        status = self._status(v, request)
         inventory = checked_inventory(request, v)
-        view, record, heard_us = await commands.register_agent(self._store, current_principal(), inventory, details)
+        view, record, heard_us = await commands.register_agent(
+            self._store, current_principal(), inventory, details, status
+        )
         self._directives.put(record)
         self._heartbeats.persisted(record.node_id, heard_us)
         if record.state is NodeState.REGISTERED:
             self._leader.notify(record.node_id)
+        if status is not None and observations(status.readings, None, 0.0):
+            self._leader.notify_health(record.node_id)  # it registered with a fault
         return agent_pb2.RegisterAgentResponse(node=node_to_proto(view), instructions=self._instructions(record))
 
     async def Heartbeat(self, request: agent_pb2.HeartbeatRequest, context: Context) -> agent_pb2.HeartbeatResponse:
@@ -133,9 +148,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         """Store the node's status and results; a result wakes the reconciler for the node."""
         v = Violations()
         v.identifier("node_id", request.node_id)
-        status = None
-        if request.HasField("status"):
-            status = StatusReport(checked_status(v, request.status), gpu_readings(request.status), stored_readings)
+        status = self._status(v, request)
         results = checked_results(v, list(request.results))
         v.raise_if_any()
         record = await self._record(request.node_id)

@@ -20,15 +20,14 @@ class HealthConfig:
     resync_s: float = 30.0
     # When a removal was held back, how soon it is tried again.
     held_retry_s: float = 60.0
-    workers: int = 2
 
     def __post_init__(self) -> None:
         if self.removals_per_hour < 0:
             raise ValueError(f"removals_per_hour must be >= 0, got {self.removals_per_hour}")
         if not 0.0 <= self.removal_share_per_hour <= 1.0:
             raise ValueError(f"removal_share_per_hour must be within 0-1, got {self.removal_share_per_hour}")
-        if self.resync_s <= 0 or self.held_retry_s <= 0 or self.workers < 1:
-            raise ValueError("resync_s and held_retry_s must be > 0, workers >= 1")
+        if self.resync_s <= 0 or self.held_retry_s <= 0:
+            raise ValueError("resync_s and held_retry_s must be > 0")
 
     def removal_limit(self, pool_size: int) -> int:
         """How many of a pool of ``pool_size`` nodes may be removed in an hour."""

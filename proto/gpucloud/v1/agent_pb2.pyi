@@ -59,6 +59,7 @@ class RegisterAgentRequest(_message.Message):
     ZONE_FIELD_NUMBER: _builtins.int
     RACK_FIELD_NUMBER: _builtins.int
     LEAF_SWITCH_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
     zone: _builtins.str
@@ -67,6 +68,12 @@ class RegisterAgentRequest(_message.Message):
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[_node_pb2.Gpu]:
         """Exactly 8 GPUs with distinct UUIDs and indexes 0-7, described as NVML reports them."""
+
+    @_builtins.property
+    def status(self) -> Global___NodeStatus:
+        """The node's status as it registers, stored as ReportStatus stores one: the agent's first
+        report then carries only what changed after it.
+        """
 
     def __init__(
         self,
@@ -77,10 +84,11 @@ class RegisterAgentRequest(_message.Message):
         zone: _builtins.str = ...,
         rack: _builtins.str = ...,
         leaf_switch: _builtins.str = ...,
+        status: Global___NodeStatus | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["status", b"status"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_model", b"gpu_model", "gpus", b"gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "rack", b"rack", "zone", b"zone"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_model", b"gpu_model", "gpus", b"gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "rack", b"rack", "status", b"status", "zone", b"zone"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -201,7 +209,9 @@ class ReportStatusRequest(_message.Message):
     RESULTS_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     @_builtins.property
-    def status(self) -> Global___NodeStatus: ...
+    def status(self) -> Global___NodeStatus:
+        """Absent when unchanged since the last status the control plane stored (results alone)."""
+
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___ActionResult]:
         """Actions finished since the last report; sending one again is harmless."""

@@ -130,19 +130,16 @@ def test_an_identity_with_an_unknown_model_is_refused() -> None:
 # When a status is due -------------------------------------------------------------------------
 
 
-def test_a_status_is_due_first_then_only_when_it_changes() -> None:
+def test_a_status_is_news_first_then_only_when_it_changes() -> None:
     tracker = StatusTracker()
     samples = [sample(i) for i in range(8)]
     status = tracker.observe(samples, [])
-    assert tracker.due(status, results_pending=False)
+    assert tracker.changed(status)
     tracker.sent(status)
-    assert not tracker.due(tracker.observe(samples, []), results_pending=False)
-    assert tracker.due(tracker.observe(samples, []), results_pending=True)
+    assert not tracker.changed(tracker.observe(samples, []))
     counted = [sample(i, ecc=1 if i == 4 else 0) for i in range(8)]
-    assert tracker.due(tracker.observe(counted, []), results_pending=False)  # counters count
-    assert tracker.due(tracker.observe(samples[:7], []), results_pending=False)  # a GPU gone
-    tracker.reset()
-    assert tracker.due(tracker.observe(samples, []), results_pending=False)
+    assert tracker.changed(tracker.observe(counted, []))  # counters count
+    assert tracker.changed(tracker.observe(samples[:7], []))  # a GPU gone
 
 
 def test_xid_codes_gather_until_a_status_carrying_them_is_sent() -> None:
@@ -154,7 +151,7 @@ def test_xid_codes_gather_until_a_status_carrying_them_is_sent() -> None:
     tracker.sent(status)
     after = tracker.observe(samples, [])
     assert list(after.gpus[1].xid_codes) == []
-    assert tracker.due(after, results_pending=False)  # "no XID since" is news too
+    assert tracker.changed(after)  # "no XID since" is news too
 
 
 # Actions ------------------------------------------------------------------------------------
@@ -385,14 +382,16 @@ async def test_a_refused_registration_ends_the_run(scripted: Start) -> None:
         await agent.wait_registered()
 
 
-async def test_status_is_reported_once_then_only_on_change_and_telemetry_every_beat(scripted: Start) -> None:
+async def test_status_is_registered_then_reported_only_on_change_and_telemetry_every_beat(scripted: Start) -> None:
     plane = Plane()
     gpus = SimulatedGpus(IDENTITY.node_id)
     agent = make_agent(await scripted(plane.methods()), gpus)
     async with running(agent):
         await until(lambda: plane.beats >= 5 and len(plane.samples) >= 5)
-        assert len(plane.reports) == 1
-        assert [gpu.present for gpu in plane.reports[0].status.gpus] == [True] * 8
+        # The status went with the registration; nothing changed since, so nothing was reported.
+        [registered] = plane.registered
+        assert [gpu.present for gpu in registered.status.gpus] == [True] * 8
+        assert plane.reports == []
         gpus.inject_xid(2, 48)
         await until(lambda: any(list(r.status.gpus[2].xid_codes) == [48] for r in plane.reports))
         seen, beats = len(plane.reports), plane.beats
@@ -418,6 +417,8 @@ async def test_an_action_runs_once_and_its_result_is_sent_until_withdrawn(script
     carrying = [r for r in plane.reports if r.results]
     assert len(carrying) == 2
     assert carrying[0].results[0].burn_in.gemm_tflops == 740.0
+    # The status is unchanged since the registration carried it: the results travel alone.
+    assert [r.HasField("status") for r in carrying] == [False, False]
     assert work.runs == 1
     assert agent.stats.actions_done == 1
 

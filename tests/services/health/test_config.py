@@ -20,7 +20,7 @@ def test_a_pool_may_lose_the_larger_of_three_and_a_tenth_an_hour(pool: int, limi
         (lambda: HealthConfig(removals_per_hour=-1), "removals_per_hour"),
         (lambda: HealthConfig(removal_share_per_hour=1.5), "removal_share_per_hour"),
         (lambda: HealthConfig(resync_s=0.0), "resync_s"),
-        (lambda: HealthConfig(workers=0), "workers"),
+        (lambda: HealthConfig(held_retry_s=-1.0), "held_retry_s"),
     ],
 )
 def test_settings_that_make_no_sense_are_refused(make: Callable[[], HealthConfig], refused: str) -> None:
