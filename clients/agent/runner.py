@@ -1,7 +1,8 @@
 """``NodeAgent``: one node's agent loop against the control plane's AgentService.
 
-It registers the node with its inventory, then every interval (jittered, starting at a random
-phase so that many agents do not beat in step) sends a beat on its Connect stream, a
+It registers the node with its inventory and status and opens its Connect stream with a first
+beat, then every interval (jittered, starting at a random phase so that many agents do not beat
+in step) sends a beat on the stream, a
 ReportStatus when what it observes changed or an action finished, and one WriteSamples of its
 GPUs' readings. The instructions come back on the stream whenever they change, so new work
 starts at once rather than at the next beat; a broken stream is opened again at the next beat.
@@ -447,8 +448,10 @@ class NodeAgent:
         metrics = metrics_pb2_grpc.MetricsServiceStub(channel)
         try:
             await self._register(agents)
-            # A random phase first: agents started together do not beat together.
-            await self._pause(agents, self._random.uniform(0.0, self.interval_s))
+            # The first beat (which opens the stream) goes at once, so that what the control
+            # plane asks next (the burn-in's end, say) is pushed from then on; then a random
+            # phase, so that agents started together do not beat together.
+            pause = self._random.uniform(0.0, self.interval_s)
             while True:
                 try:
                     await self._beat(agents, metrics)
@@ -458,7 +461,8 @@ class NodeAgent:
                     # One bad beat (a backend error, say) must not end the agent.
                     self.stats.beat_errors += 1
                     log.exception("agent_beat_failed", node=self.identity.node_id)
-                await self._pause(agents, jittered(self.interval_s, self._jitter, self._random))
+                await self._pause(agents, pause)
+                pause = jittered(self.interval_s, self._jitter, self._random)
         finally:
             if self._stream is not None:
                 self._stream.cancel()
