@@ -38,6 +38,7 @@ class FleetLeader:
         self._health_config = health_config
         self._controller: Controller[str] | None = None
         self._health_controller: Controller[str] | None = None
+        reachability.on_strike = self.notify_health
         self.elector = LeaderElector(
             store,
             LEASE_NAME,

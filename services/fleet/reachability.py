@@ -25,6 +25,8 @@ from services.fleet.config import FleetConfig
 from services.fleet.directives import Directives
 from services.fleet.heartbeats import Heartbeats
 from services.fleet.repository import NodeRecord
+from services.health import repository as health_repo
+from services.health.policy import MISSED_HEARTBEATS, Observation
 from services.nodes import repository as nodes_repo
 from services.nodes.transitions import NodeEvent
 from services.store.engine import Database
@@ -52,6 +54,9 @@ class Reachability:
         self._clock = clock
         # Marks made by this replica, over its life: the benchmark's count of false marks.
         self.marked = 0
+        # Told of each node marked (a strike for the health policy): the fleet leader wakes its
+        # health controller for it.
+        self.on_strike: Callable[[str], None] = lambda node_id: None
 
     def _heard(self, node_id: str, recorded_us: int | None) -> int:
         return max(recorded_us or 0, self._heartbeats.heard(node_id) or 0)
@@ -82,6 +87,8 @@ class Reachability:
         if record is None:
             return False
         self._directives.put(record)
+        if unreachable:
+            self.on_strike(node_id)
         log.warning("node_unreachable" if unreachable else "node_reachable", node_id=node_id, reason=reason)
         return True
 
@@ -100,5 +107,10 @@ def _flip(node_id: str, unreachable: bool, reason: str) -> Tx[NodeRecord | None]
         return None
     row = yield from nodes_repo.get_row(node_id)
     event = NodeEvent.UNREACHABLE if unreachable else NodeEvent.REACHABLE
-    yield from nodes_repo.record_event(row, event, reason=reason, actor=CONTROL_PLANE.actor, now_us=now_us())
+    at = now_us()
+    yield from nodes_repo.record_event(row, event, reason=reason, actor=CONTROL_PLANE.actor, now_us=at)
+    if unreachable:
+        # An outage is a strike for the health policy (services/health): a node that keeps
+        # going silent is drained even though it comes back each time.
+        yield from health_repo.record(node_id, [Observation(MISSED_HEARTBEATS, at / 1e6)], at_us=at)
     return (yield from repo.record(node_id))

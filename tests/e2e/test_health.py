@@ -95,9 +95,11 @@ async def test_a_gpu_off_the_bus_quarantines_its_node_and_an_application_xid_onl
 
 
 async def strikes(plane: RunningControlPlane, node_id: str) -> list[tuple[int, str]]:
+    """The strikes stored for ``node_id``: (GPU index, or -1 for the node as a whole; signal)."""
+
     def read() -> Tx[list[tuple[int, str]]]:
         found = yield Sql("SELECT gpu_index, signal FROM health_observations WHERE node_id = :id", {"id": node_id})
-        return [(int(gpu), str(signal)) for gpu, signal in found.rows]
+        return [(-1 if gpu is None else int(gpu), str(signal)) for gpu, signal in found.rows]
 
     store = plane.plane.database
     assert store is not None
@@ -133,3 +135,36 @@ async def test_a_pool_failing_at_once_loses_only_its_hourly_limit(tmp_path: Path
             [held] = [e for e in events if e.event == "HEALTH_HELD"]
             assert held.reason.startswith("held: REPAIR: xid:79 on GPU 0")
             assert "2 of the H100 pool removed in the last hour, limit 2" in held.reason
+
+
+async def test_a_node_going_silent_three_times_is_drained_though_it_comes_back(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with (
+        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
+        ready_fleet(plane, 4) as fleet,
+        plane.client() as operator,
+    ):
+        for outage in range(1, 4):
+            fleet.inject("sim-0001", Fault.LOST_HEARTBEAT, seconds=2.0)
+
+            async def marked(times: int = outage) -> bool:
+                events = (await operator.list_node_events("sim-0001")).items
+                return [e.event for e in events].count("UNREACHABLE") == times
+
+            await until(marked, timeout=30)
+            if outage < 3:
+                assert (await operator.get_node("sim-0001")).state == "READY"
+
+                async def back() -> bool:
+                    return not (await operator.get_node("sim-0001")).unreachable
+
+                await until(back, timeout=30)
+
+        async def drained() -> bool:
+            return (await operator.get_node("sim-0001")).state == "QUARANTINED"
+
+        await until(drained, timeout=30)
+        [drain] = [e for e in (await operator.list_node_events("sim-0001")).items if e.event == "DRAIN"]
+        assert drain.reason.startswith("DRAIN_AFTER_JOB: missed_heartbeats on the node, 3 in 1 h")
+        assert await strikes(plane, "sim-0001") == [(-1, "missed_heartbeats")] * 3
