@@ -26,33 +26,33 @@ async def states(operator: AsyncClient) -> dict[str, str]:
 
 
 @asynccontextmanager
-async def ready_fleet(plane: RunningControlPlane, nodes: int) -> AsyncIterator[SimulatedFleet]:
-    """``nodes`` simulated agents, every node READY."""
-    fleet = SimulatedFleet(plane.address, nodes, interval_s=0.3, seed=3, burn_in_seconds=0.05, scrub_seconds=0.05)
-    await fleet.mint_tokens(plane.operator_token)
-    running = asyncio.create_task(fleet.run())
-    try:
-        async with plane.client() as operator:
+async def ready_fleet(
+    tmp_path: Path, database_url: str, nodes: int
+) -> AsyncIterator[tuple[RunningControlPlane, SimulatedFleet, AsyncClient]]:
+    """A control plane with the health limits above, ``nodes`` simulated agents with every node
+    READY, and an operator's client."""
+    async with running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane:
+        fleet = SimulatedFleet(plane.address, nodes, interval_s=0.3, seed=3, burn_in_seconds=0.05, scrub_seconds=0.05)
+        await fleet.mint_tokens(plane.operator_token)
+        running = asyncio.create_task(fleet.run())
+        try:
+            async with plane.client() as operator:
 
-            async def all_ready() -> bool:
-                now = await states(operator)
-                return len(now) == nodes and set(now.values()) == {"READY"}
+                async def all_ready() -> bool:
+                    now = await states(operator)
+                    return len(now) == nodes and set(now.values()) == {"READY"}
 
-            await until(all_ready, timeout=30)
-        yield fleet
-    finally:
-        running.cancel()
-        await asyncio.gather(running, return_exceptions=True)
+                await until(all_ready, timeout=30)
+                yield plane, fleet, operator
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
 
 
 async def test_a_gpu_off_the_bus_quarantines_its_node_and_an_application_xid_only_tells(
     tmp_path: Path, database_url: str
 ) -> None:
-    async with (
-        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
-        ready_fleet(plane, 10) as fleet,
-        plane.client() as operator,
-    ):
+    async with ready_fleet(tmp_path, database_url, 10) as (plane, fleet, operator):
         fleet.inject("sim-0003", Fault.XID, gpu=2, code=79)
         fleet.inject("sim-0004", Fault.XID, gpu=5, code=13)
         fleet.inject("sim-0006", Fault.ECC, gpu=1, per_sample=5)
@@ -110,11 +110,7 @@ async def test_a_pool_failing_at_once_loses_only_its_hourly_limit(tmp_path: Path
     """Ten nodes, a limit of max(2, 10%) = 2 an hour: five GPUs off the bus at once take two
     nodes out of service; the other three stay READY with the removal held, and say why."""
     failing = [f"sim-000{i}" for i in range(5)]
-    async with (
-        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
-        ready_fleet(plane, 10) as fleet,
-        plane.client() as operator,
-    ):
+    async with ready_fleet(tmp_path, database_url, 10) as (_, fleet, operator):
         for node_id in failing:
             fleet.inject(node_id, Fault.XID, gpu=0, code=79)
 
@@ -140,11 +136,7 @@ async def test_a_pool_failing_at_once_loses_only_its_hourly_limit(tmp_path: Path
 async def test_a_node_going_silent_three_times_is_drained_though_it_comes_back(
     tmp_path: Path, database_url: str
 ) -> None:
-    async with (
-        running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane,
-        ready_fleet(plane, 4) as fleet,
-        plane.client() as operator,
-    ):
+    async with ready_fleet(tmp_path, database_url, 4) as (plane, fleet, operator):
         for outage in range(1, 4):
             fleet.inject("sim-0001", Fault.LOST_HEARTBEAT, seconds=2.0)
 
