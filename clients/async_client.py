@@ -525,6 +525,25 @@ class AsyncClient:
         response = await self._call(stub.ListNodeEvents, request, timeout=timeout)
         return models.Page([convert.node_event(e) for e in response.events], response.next_page_token)
 
+    async def set_health_automation(
+        self, gpu_model: str, *, paused: bool, reason: str = "", timeout: float | None = None
+    ) -> models.HealthAutomation:
+        """Pause (``paused=True``) or resume the health controller's removals in the pool of
+        ``gpu_model`` (operators). While paused, its decisions are recorded and nothing is
+        drained. Idempotent, so retried."""
+        stub = self._stubs().nodes
+        request = node_pb2.SetHealthAutomationRequest(
+            gpu_model=convert.gpu_model_value(gpu_model), paused=paused, reason=reason
+        )
+        response = await self._call(stub.SetHealthAutomation, request, timeout=timeout)
+        return convert.health_automation(response.automation)
+
+    async def get_health_automation(self, *, timeout: float | None = None) -> list[models.HealthAutomation]:
+        """Every pool's health automation setting, by GPU model (operators)."""
+        stub = self._stubs().nodes
+        response = await self._call(stub.GetHealthAutomation, node_pb2.GetHealthAutomationRequest(), timeout=timeout)
+        return [convert.health_automation(pool) for pool in response.pools]
+
     # Allocations ----------------------------------------------------------------------------
 
     async def create_allocation(

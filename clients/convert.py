@@ -123,6 +123,17 @@ def node_event(message: node_pb2.NodeEvent) -> models.NodeEvent:
     )
 
 
+def health_automation(message: node_pb2.HealthAutomation) -> models.HealthAutomation:
+    """The client's ``HealthAutomation`` of a HealthAutomation message."""
+    return models.HealthAutomation(
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        paused=message.paused,
+        reason=message.reason,
+        actor=message.actor,
+        updated=optional_time(message, "update_time"),
+    )
+
+
 def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
     """The client's ``Allocation`` of an Allocation message."""
     return _allocation_as(models.Allocation, message)

@@ -70,6 +70,19 @@ class NodeEvent:
 
 
 @dataclass(frozen=True)
+class HealthAutomation:
+    """Whether the health controller may take a pool's nodes (one GPU model) out of service;
+    ``reason``, ``actor`` and ``updated`` say who paused or resumed it, and why (empty and
+    None for a pool never set)."""
+
+    gpu_model: str
+    paused: bool
+    reason: str
+    actor: str
+    updated: datetime | None
+
+
+@dataclass(frozen=True)
 class Allocation:
     """A tenant's hold on whole nodes of one GPU model. Billing for it ends at ``cancel_time``, when its
     cancel was accepted; ``release_time`` is when its last node came back from the scrub."""

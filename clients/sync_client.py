@@ -183,6 +183,8 @@ class Client:
     return_to_service = _blocking(AsyncClient.return_to_service)
     retire_node = _blocking(AsyncClient.retire_node)
     list_node_events = _blocking(AsyncClient.list_node_events)
+    set_health_automation = _blocking(AsyncClient.set_health_automation)
+    get_health_automation = _blocking(AsyncClient.get_health_automation)
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)

@@ -241,6 +241,16 @@ def node_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
     )
 
 
+def health_automation_table(items: Sequence[models.HealthAutomation], title: str) -> Table:
+    """Pools and whether the health controller may remove their nodes: model, state, since, by whom, why."""
+    return table(
+        title,
+        ["MODEL", "AUTOMATION", "SINCE", "BY", "REASON"],
+        items,
+        lambda p: [p.gpu_model, "paused" if p.paused else "on", when(p.updated), p.actor or "-", p.reason],
+    )
+
+
 def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
     """Allocations: tenant, model, node count, state, creation and release times, node ids."""
     return table(

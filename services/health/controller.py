@@ -13,8 +13,9 @@ already:
   evidence as its reason, through the node transition table: a free node leaves service at
   once, a held one drains while its tenant keeps it (replacing it with a spare is not built
   yet, so DRAIN_NOW drains as DRAIN_AFTER_JOB does);
-- a removal past the pool's safety limit (config.py): not applied, a ``HEALTH_HELD`` event once
-  per strike and an error log, and the node is looked at again later.
+- a removal past the pool's safety limit (config.py), or in a pool an operator paused
+  (``SetHealthAutomation``): not applied, a ``HEALTH_HELD`` event once per strike saying why
+  (an error log past the limit), and the node is looked at again later.
 
 Every move runs in a transaction that first checks the node is still in the state the pass
 read, so a pass racing an operator or the reconciler changes nothing.
@@ -71,10 +72,18 @@ class NodeHealth:
         if decision.action <= Action.NOTIFY_TENANT:
             await self._record(seen, NodeEvent.HEALTH, decision.evidence)
             return Outcome()
-        drained, pool = await self._store.query(repo.removals(seen.gpu_model, since_us=now - HOUR_US, actor=ACTOR))
-        limit = self._config.removal_limit(pool)
-        if drained >= limit:
-            return await self._hold(seen, decision, drained, limit, latest_us)
+        pool = await self._store.query(repo.pool(seen.gpu_model, since_us=now - HOUR_US, actor=ACTOR))
+        limit = self._config.removal_limit(pool.size)
+        if pool.automation.paused:
+            paused = pool.automation
+            why = f"automation of the {seen.gpu_model} pool paused by {paused.actor}: {paused.reason or 'no reason'}"
+            return await self._hold(seen, decision, why, latest_us, loud=False)
+        if pool.drained >= limit:
+            why = (
+                f"{pool.drained} of the {seen.gpu_model} pool removed in the last hour, limit {limit}:"
+                " that many at once looks like a monitoring or control-plane fault"
+            )
+            return await self._hold(seen, decision, why, latest_us, loud=True)
         moved = await self._store.transact(partial(_drain, seen, decision.evidence))
         if moved is None:
             return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
@@ -88,23 +97,15 @@ class NodeHealth:
         )
         return Outcome()
 
-    async def _hold(
-        self, seen: NodeHealthView, decision: Decision, drained: int, limit: int, latest_us: int
-    ) -> Outcome:
-        why = (
-            f"held: {decision.evidence}; {drained} of the {seen.gpu_model} pool removed in the last hour,"
-            f" limit {limit}: that many at once looks like a monitoring or control-plane fault"
-        )
+    async def _hold(self, seen: NodeHealthView, decision: Decision, why: str, latest_us: int, *, loud: bool) -> Outcome:
+        """Record once per strike that the removal ``decision`` asks for is held back, and why,
+        and ask for another pass later. ``loud``: past the safety limit, logged as an error."""
         if seen.held_us is None or seen.held_us < latest_us:
-            await self._record(seen, NodeEvent.HEALTH_HELD, why)
-            log.error(
-                "health_removals_held",
-                node_id=seen.node_id,
-                gpu_model=seen.gpu_model,
-                removed_last_hour=drained,
-                limit=limit,
-                action=decision.action.name,
-            )
+            await self._record(seen, NodeEvent.HEALTH_HELD, f"held: {decision.evidence}; {why}")
+            if loud:
+                log.error("health_removals_held", node_id=seen.node_id, gpu_model=seen.gpu_model, why=why)
+            else:
+                log.warning("health_removal_paused", node_id=seen.node_id, gpu_model=seen.gpu_model)
         return Outcome(requeue_after_s=self._config.held_retry_s)
 
     async def _record(self, seen: NodeHealthView, event: NodeEvent, reason: str) -> None:

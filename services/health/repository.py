@@ -87,9 +87,19 @@ def struck_since(since_us: int) -> Tx[list[str]]:
     return [str(row[0]) for row in result.rows]
 
 
-def removals(gpu_model: str, *, since_us: int, actor: str) -> Tx[tuple[int, int]]:
-    """How many nodes of ``gpu_model`` ``actor`` drained at or after ``since_us``, and how many
-    nodes of the model are in the fleet (not retired): a pool's removals and its size."""
+@dataclass(frozen=True, slots=True)
+class Pool:
+    """What a removal from the pool of one GPU model is weighed against."""
+
+    # Nodes the health controller drained since the window began, and the pool's size.
+    drained: int
+    size: int
+    automation: Automation
+
+
+def pool(gpu_model: str, *, since_us: int, actor: str) -> Tx[Pool]:
+    """The pool of ``gpu_model``: how many of its nodes ``actor`` drained at or after
+    ``since_us``, how many it has (not retired), and whether an operator paused it."""
     drained = (
         yield Sql(
             "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
@@ -97,10 +107,51 @@ def removals(gpu_model: str, *, since_us: int, actor: str) -> Tx[tuple[int, int]
             {"model": gpu_model, "drain": NodeEvent.DRAIN.value, "actor": actor, "since": since_us},
         )
     ).first()
-    pool = (
+    size = (
         yield Sql(
             "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state <> :retired",
             {"model": gpu_model, "retired": NodeState.RETIRED.value},
         )
     ).first()
-    return (0 if drained is None else int(drained[0])), (0 if pool is None else int(pool[0]))
+    setting = yield from automation(gpu_model)
+    return Pool(0 if drained is None else int(drained[0]), 0 if size is None else int(size[0]), setting)
+
+
+@dataclass(frozen=True, slots=True)
+class Automation:
+    """A pool's automation setting as stored; ``updated_us`` is None for a pool never set."""
+
+    gpu_model: str
+    paused: bool
+    reason: str
+    actor: str
+    updated_us: int | None
+
+
+def automation(gpu_model: str) -> Tx[Automation]:
+    """``gpu_model``'s setting: automated unless an operator paused it."""
+    found = (
+        yield Sql(
+            "SELECT paused, reason, actor, updated_us FROM health_automation WHERE gpu_model = :model",
+            {"model": gpu_model},
+        )
+    ).first()
+    if found is None:
+        return Automation(gpu_model, False, "", "", None)
+    paused, reason, actor, updated = found
+    return Automation(gpu_model, bool(paused), str(reason), str(actor), int(updated))
+
+
+def set_automation(gpu_model: str, *, paused: bool, reason: str, actor: str, now_us: int) -> Tx[Automation]:
+    """Pause or resume ``gpu_model``'s removals; a setting that does not change is not written
+    again (its actor and time stay those of the change)."""
+    before = yield from automation(gpu_model)
+    if before.updated_us is not None and (before.paused, before.reason) == (paused, reason):
+        return before
+    yield Sql(
+        "INSERT INTO health_automation (gpu_model, paused, reason, actor, updated_us)"
+        " VALUES (:model, :paused, :reason, :actor, :now) ON CONFLICT (gpu_model) DO UPDATE SET"
+        " paused = excluded.paused, reason = excluded.reason, actor = excluded.actor, updated_us = excluded.updated_us",
+        {"model": gpu_model, "paused": paused, "reason": reason, "actor": actor, "now": now_us},
+    )
+    return Automation(gpu_model, paused, reason, actor, now_us)

@@ -8,6 +8,8 @@ import grpc
 
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
 from services.auth.principal import current_principal
+from services.health import commands as health_commands
+from services.health.proto import automation_to_proto
 from services.nodes import commands
 from services.nodes import repository as repo
 from services.nodes.inventory import GpuSpec, Inventory, canonical_gpu_uuid, check_gpus
@@ -152,6 +154,27 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
     async def RetireNode(self, request: node_pb2.RetireNodeRequest, context: Context) -> node_pb2.RetireNodeResponse:
         """Retire a REGISTERED, QUARANTINED or REPAIR node for good."""
         return node_pb2.RetireNodeResponse(node=await self._transition(request, NodeEvent.RETIRE))
+
+    async def SetHealthAutomation(
+        self, request: node_pb2.SetHealthAutomationRequest, context: Context
+    ) -> node_pb2.SetHealthAutomationResponse:
+        """Pause or resume the health controller's removals in one pool."""
+        v = Violations()
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        v.text("reason", request.reason)
+        v.raise_if_any()
+        model = GPU_MODEL_FROM_PROTO[request.gpu_model]
+        automation = await health_commands.set_automation(
+            self._store, current_principal(), model, paused=request.paused, reason=request.reason
+        )
+        return node_pb2.SetHealthAutomationResponse(automation=automation_to_proto(automation))
+
+    async def GetHealthAutomation(
+        self, request: node_pb2.GetHealthAutomationRequest, context: Context
+    ) -> node_pb2.GetHealthAutomationResponse:
+        """Every pool's setting, by GPU model."""
+        pools = await health_commands.automations(self._store)
+        return node_pb2.GetHealthAutomationResponse(pools=[automation_to_proto(pool) for pool in pools])
 
     async def ListNodeEvents(
         self, request: node_pb2.ListNodeEventsRequest, context: Context

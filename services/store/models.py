@@ -125,6 +125,19 @@ class HealthObservationRow(SQLModel, table=True):
     signal: str = Field(max_length=64)
 
 
+class HealthAutomationRow(SQLModel, table=True):
+    """An operator's pause of the health controller's removals in one pool (a GPU model); a
+    pool without a row is automated."""
+
+    __tablename__ = "health_automation"
+
+    gpu_model: str = Field(primary_key=True, max_length=16)
+    paused: bool
+    reason: str = Field(default="", max_length=256)
+    actor: str = Field(max_length=96)
+    updated_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 class ActionResultRow(SQLModel, table=True):
     """An action's result as the node's agent reported it: burn-in figures or a scrub report, as JSON.
 

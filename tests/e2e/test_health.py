@@ -160,3 +160,39 @@ async def test_a_node_going_silent_three_times_is_drained_though_it_comes_back(
         [drain] = [e for e in (await operator.list_node_events("sim-0001")).items if e.event == "DRAIN"]
         assert drain.reason.startswith("DRAIN_AFTER_JOB: missed_heartbeats on the node, 3 in 1 h")
         assert await strikes(plane, "sim-0001") == [(-1, "missed_heartbeats")] * 3
+
+
+async def test_a_paused_pool_keeps_its_nodes_until_resumed(tmp_path: Path, database_url: str) -> None:
+    async with ready_fleet(tmp_path, database_url, 4) as (_, fleet, operator):
+        assert [(p.gpu_model, p.paused, p.updated) for p in await operator.get_health_automation()] == [
+            ("A100", False, None),
+            ("H100", False, None),
+            ("H200", False, None),
+            ("B200", False, None),
+            ("L40S", False, None),
+        ]
+        paused = await operator.set_health_automation("H100", paused=True, reason="exporter upgrade")
+        assert (paused.paused, paused.reason) == (True, "exporter upgrade")
+        assert paused.actor.startswith("operator:")
+        # Setting it again changes nothing, not even its time.
+        assert await operator.set_health_automation("H100", paused=True, reason="exporter upgrade") == paused
+        fleet.inject("sim-0002", Fault.XID, gpu=4, code=79)
+
+        async def held() -> bool:
+            events = (await operator.list_node_events("sim-0002")).items
+            return any(e.event == "HEALTH_HELD" for e in events)
+
+        await until(held, timeout=30)
+        [event] = [e for e in (await operator.list_node_events("sim-0002")).items if e.event == "HEALTH_HELD"]
+        assert event.reason.startswith("held: REPAIR: xid:79 on GPU 4")
+        assert event.reason.endswith(f"automation of the H100 pool paused by {paused.actor}: exporter upgrade")
+        assert (await operator.get_node("sim-0002")).state == "READY"
+
+        resumed = await operator.set_health_automation("H100", paused=False)
+        assert not resumed.paused
+        assert [p.paused for p in await operator.get_health_automation() if p.gpu_model == "H100"] == [False]
+
+        async def drained() -> bool:
+            return (await operator.get_node("sim-0002")).state == "QUARANTINED"
+
+        await until(drained, timeout=30)

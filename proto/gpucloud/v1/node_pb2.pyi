@@ -269,6 +269,124 @@ class NodeEvent(_message.Message):
 Global___NodeEvent: _TypeAlias = NodeEvent  # noqa: Y015
 
 @_typing.final
+class HealthAutomation(_message.Message):
+    """Whether the health controller may take a pool's nodes out of service."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    paused: _builtins.bool
+    reason: _builtins.str
+    """Why, as the operator who set it said."""
+    actor: _builtins.str
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        paused: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+        actor: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "gpu_model", b"gpu_model", "paused", b"paused", "reason", b"reason", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HealthAutomation: _TypeAlias = HealthAutomation  # noqa: Y015
+
+@_typing.final
+class SetHealthAutomationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    PAUSED_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    paused: _builtins.bool
+    reason: _builtins.str
+    """At most 256 characters."""
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        paused: _builtins.bool = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_model", b"gpu_model", "paused", b"paused", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetHealthAutomationRequest: _TypeAlias = SetHealthAutomationRequest  # noqa: Y015
+
+@_typing.final
+class SetHealthAutomationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    AUTOMATION_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def automation(self) -> Global___HealthAutomation: ...
+    def __init__(
+        self,
+        *,
+        automation: Global___HealthAutomation | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["automation", b"automation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["automation", b"automation"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetHealthAutomationResponse: _TypeAlias = SetHealthAutomationResponse  # noqa: Y015
+
+@_typing.final
+class GetHealthAutomationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetHealthAutomationRequest: _TypeAlias = GetHealthAutomationRequest  # noqa: Y015
+
+@_typing.final
+class GetHealthAutomationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___HealthAutomation]:
+        """One per GPU model, in the enum's order."""
+
+    def __init__(
+        self,
+        *,
+        pools: _abc.Iterable[Global___HealthAutomation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pools", b"pools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetHealthAutomationResponse: _TypeAlias = GetHealthAutomationResponse  # noqa: Y015
+
+@_typing.final
 class RegisterNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

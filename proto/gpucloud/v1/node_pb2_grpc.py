@@ -90,6 +90,16 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.ListNodeEventsRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.ListNodeEventsResponse.FromString,
                 _registered_method=True)
+        self.SetHealthAutomation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/SetHealthAutomation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationResponse.FromString,
+                _registered_method=True)
+        self.GetHealthAutomation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/GetHealthAutomation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -172,6 +182,22 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetHealthAutomation(self, request, context):
+        """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
+        model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
+        is drained. Setting what is set already changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetHealthAutomation(self, request, context):
+        """Every pool's setting, by GPU model; a pool never set is automated.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -229,6 +255,16 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ListNodeEvents,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.ListNodeEventsRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.ListNodeEventsResponse.SerializeToString,
+            ),
+            'SetHealthAutomation': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetHealthAutomation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationResponse.SerializeToString,
+            ),
+            'GetHealthAutomation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetHealthAutomation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -529,6 +565,60 @@ class NodeService:
             '/gpucloud.v1.NodeService/ListNodeEvents',
             gpucloud_dot_v1_dot_node__pb2.ListNodeEventsRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.ListNodeEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetHealthAutomation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/SetHealthAutomation',
+            gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.SetHealthAutomationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetHealthAutomation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/GetHealthAutomation',
+            gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.FromString,
             options,
             channel_credentials,
             insecure,

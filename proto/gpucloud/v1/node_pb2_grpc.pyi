@@ -56,6 +56,13 @@ class NodeServiceStub:
     """REGISTERED, QUARANTINED or REPAIR -> RETIRED."""
     ListNodeEvents: _grpc.UnaryUnaryMultiCallable[_node_pb2.ListNodeEventsRequest, _node_pb2.ListNodeEventsResponse]
     """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
+    SetHealthAutomation: _grpc.UnaryUnaryMultiCallable[_node_pb2.SetHealthAutomationRequest, _node_pb2.SetHealthAutomationResponse]
+    """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
+    model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
+    is drained. Setting what is set already changes nothing.
+    """
+    GetHealthAutomation: _grpc.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]
+    """Every pool's setting, by GPU model; a pool never set is automated."""
 
 @_typing.type_check_only
 class NodeServiceAsyncStub(NodeServiceStub):
@@ -85,6 +92,13 @@ class NodeServiceAsyncStub(NodeServiceStub):
     """REGISTERED, QUARANTINED or REPAIR -> RETIRED."""
     ListNodeEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListNodeEventsRequest, _node_pb2.ListNodeEventsResponse]  # type: ignore[assignment]
     """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
+    SetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.SetHealthAutomationRequest, _node_pb2.SetHealthAutomationResponse]  # type: ignore[assignment]
+    """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
+    model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
+    is drained. Setting what is set already changes nothing.
+    """
+    GetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]  # type: ignore[assignment]
+    """Every pool's setting, by GPU model; a pool never set is automated."""
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator (and, later, agent) view of the fleet."""
@@ -177,5 +191,24 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.ListNodeEventsResponse, _abc.Awaitable[_node_pb2.ListNodeEventsResponse]]:
         """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
+
+    @_abc_1.abstractmethod
+    def SetHealthAutomation(
+        self,
+        request: _node_pb2.SetHealthAutomationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.SetHealthAutomationResponse, _abc.Awaitable[_node_pb2.SetHealthAutomationResponse]]:
+        """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
+        model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
+        is drained. Setting what is set already changes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def GetHealthAutomation(
+        self,
+        request: _node_pb2.GetHealthAutomationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.GetHealthAutomationResponse, _abc.Awaitable[_node_pb2.GetHealthAutomationResponse]]:
+        """Every pool's setting, by GPU model; a pool never set is automated."""
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

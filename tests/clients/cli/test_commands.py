@@ -148,3 +148,34 @@ async def test_node_events_and_operations_list_as_json(control_plane: RunningCon
     page = document(output)
     assert [operation["allocation_id"] for operation in page["items"]] == [allocation_id]
     assert page["next_page_token"] == ""
+
+
+async def test_health_pause_resume_and_pools_say_what_is_set(control_plane: RunningControlPlane) -> None:
+    """``health pause`` prints the pool's setting, ``health pools --json`` every pool's, and the
+    table names the paused pool, who paused it and why."""
+    pause = ["health", "pause", "H100", "--reason", "exporter upgrade", "--json"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *pause)
+    assert code == 0, output
+    paused = document(output)
+    assert (paused["gpu_model"], paused["paused"], paused["reason"]) == ("H100", True, "exporter upgrade")
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "pools", "--json")
+    assert code == 0, output
+    pools, _ = json.JSONDecoder().raw_decode(output[output.index("[\n") :])
+    assert [(pool["gpu_model"], pool["paused"]) for pool in pools] == [
+        ("A100", False),
+        ("H100", True),
+        ("H200", False),
+        ("B200", False),
+        ("L40S", False),
+    ]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "pools")
+    assert code == 0, output
+    [h100] = [line for line in output.splitlines() if "H100" in line]
+    assert "paused" in h100
+    assert "exporter upgrade" in h100
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "resume", "H100", "--json")
+    assert code == 0, output
+    assert document(output)["paused"] is False
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "pause", "H999")
+    assert code == 2, output
+    assert "H999" in output

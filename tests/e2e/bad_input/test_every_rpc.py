@@ -382,6 +382,25 @@ async def test_tenant_service_bad_input(world: World) -> None:
 # NodeService ---------------------------------------------------------------------------------
 
 
+async def test_set_health_automation_bad_input(world: World) -> None:
+    """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing."""
+    n = "node"
+
+    def request(gpu_model: int = 2, reason: str = "") -> node_pb2.SetHealthAutomationRequest:
+        return node_pb2.SetHealthAutomationRequest(gpu_model=_as_gpu_model(gpu_model), paused=True, reason=reason)
+
+    await check_cases(
+        world,
+        [
+            invalid("model unspecified", n, "SetHealthAutomation", request(0), "gpu_model"),
+            invalid("model unknown", n, "SetHealthAutomation", request(99), "gpu_model"),
+            invalid("model negative", n, "SetHealthAutomation", request(-1), "gpu_model"),
+            invalid("reason of 257", n, "SetHealthAutomation", request(reason="r" * 257), "reason"),
+            invalid("both", n, "SetHealthAutomation", request(99, "r" * 257), "gpu_model", "reason"),
+        ],
+    )
+
+
 async def test_register_node_bad_input(world: World) -> None:
     """RegisterNode names each bad inventory field (id, model, fabric position, each GPU) and registers nothing."""
     n = "node"
