@@ -538,6 +538,24 @@ class AsyncClient:
         response = await self._call(stub.SetHealthAutomation, request, timeout=timeout)
         return convert.health_automation(response.automation)
 
+    async def list_health_events(
+        self,
+        *,
+        since: instants.Instant | None = None,
+        page_size: int = 0,
+        page_token: str = "",
+        timeout: float | None = None,
+    ) -> models.Page[models.NodeEvent]:
+        """One page of the health controller's decisions across the fleet, oldest first: its
+        drains, notices (``HEALTH``) and held removals (``HEALTH_HELD``), at or after ``since``
+        (operators)."""
+        stub = self._stubs().nodes
+        request = node_pb2.ListHealthEventsRequest(
+            since=instants.to_timestamp(since, "since"), page_size=page_size, page_token=page_token
+        )
+        response = await self._call(stub.ListHealthEvents, request, timeout=timeout)
+        return models.Page([convert.node_event(e) for e in response.events], response.next_page_token)
+
     async def get_health_automation(self, *, timeout: float | None = None) -> list[models.HealthAutomation]:
         """Every pool's health automation setting, by GPU model (operators)."""
         stub = self._stubs().nodes

@@ -185,6 +185,7 @@ class Client:
     list_node_events = _blocking(AsyncClient.list_node_events)
     set_health_automation = _blocking(AsyncClient.set_health_automation)
     get_health_automation = _blocking(AsyncClient.get_health_automation)
+    list_health_events = _blocking(AsyncClient.list_health_events)
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)

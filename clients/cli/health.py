@@ -1,16 +1,19 @@
-"""``gpucloud health ...``: pause and resume the health controller's removals per pool, and
-show each pool's setting (operator). The decisions themselves are node events:
+"""``gpucloud health ...``: the health controller's decisions across the fleet, and pausing and
+resuming its removals per pool (operator). A node's own decisions are among its events:
 ``gpucloud nodes events NODE``."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated
 
 import typer
 
 from clients.cli import render
-from clients.cli.context import call, call_and_show
-from clients.cli.options import JsonFlag
+from clients.cli.context import EXIT_USAGE, call, call_and_show
+from clients.cli.listing import show_listing
+from clients.cli.options import JsonFlag, PageSize, PageToken
+from clients.cli.times import duration_option
 
 health = typer.Typer(help="The health controller's automation, per pool (operator).", no_args_is_help=True)
 
@@ -52,3 +55,27 @@ def health_pools(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """Every pool's setting: automated, or paused since when, by whom and why."""
     pools = call(ctx, lambda client: client.get_health_automation())
     render.show_one(pools, json_out, render.health_automation_table(pools, "Health automation"))
+
+
+@health.command("events")
+def health_events(
+    ctx: typer.Context,
+    since: Annotated[str, typer.Option(help="Only decisions this recent: 30m, 1h, 2d.")] = "",
+    page_size: PageSize = 0,
+    page_token: PageToken = "",
+    json_out: JsonFlag = False,
+) -> None:
+    """The health controller's decisions across the fleet, oldest first: drains with their
+    evidence, notices to tenants, removals held back."""
+    try:
+        start = datetime.now(UTC) - duration_option("--since", since) if since else None
+    except ValueError as error:
+        render.fail(str(error))
+        raise typer.Exit(EXIT_USAGE) from None
+    show_listing(
+        ctx,
+        lambda client, token: client.list_health_events(since=start, page_size=page_size, page_token=token),
+        page_token=page_token,
+        json_out=json_out,
+        as_table=lambda events: render.health_events_table(events, "Health decisions"),
+    )

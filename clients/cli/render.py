@@ -241,6 +241,16 @@ def node_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
     )
 
 
+def health_events_table(items: Sequence[models.NodeEvent], title: str) -> Table:
+    """The health controller's decisions across the fleet: time, node, event, states, reason."""
+    return table(
+        title,
+        ["TIME", "NODE", "EVENT", "FROM", "TO", "REASON"],
+        items,
+        lambda e: [when(e.time), e.node_id, e.event, e.from_state, styled(e.to_state), e.reason],
+    )
+
+
 def health_automation_table(items: Sequence[models.HealthAutomation], title: str) -> Table:
     """Pools and whether the health controller may remove their nodes: model, state, since, by whom, why."""
     return table(

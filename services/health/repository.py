@@ -5,8 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from services.health.policy import Observation
+from services.nodes.repository import EVENT_COLUMNS, NodeEventEntry
 from services.nodes.transitions import NodeEvent, NodeState
 from services.store.tx import Sql, Tx
 
@@ -155,3 +157,24 @@ def set_automation(gpu_model: str, *, paused: bool, reason: str, actor: str, now
         {"model": gpu_model, "paused": paused, "reason": reason, "actor": actor, "now": now_us},
     )
     return Automation(gpu_model, paused, reason, actor, now_us)
+
+
+def decisions(*, since_us: int | None, after_seq: int | None, limit: int, actor: str) -> Tx[list[NodeEventEntry]]:
+    """``actor``'s health decisions across the fleet, oldest first: its DRAIN, HEALTH and
+    HEALTH_HELD events at or after ``since_us``, after ``after_seq`` (the keyset)."""
+    sql = f"SELECT {EVENT_COLUMNS} FROM node_events WHERE actor = :actor AND event IN (:drain, :health, :held)"
+    params: dict[str, Any] = {
+        "actor": actor,
+        "drain": NodeEvent.DRAIN.value,
+        "health": NodeEvent.HEALTH.value,
+        "held": NodeEvent.HEALTH_HELD.value,
+        "limit": limit,
+    }
+    if since_us is not None:
+        sql += " AND at_us >= :since"
+        params["since"] = since_us
+    if after_seq is not None:
+        sql += " AND event_seq > :after"
+        params["after"] = after_seq
+    result = yield Sql(sql + " ORDER BY event_seq LIMIT :limit", params)
+    return [NodeEventEntry(*row) for row in result.rows]

@@ -95,7 +95,7 @@ _COLUMNS = (
     " state_changed_us, agent_managed, unreachable"
 )
 GPU_DETAIL_COLUMNS = "name, serial, memory_bytes, driver_version, vbios_version, inforom_version, rail"
-_EVENT_COLUMNS = "event_seq, node_id, event, from_state, to_state, reason, actor, at_us"
+EVENT_COLUMNS = "event_seq, node_id, event, from_state, to_state, reason, actor, at_us"
 
 
 def _node(values: Sequence[Any]) -> Node:
@@ -356,7 +356,7 @@ def events(node_id: str, *, after_seq: int | None, limit: int) -> Tx[list[NodeEv
     """A node's events oldest first, after ``after_seq`` (the keyset: a unique, immutable id);
     NOT_FOUND if the node is unknown."""
     yield from get_row(node_id)
-    sql = f"SELECT {_EVENT_COLUMNS} FROM node_events WHERE node_id = :id"
+    sql = f"SELECT {EVENT_COLUMNS} FROM node_events WHERE node_id = :id"
     params: dict[str, Any] = {"id": node_id, "limit": limit}
     if after_seq is not None:
         sql += " AND event_seq > :after"

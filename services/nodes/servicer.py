@@ -9,6 +9,8 @@ import grpc
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
 from services.auth.principal import current_principal
 from services.health import commands as health_commands
+from services.health import repository as health_repo
+from services.health.controller import ACTOR as HEALTH_ACTOR
 from services.health.proto import automation_to_proto
 from services.nodes import commands
 from services.nodes import repository as repo
@@ -175,6 +177,28 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         """Every pool's setting, by GPU model."""
         pools = await health_commands.automations(self._store)
         return node_pb2.GetHealthAutomationResponse(pools=[automation_to_proto(pool) for pool in pools])
+
+    async def ListHealthEvents(
+        self, request: node_pb2.ListHealthEventsRequest, context: Context
+    ) -> node_pb2.ListHealthEventsResponse:
+        """List the health controller's decisions across the fleet, oldest first."""
+        v = Violations()
+        since_us = None
+        if request.HasField("since"):
+            since_us = v.timestamp_us("since", request.since.seconds, request.since.nanos)
+        size = v.page_size("page_size", request.page_size)
+        scope: dict[str, str | int] = {"list": "health_events", "since": -1 if since_us is None else since_us}
+        cursor = v.page_token(self._tokens, request.page_token, scope)
+        v.raise_if_any()
+        after_seq = cursor.created_us if cursor else None  # the event's sequence number, as for ListNodeEvents
+        rows = await self._store.query(
+            health_repo.decisions(since_us=since_us, after_seq=after_seq, limit=size + 1, actor=HEALTH_ACTOR)
+        )
+        rows, after = cut_page(rows, size, lambda row: Cursor(row.event_seq, ""))
+        return node_pb2.ListHealthEventsResponse(
+            next_page_token=self._tokens.next_token(after, scope),
+            events=[node_event_to_proto(r) for r in rows],
+        )
 
     async def ListNodeEvents(
         self, request: node_pb2.ListNodeEventsRequest, context: Context

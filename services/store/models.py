@@ -161,6 +161,8 @@ class NodeEventRow(SQLModel, table=True):
     """One state change of a node, with its cause: the read path of "why is it in this state"."""
 
     __tablename__ = "node_events"
+    # The fleet-wide reads by time (the health controller's decisions since a time).
+    __table_args__ = (Index("ix_node_events_at", "at_us"),)
 
     event_seq: int | None = Field(default=None, primary_key=True)
     node_id: str = Field(foreign_key="nodes.node_id", max_length=63, index=True)

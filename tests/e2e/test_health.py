@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import timedelta
 from pathlib import Path
 
 from clients import AsyncClient
@@ -92,6 +93,28 @@ async def test_a_gpu_off_the_bus_quarantines_its_node_and_an_application_xid_onl
         assert drain.reason.startswith("DRAIN_AFTER_JOB: ecc_correctable_rising on GPU 1, 3 in 24 h")
         others = await states(operator)
         assert sorted(n for n, state in others.items() if state != "READY") == ["sim-0003", "sim-0006"]
+
+        # Fleet-wide, the same decisions in the order they were made, a page at a time.
+        decided = (await operator.list_health_events(page_size=1000)).items
+        assert sorted((e.node_id, e.event) for e in decided) == [
+            ("sim-0003", "DRAIN"),
+            ("sim-0004", "HEALTH"),
+            ("sim-0006", "DRAIN"),
+        ]
+        times = [e.time for e in decided if e.time is not None]
+        assert times == sorted(times)
+        assert len(times) == len(decided)
+        walked, token = [], ""
+        while True:
+            page = await operator.list_health_events(page_size=1, page_token=token)
+            walked += page.items
+            if not (token := page.next_page_token):
+                break
+        assert walked == decided
+        last = decided[-1].time
+        assert last is not None
+        assert (await operator.list_health_events(since=last)).items == decided[-1:]
+        assert (await operator.list_health_events(since=last + timedelta(seconds=1))).items == []
 
 
 async def strikes(plane: RunningControlPlane, node_id: str) -> list[tuple[int, str]]:

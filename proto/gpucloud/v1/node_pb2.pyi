@@ -269,6 +269,61 @@ class NodeEvent(_message.Message):
 Global___NodeEvent: _TypeAlias = NodeEvent  # noqa: Y015
 
 @_typing.final
+class ListHealthEventsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SINCE_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """0 means the default (100); values above 1000 are coerced to 1000; negative is an error."""
+    page_token: _builtins.str
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """Only decisions at or after this time; unset: all of them."""
+
+    def __init__(
+        self,
+        *,
+        since: _timestamp_pb2.Timestamp | None = ...,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHealthEventsRequest: _TypeAlias = ListHealthEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListHealthEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """Empty when there are no more pages."""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeEvent]:
+        """Oldest first."""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___NodeEvent] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListHealthEventsResponse: _TypeAlias = ListHealthEventsResponse  # noqa: Y015
+
+@_typing.final
 class HealthAutomation(_message.Message):
     """Whether the health controller may take a pool's nodes out of service."""
 

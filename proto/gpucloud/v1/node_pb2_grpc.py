@@ -100,6 +100,11 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.FromString,
                 _registered_method=True)
+        self.ListHealthEvents = channel.unary_unary(
+                '/gpucloud.v1.NodeService/ListHealthEvents',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -198,6 +203,14 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListHealthEvents(self, request, context):
+        """The health controller's decisions across the fleet, oldest first: its drains (the
+        evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -265,6 +278,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.GetHealthAutomation,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.SerializeToString,
+            ),
+            'ListHealthEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListHealthEvents,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -619,6 +637,33 @@ class NodeService:
             '/gpucloud.v1.NodeService/GetHealthAutomation',
             gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.GetHealthAutomationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListHealthEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/ListHealthEvents',
+            gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

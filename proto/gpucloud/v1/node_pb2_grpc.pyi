@@ -63,6 +63,10 @@ class NodeServiceStub:
     """
     GetHealthAutomation: _grpc.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]
     """Every pool's setting, by GPU model; a pool never set is automated."""
+    ListHealthEvents: _grpc.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]
+    """The health controller's decisions across the fleet, oldest first: its drains (the
+    evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+    """
 
 @_typing.type_check_only
 class NodeServiceAsyncStub(NodeServiceStub):
@@ -99,6 +103,10 @@ class NodeServiceAsyncStub(NodeServiceStub):
     """
     GetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]  # type: ignore[assignment]
     """Every pool's setting, by GPU model; a pool never set is automated."""
+    ListHealthEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]  # type: ignore[assignment]
+    """The health controller's decisions across the fleet, oldest first: its drains (the
+    evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+    """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator (and, later, agent) view of the fleet."""
@@ -210,5 +218,15 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_node_pb2.GetHealthAutomationResponse, _abc.Awaitable[_node_pb2.GetHealthAutomationResponse]]:
         """Every pool's setting, by GPU model; a pool never set is automated."""
+
+    @_abc_1.abstractmethod
+    def ListHealthEvents(
+        self,
+        request: _node_pb2.ListHealthEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.ListHealthEventsResponse, _abc.Awaitable[_node_pb2.ListHealthEventsResponse]]:
+        """The health controller's decisions across the fleet, oldest first: its drains (the
+        evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+        """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

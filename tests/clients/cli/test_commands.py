@@ -150,9 +150,9 @@ async def test_node_events_and_operations_list_as_json(control_plane: RunningCon
     assert page["next_page_token"] == ""
 
 
-async def test_health_pause_resume_and_pools_say_what_is_set(control_plane: RunningControlPlane) -> None:
+async def test_health_pause_resume_pools_and_events_say_what_is_set(control_plane: RunningControlPlane) -> None:
     """``health pause`` prints the pool's setting, ``health pools --json`` every pool's, and the
-    table names the paused pool, who paused it and why."""
+    table names the paused pool, who paused it and why; ``health events --since`` lists."""
     pause = ["health", "pause", "H100", "--reason", "exporter upgrade", "--json"]
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *pause)
     assert code == 0, output
@@ -179,3 +179,10 @@ async def test_health_pause_resume_and_pools_say_what_is_set(control_plane: Runn
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "pause", "H999")
     assert code == 2, output
     assert "H999" in output
+    events = ["health", "events", "--since", "1h", "--json"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *events)
+    assert code == 0, output
+    assert document(output) == {"items": [], "next_page_token": ""}
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "health", "events", "--since", "soon")
+    assert code == 2, output
+    assert "--since" in output

@@ -23,6 +23,7 @@ import pytest
 from google.longrunning import operations_pb2, operations_pb2_grpc
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from sqlalchemy import select
@@ -269,6 +270,7 @@ LIST_RPCS: dict[str, tuple[str, type[Message]]] = {
     "ListNodes": ("node", node_pb2.ListNodesRequest),
     "ListAllocations": ("allocation", allocation_pb2.ListAllocationsRequest),
     "ListOperations": ("operations", operations_pb2.ListOperationsRequest),
+    "ListHealthEvents": ("node", node_pb2.ListHealthEventsRequest),
 }
 
 
@@ -382,8 +384,9 @@ async def test_tenant_service_bad_input(world: World) -> None:
 # NodeService ---------------------------------------------------------------------------------
 
 
-async def test_set_health_automation_bad_input(world: World) -> None:
-    """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing."""
+async def test_health_automation_and_events_bad_input(world: World) -> None:
+    """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing;
+    ListHealthEvents names a time a Timestamp cannot hold."""
     n = "node"
 
     def request(gpu_model: int = 2, reason: str = "") -> node_pb2.SetHealthAutomationRequest:
@@ -397,6 +400,20 @@ async def test_set_health_automation_bad_input(world: World) -> None:
             invalid("model negative", n, "SetHealthAutomation", request(-1), "gpu_model"),
             invalid("reason of 257", n, "SetHealthAutomation", request(reason="r" * 257), "reason"),
             invalid("both", n, "SetHealthAutomation", request(99, "r" * 257), "gpu_model", "reason"),
+            invalid(
+                "events since year 10000",
+                n,
+                "ListHealthEvents",
+                node_pb2.ListHealthEventsRequest(since=Timestamp(seconds=253402300800)),
+                "since",
+            ),
+            invalid(
+                "events since, bad nanos",
+                n,
+                "ListHealthEvents",
+                node_pb2.ListHealthEventsRequest(since=Timestamp(seconds=1, nanos=-1)),
+                "since",
+            ),
         ],
     )
 

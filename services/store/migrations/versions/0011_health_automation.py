@@ -1,4 +1,5 @@
-"""health automation: operators' pauses of the health controller's removals, per pool
+"""health automation: operators' pauses of the health controller's removals, per pool; node
+events by time, for the fleet-wide list of its decisions
 
 Revision ID: 0011
 Revises: 0010
@@ -29,7 +30,9 @@ def upgrade() -> None:
         sa.Column("updated_us", sa.BigInteger(), nullable=False),
         sa.PrimaryKeyConstraint("gpu_model"),
     )
+    op.create_index("ix_node_events_at", "node_events", ["at_us"])
 
 
 def downgrade() -> None:
+    op.drop_index("ix_node_events_at", table_name="node_events")
     op.drop_table("health_automation")
