@@ -46,11 +46,21 @@ class NodeHealthView:
 
 
 def view(node_id: str, *, since_us: int, actor: str) -> Tx[NodeHealthView | None]:
-    """The node, its strikes at or after ``since_us`` (oldest first), and ``actor``'s last
-    settling and holding events since then; None for an unknown node."""
+    """The node, its strikes at or after ``since_us`` and since it last returned to service
+    (oldest first), and ``actor``'s last settling and holding events since then; None for an
+    unknown node. A repair clears the strikes before it: a replaced part does not inherit
+    the faults of the one it replaced."""
     found = (yield Sql("SELECT gpu_model, state FROM nodes WHERE node_id = :id", {"id": node_id})).first()
     if found is None:
         return None
+    returned = (
+        yield Sql(
+            "SELECT MAX(at_us) FROM node_events WHERE node_id = :id AND event = :returned",
+            {"id": node_id, "returned": NodeEvent.RETURN_TO_SERVICE.value},
+        )
+    ).first()
+    if returned is not None and returned[0] is not None:
+        since_us = max(since_us, int(returned[0]))
     rows = (
         yield Sql(
             "SELECT signal, at_us, gpu_index FROM health_observations WHERE node_id = :id AND at_us >= :since"
