@@ -29,5 +29,8 @@ class Notifier:
         if self.generation != seen:
             return
         event = self._event
+        # asyncio.timeout, not wait_for, which on Python 3.11 can swallow a cancel that arrives
+        # as the event is set.
         with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(event.wait(), timeout)
+            async with asyncio.timeout(timeout):
+                await event.wait()

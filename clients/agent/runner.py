@@ -612,7 +612,10 @@ class NodeAgent:
         until = loop.time() + seconds
         while (left := until - loop.time()) > 0:
             try:
-                await asyncio.wait_for(self._wake.wait(), left)
+                # asyncio.timeout, not wait_for: on Python 3.11 wait_for swallows a cancel that
+                # arrives as the event is set, and the agent would beat on after being stopped.
+                async with asyncio.timeout(left):
+                    await self._wake.wait()
             except TimeoutError:
                 return
             self._wake.clear()
