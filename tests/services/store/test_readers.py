@@ -91,8 +91,10 @@ async def test_close_waits_for_reads_in_flight(sqlite_file: str) -> None:
     read = asyncio.ensure_future(readers.query(slow()))
     await asyncio.to_thread(started.wait, 5)
     closing = asyncio.ensure_future(readers.close())
-    await asyncio.sleep(0.05)
-    assert not closing.done()
+    ended: list[str] = []
+    read.add_done_callback(lambda _: ended.append("read"))
+    closing.add_done_callback(lambda _: ended.append("close"))
     release.set()
     assert await read == []
     await closing
+    assert ended == ["read", "close"]

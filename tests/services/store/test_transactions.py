@@ -307,7 +307,7 @@ async def test_writer_waits_out_a_lock_shorter_than_its_timeout_without_holding_
         blocked = asyncio.ensure_future(writer.run(partial(add_tenant, "waited")))
         ticks = 0
         for _ in range(20):
-            await asyncio.sleep(0.01)
+            await asyncio.sleep(0)  # a turn of the loop, which a BEGIN waiting on it would block
             ticks += 1
         assert not blocked.done()
         holder.execute("ROLLBACK")
