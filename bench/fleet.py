@@ -21,7 +21,10 @@ server CPU seconds per 1,000 heartbeats and its share of one core; database writ
 and rows per heartbeat; nodes marked unreachable that never stopped beating (false marks).
 
 Goals on a 2-core machine: all nodes READY within 60 s; steady state under half of one core;
-no false unreachable mark.
+no false unreachable mark. The same 2-core kind of machine runs at different speeds from one day
+to the next, so the bench first measures a yardstick in the same run: the server CPU of a bare
+grpc.aio unary call (no interceptor, no database, an empty answer), and prints a node's cost as
+a multiple of it.
 """
 
 from __future__ import annotations
@@ -98,6 +101,58 @@ def serve(data_dir: str, database_url: str | None, interval_s: float, pipe: Conn
     asyncio.run(main())
 
 
+def serve_bare(pipe: Connection) -> None:
+    """Run a grpc.aio server whose one method answers empty bytes at once (the yardstick), and
+    answer each message on ``pipe`` with the process's CPU seconds."""
+    import grpc
+
+    async def echo(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
+        return b""
+
+    async def main() -> None:
+        server = grpc.aio.server()
+        handler: grpc.RpcMethodHandler[bytes, bytes] = grpc.unary_unary_rpc_method_handler(echo)
+        server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("bench.Bare", {"Echo": handler}),))
+        port = server.add_insecure_port("127.0.0.1:0")
+        await server.start()
+        pipe.send(port)
+        while await asyncio.to_thread(pipe.recv) != "stop":
+            pipe.send(time.process_time())
+        await server.stop(None)
+
+    asyncio.run(main())
+
+
+async def bare_call_cpu_s(calls: int = 20_000, in_flight: int = 64) -> float:
+    """Server CPU seconds of one bare grpc.aio unary call, measured over ``calls`` calls."""
+    import grpc
+
+    context = mp.get_context("spawn")
+    pipe, child = context.Pipe()
+    process = context.Process(target=serve_bare, args=(child,), daemon=True)
+    process.start()
+    port = pipe.recv()
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        echo: grpc.aio.UnaryUnaryMultiCallable[bytes, bytes] = channel.unary_unary("/bench.Bare/Echo")
+        await echo(b"")  # the connection is made before the clock starts
+        remaining = calls
+
+        async def caller() -> None:
+            nonlocal remaining
+            while remaining > 0:
+                remaining -= 1
+                await echo(b"")
+
+        pipe.send("sample")
+        before = await asyncio.to_thread(pipe.recv)
+        await asyncio.gather(*(caller() for _ in range(in_flight)))
+        pipe.send("sample")
+        after = await asyncio.to_thread(pipe.recv)
+    pipe.send("stop")
+    process.join(timeout=30)
+    return float(after - before) / calls
+
+
 class Server:
     """The control plane's process and the pipe to it."""
 
@@ -132,6 +187,8 @@ async def run(
     # than its calls.
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
 
+    bare_s = await bare_call_cpu_s()
+    print(f"yardstick: a bare grpc.aio unary call cost its server {bare_s * 1e3:.3f} ms of CPU on this machine now")
     with tempfile.TemporaryDirectory(prefix="gpucloud-fleet-") as data_dir:
         server = Server(data_dir, database_url, interval_s)
         fleet = SimulatedFleet(
@@ -162,8 +219,10 @@ async def run(
                     f"while converging, {method} p50 {seen.quantile(0.5) * 1e3:.1f} ms,"
                     f" p99 {seen.quantile(0.99) * 1e3:.1f} ms, {seen.count / nodes:.2f} a node"
                 )
+            node_cpu_s = (sample.cpu_s - before.cpu_s) / nodes
             print(
-                f"while converging, a node cost the server {(sample.cpu_s - before.cpu_s) / nodes * 1e3:.1f} ms of CPU"
+                f"while converging, a node cost the server {node_cpu_s * 1e3:.1f} ms of CPU"
+                f" ({node_cpu_s / bare_s:.1f} bare unary calls)"
                 f" and {(sample.committed - before.committed) / nodes:.2f} write transactions"
             )
             await asyncio.sleep(interval_s)  # one interval to settle into the steady beat
