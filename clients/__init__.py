@@ -32,7 +32,17 @@ from clients.errors import (
     UnauthenticatedError,
     UnavailableError,
 )
-from clients.metrics import MetricsResult, NodeSamples, QueryStats, Series, SeriesSamples, WriteResult
+from clients.metrics import (
+    GpuOutlier,
+    MetricsResult,
+    NodeSamples,
+    Outliers,
+    PeerGroup,
+    QueryStats,
+    Series,
+    SeriesSamples,
+    WriteResult,
+)
 from clients.models import (
     Allocation,
     ApiToken,
@@ -42,6 +52,7 @@ from clients.models import (
     HealthAutomation,
     Node,
     NodeEvent,
+    NodeReplacement,
     Operation,
     Page,
     Tenant,
@@ -62,6 +73,7 @@ __all__ = [
     "FailedPreconditionError",
     "FinalizedInvoice",
     "Gpu",
+    "GpuOutlier",
     "GpucloudError",
     "HealthAutomation",
     "InternalError",
@@ -75,10 +87,13 @@ __all__ = [
     "MetricsResult",
     "Node",
     "NodeEvent",
+    "NodeReplacement",
     "NodeSamples",
     "NotFoundError",
     "Operation",
+    "Outliers",
     "Page",
+    "PeerGroup",
     "PermissionDeniedError",
     "QueryStats",
     "ResourceExhaustedError",

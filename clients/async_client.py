@@ -784,6 +784,24 @@ class AsyncClient:
         response = await self._call(stub.QueryRange, request, timeout=timeout)
         return metrics.result(response.series, response.stats)
 
+    async def list_metric_outliers(
+        self,
+        *,
+        field: str,
+        start: instants.Instant,
+        end: instants.Instant,
+        k: float = 0.0,
+        timeout: float | None = None,
+    ) -> metrics.Outliers:
+        """GPUs whose average ``field`` in [start, end) sat more than ``k`` spreads (0: the
+        server's default, 3) below the median of their peers: the same model under comparable
+        load (operators)."""
+        stub = self._stubs().metrics
+        request = metrics_pb2.ListOutliersRequest(
+            field=field, start_ms=instants.to_ms(start, "start"), end_ms=instants.to_ms(end, "end"), k=k
+        )
+        return metrics.outliers(await self._call(stub.ListOutliers, request, timeout=timeout))
+
     # Billing --------------------------------------------------------------------------------
 
     async def get_invoice(self, period: str, *, tenant_id: str = "", timeout: float | None = None) -> billing.Invoice:

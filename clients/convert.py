@@ -155,6 +155,16 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         create_time=optional_time(message, "create_time"),
         cancel_time=optional_time(message, "cancel_time"),
         release_time=optional_time(message, "release_time"),
+        replacements=tuple(
+            models.NodeReplacement(
+                removed_node_id=made.removed_node_id,
+                spare_node_id=made.spare_node_id or None,
+                reason=made.reason,
+                time=optional_time(made, "time"),
+            )
+            for made in message.replacements
+        ),
+        degraded_reason=message.degraded_reason,
         **extra,
     )
 

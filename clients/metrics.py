@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from clients.convert import enum_name
 from clients.errors import InvalidValueError
 from clients.instants import from_ms
 from gpucloud.v1 import metrics_pb2
@@ -104,6 +105,66 @@ class MetricsResult:
 
     series: list[Series]
     stats: QueryStats
+
+
+@dataclass(frozen=True)
+class PeerGroup:
+    """GPUs compared with one another (one model, busy or not) and the median and spread of their averages."""
+
+    gpu_model: str
+    busy: bool
+    gpus: int
+    median: float
+    spread: float
+
+
+@dataclass(frozen=True)
+class GpuOutlier:
+    """A GPU whose average over the window sat ``deviations`` spreads below its peers' median."""
+
+    node_id: str
+    gpu_index: int
+    gpu_model: str
+    busy: bool
+    value: float
+    median: float
+    spread: float
+    deviations: float
+
+
+@dataclass(frozen=True)
+class Outliers:
+    """``list_metric_outliers``' answer: the field and k it judged by, the groups, the outliers (most deviant first)."""
+
+    field: str
+    k: float
+    groups: list[PeerGroup]
+    outliers: list[GpuOutlier]
+
+
+def outliers(response: metrics_pb2.ListOutliersResponse) -> Outliers:
+    """The client's ``Outliers`` of a ListOutliersResponse."""
+    return Outliers(
+        field=response.field,
+        k=response.k,
+        groups=[
+            PeerGroup(enum_name("GpuModel", "GPU_MODEL_", g.gpu_model), g.busy, g.gpus, g.median, g.spread)
+            for g in response.groups
+        ],
+        outliers=[
+            GpuOutlier(
+                o.node_id,
+                o.gpu_index,
+                enum_name("GpuModel", "GPU_MODEL_", o.gpu_model),
+                o.busy,
+                o.value,
+                o.median,
+                o.spread,
+                o.deviations,
+            )
+            for o in response.outliers
+        ],
+    )
 
 
 def aggregation_value(name: str) -> metrics_pb2.Aggregation.ValueType:

@@ -83,9 +83,22 @@ class HealthAutomation:
 
 
 @dataclass(frozen=True)
+class NodeReplacement:
+    """A node the health controller took from an allocation, and the spare now in its place
+    (None: none was free, and the allocation is degraded); ``reason`` is the decision's evidence."""
+
+    removed_node_id: str
+    spare_node_id: str | None
+    reason: str
+    time: datetime | None
+
+
+@dataclass(frozen=True)
 class Allocation:
     """A tenant's hold on whole nodes of one GPU model. Billing for it ends at ``cancel_time``, when its
-    cancel was accepted; ``release_time`` is when its last node came back from the scrub."""
+    cancel was accepted; ``release_time`` is when its last node came back from the scrub.
+    ``replacements`` lists the nodes taken from it for faults, with their spares; while it holds
+    fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so."""
 
     allocation_id: str
     tenant_id: str
@@ -96,6 +109,8 @@ class Allocation:
     create_time: datetime | None
     cancel_time: datetime | None = None
     release_time: datetime | None = None
+    replacements: tuple[NodeReplacement, ...] = ()
+    degraded_reason: str = ""
 
 
 @dataclass(frozen=True)

@@ -201,6 +201,7 @@ class Client:
     write_samples = _blocking(AsyncClient.write_samples)
     query_metrics = _blocking(AsyncClient.query_metrics)
     query_metrics_range = _blocking(AsyncClient.query_metrics_range)
+    list_metric_outliers = _blocking(AsyncClient.list_metric_outliers)
 
     get_invoice = _blocking(AsyncClient.get_invoice)
     finalize_invoice = _blocking(AsyncClient.finalize_invoice)

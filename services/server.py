@@ -56,6 +56,7 @@ from services.fleet.reconciler import NodeReconciler
 from services.fleet.servicer import AgentServicer
 from services.health.config import HealthConfig
 from services.health.controller import NodeHealth
+from services.health.slow_gpus import SlowGpuSweep
 from services.interceptors import ControlPlaneInterceptor
 from services.limits import CallLimiter, CallLimits
 from services.metrics.commands import Metrics
@@ -211,6 +212,8 @@ class ControlPlane:
         self.heartbeats: Heartbeats | None = None
         self.fleet_leader: FleetLeader | None = None
         self.reachability: Reachability | None = None
+        # The slow-GPU sweep the fleet leader runs; a sweep can also be run on demand.
+        self.slow_gpus: SlowGpuSweep | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -323,8 +326,10 @@ class ControlPlane:
         heartbeats = Heartbeats(store, persist_every_s=interval, flush_s=interval / 2)
         directives = Directives(store, refresh_s=fleet.directives_refresh_s, heartbeat_interval_s=interval)
         reachability = Reachability(store, heartbeats, directives, fleet)
+        metrics = Metrics(store, samples, maintenance_seconds=config.metrics_maintenance_seconds)
         reconciler, node_health = NodeReconciler(store, directives, fleet), NodeHealth(store, config.health)
-        leader = FleetLeader(store, reconciler, reachability, fleet, node_health, config.health)
+        self.slow_gpus = SlowGpuSweep(store, metrics.outliers, config.health)
+        leader = FleetLeader(store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus)
         self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)
@@ -335,7 +340,6 @@ class ControlPlane:
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)
         billing = BillingServicer(Billing(store, rates), page_tokens)
         billing_pb2_grpc.add_BillingServiceServicer_to_server(billing, server)
-        metrics = Metrics(store, samples, maintenance_seconds=config.metrics_maintenance_seconds)
         metrics_pb2_grpc.add_MetricsServiceServicer_to_server(MetricsServicer(metrics), server)
         self._health = health.aio.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)

@@ -5,8 +5,10 @@ one, a free loopback port) and a simulated agent for each node of a small fleet:
 register their nodes, run burn-in (one node 20% slow, which the control plane fails against the
 fleet median) and push their GPUs' telemetry. Then it creates a tenant, allocates, shows
 idempotency and an all-or-nothing capacity refusal, lists, queries metrics (the tenant sees its
-node's samples only since its allocation), cancels and waits for the release and the agents'
-scrub, and shows the tenant's invoice for the month, printing each step.
+node's samples only since its allocation), makes a GPU of the allocation fall off the bus (the
+health controller pulls the node and gives the allocation a spare, with the evidence), cancels
+and waits for the release and the agents' scrub, and shows the tenant's invoice for the month,
+printing each step.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from clients.cli import render
 from clients.cli.billing import invoice_table, reconciliation_line
 from clients.cli.metrics import result_table
 from clients.errors import ResourceExhaustedError
+from clients.models import Allocation
 from clients.request_ids import new_request_id
 from services.fleet.config import FleetConfig
 from services.log_config import configure
@@ -64,7 +67,8 @@ def step(title: str) -> None:
 async def run_demo(data_dir: Path | None = None, *, scrub_seconds: float = 0.5) -> None:
     """Start a control plane on a free loopback port with its data in ``data_dir`` (default: a temporary
     directory, removed at the end), walk through the demo, and stop the control plane even if a step fails."""
-    configure("warning", "console")
+    # The control plane logs its health decisions as warnings; the walkthrough shows them as tables.
+    configure("error", "console")
     with tempfile.TemporaryDirectory(prefix="gpucloud-demo-") as scratch:
         config = ServerConfig(
             data_dir=data_dir or Path(scratch),
@@ -91,9 +95,12 @@ async def _walkthrough(plane: ControlPlane) -> None:
     async with AsyncClient(plane.address, operator_token) as operator, asyncio.TaskGroup() as agents:
         step("2. Start an agent per node: they register, run burn-in, push telemetry")
         running = []
+        gpus: dict[str, SimulatedGpus] = {}
         for identity in FLEET:
             token = (await operator.create_agent_token(identity.node_id)).token
-            running.append(agents.create_task(_agent(plane.address, identity, token).run()))
+            gpus[identity.node_id] = SimulatedGpus(identity.node_id, model=identity.gpu_model, seed=1)
+            node_agent = _agent(plane.address, identity, token, gpus[identity.node_id])
+            running.append(agents.create_task(node_agent.run()))
         with Progress(console=console, transient=True) as progress:
             task = progress.add_task("agents registering and running burn-in", total=len(FLEET))
             while (judged := await _judged(operator)) < len(FLEET):
@@ -103,19 +110,18 @@ async def _walkthrough(plane: ControlPlane) -> None:
         failed = [e for e in (await operator.list_node_events(SLOW_NODE)).items if e.event == "FAIL_BURN_IN"]
         console.print(render.node_events_table(failed, f"Why {SLOW_NODE} is QUARANTINED"))
         try:
-            await _tenant_walkthrough(plane, operator_token)
+            await _tenant_walkthrough(plane, operator_token, gpus)
         finally:
             # The agents run until the walkthrough is over, whatever happened.
             for agent in running:
                 agent.cancel()
 
 
-def _agent(address: str, identity: NodeIdentity, token: str) -> NodeAgent:
-    """A simulated agent for ``identity``: GPUs made up from its id, burn-in and scrub quick."""
+def _agent(address: str, identity: NodeIdentity, token: str, gpus: SimulatedGpus) -> NodeAgent:
+    """A simulated agent for ``identity`` on ``gpus``: burn-in and scrub quick."""
     work = SimulatedWork(identity.node_id, identity.gpu_model, seed=1, burn_in_seconds=0.3, scrub_seconds=0.2)
     if identity.node_id == SLOW_NODE:
         work.slow(0.8)
-    gpus = SimulatedGpus(identity.node_id, model=identity.gpu_model, seed=1)
     return NodeAgent(address, identity, token, gpus, work, interval_s=DEMO_FLEET.heartbeat_interval_s, seed=1)
 
 
@@ -125,7 +131,7 @@ async def _judged(operator: AsyncClient) -> int:
     return sum(node.state in ("READY", "QUARANTINED") for node in nodes)
 
 
-async def _tenant_walkthrough(plane: ControlPlane, operator_token: str) -> None:
+async def _tenant_walkthrough(plane: ControlPlane, operator_token: str, gpus: dict[str, SimulatedGpus]) -> None:
     console = render.console
     async with AsyncClient(plane.address, operator_token) as operator:
         step("3. Create a tenant")
@@ -163,7 +169,17 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str) -> None:
     async with AsyncClient(plane.address, operator_token) as operator:
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
 
-        step("8. Cancel: accepted at once, done when the nodes are scrubbed and released")
+        step("8. A GPU falls off the bus: the node is pulled and the allocation gets a spare")
+        faulty = allocation.node_ids[1]
+        gpus[faulty].inject_xid(3, 79)
+        console.print(f"injected: XID 79 (GPU fallen off the bus) on GPU 3 of {faulty}")
+        with console.status("waiting for the health controller..."):
+            replaced = await _replaced(operator, allocation.allocation_id)
+        console.print(render.allocations_table([replaced], "Allocation after the fault"))
+        events = [e for e in (await operator.list_node_events(faulty)).items if e.event in ("DRAIN", "RELEASE")]
+        console.print(render.node_events_table(events, f"Why {faulty} left the allocation"))
+
+        step("9. Cancel: accepted at once, done when the nodes are scrubbed and released")
         async with AsyncClient(plane.address, created.token) as tenant:
             operation = await tenant.cancel_allocation(allocation.allocation_id)
             console.print(render.operations_table([operation], "Cancel accepted"))
@@ -173,17 +189,27 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str) -> None:
             if not operation.done:
                 raise RuntimeError("the cancel operation did not finish within 60 s")
         with console.status("waiting for the agents to confirm the scrub..."):
-            await _scrubbed(operator, allocation.node_ids)
+            await _scrubbed(operator, [*replaced.node_ids, faulty])
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
-        events = (await operator.list_node_events(allocation.node_ids[0])).items
-        console.print(render.node_events_table(events, f"Why {allocation.node_ids[0]} is READY"))
+        events = (await operator.list_node_events(replaced.node_ids[-1])).items
+        console.print(render.node_events_table(events, f"Why the spare {replaced.node_ids[-1]} is READY"))
 
-        step("9. Invoice: billed from durable usage events, GPU by GPU, from hand-over to release")
+        step("10. Invoice: billed from durable usage events, GPU by GPU, from hand-over to release")
         async with AsyncClient(plane.address, created.token) as tenant:
             invoice = await tenant.get_invoice(datetime.now(UTC).strftime("%Y-%m"))
         console.print(invoice_table(invoice))
         console.print(reconciliation_line(invoice))
     step("Done")
+
+
+async def _replaced(operator: AsyncClient, allocation_id: str, *, timeout_s: float = 60.0) -> Allocation:
+    """The allocation once a node of it has been replaced; RuntimeError after ``timeout_s``."""
+    for _ in range(round(timeout_s / 0.1)):
+        allocation = await operator.get_allocation(allocation_id)
+        if allocation.replacements:
+            return allocation
+        await asyncio.sleep(0.1)
+    raise RuntimeError(f"the health controller did not replace a node of {allocation_id} within {timeout_s:g} s")
 
 
 async def _scrubbed(operator: AsyncClient, node_ids: Sequence[str], *, timeout_s: float = 60.0) -> None:

@@ -1,4 +1,5 @@
-"""``gpucloud metrics query|write``: read per-GPU time series as a table, JSON or a PNG chart.
+"""``gpucloud metrics query|write|outliers``: read per-GPU time series as a table, JSON or a PNG
+chart; write samples; list the GPUs far below their peers' median.
 
 Times and steps take the forms of every time option of the command (clients/cli/times.py).
 """
@@ -183,6 +184,33 @@ def metrics_query(
     render.console.print(result_table(result, title))
     if plot_to is not None:
         render.console.print(f"chart written to {plot_to}")
+
+
+@metrics.command("outliers")
+def metrics_outliers(
+    ctx: typer.Context,
+    field: Annotated[str, typer.Option("--field", help="The field compared, e.g. sm_clock_mhz or power_w.")],
+    since: Annotated[str, typer.Option(help=f"Window start: {INSTANT_FORMS}.")] = "-10m",
+    end: Annotated[str, typer.Option(help=f"Window end: {INSTANT_FORMS}.")] = "now",
+    k: Annotated[float, typer.Option("--k", help="Spreads below the median that make an outlier (0: 3).")] = 0.0,
+    json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
+) -> None:
+    """GPUs whose average FIELD over the window sits far below the median of their peers (the
+    same model under comparable load): k median absolute deviations or more (operators)."""
+    try:
+        now = datetime.now(UTC)
+        window = (time_option("--since", since, now=now), time_option("--end", end, now=now))
+        require_order(*window, since, end)
+    except ValueError as err:
+        render.fail(value_error_line(ctx, err))
+        raise typer.Exit(2) from None
+    found = call(ctx, lambda c: c.list_metric_outliers(field=field, start=window[0], end=window[1], k=k))
+    if json_out:
+        render.print_json(found)
+        return
+    span = f"{render.when(window[0])} to {render.when(window[1])} UTC"
+    render.console.print(render.peer_groups_table(found.groups, f"{found.field}: peer groups, {span}"))
+    render.console.print(render.outliers_table(found.outliers, f"{found.field}: more than {found.k:g} spreads below"))
 
 
 def _assignments(pairs: list[str]) -> dict[str, float]:

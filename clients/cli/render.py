@@ -15,6 +15,7 @@ from rich.console import Console, Group
 from rich.table import Table
 from rich.text import Text
 
+from clients import metrics as m
 from clients import models
 from clients.cli.fleet_watch import FleetSummary, StateChange
 from clients.errors import GpucloudError
@@ -261,9 +262,38 @@ def health_automation_table(items: Sequence[models.HealthAutomation], title: str
     )
 
 
-def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
-    """Allocations: tenant, model, node count, state, creation and release times, node ids."""
+def peer_groups_table(items: Sequence[m.PeerGroup], title: str) -> Table:
+    """Peer groups of an outlier listing: model, load class, GPUs, median and spread."""
     return table(
+        title,
+        ["MODEL", "LOAD", "GPUS", "MEDIAN", "SPREAD"],
+        items,
+        lambda g: [g.gpu_model, "busy" if g.busy else "idle", str(g.gpus), f"{g.median:.4g}", f"{g.spread:.3g}"],
+    )
+
+
+def outliers_table(items: Sequence[m.GpuOutlier], title: str) -> Table:
+    """GPUs far below their peers: node, GPU, model, load class, value, median, spreads below."""
+    return table(
+        title,
+        ["NODE", "GPU", "MODEL", "LOAD", "VALUE", "MEDIAN", "BELOW"],
+        items,
+        lambda o: [
+            o.node_id,
+            str(o.gpu_index),
+            o.gpu_model,
+            "busy" if o.busy else "idle",
+            f"{o.value:.4g}",
+            f"{o.median:.4g}",
+            f"{o.deviations:.1f} spreads",
+        ],
+    )
+
+
+def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
+    """Allocations: tenant, model, node count, state, creation and release times, node ids; under
+    the table, the nodes replaced under them and why any is degraded."""
+    shown = table(
         title,
         ["ALLOCATION", "TENANT", "MODEL", "NODES", "STATE", "CREATED", "RELEASED", "NODE IDS"],
         items,
@@ -272,12 +302,22 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
             a.tenant_id,
             a.gpu_model,
             str(a.node_count),
-            styled(a.state),
+            styled(a.state) + Text(" (degraded)", style="red") if a.degraded_reason else styled(a.state),
             when(a.create_time),
             when(a.release_time),
             ", ".join(a.node_ids),
         ],
     )
+    notes = [
+        f"{a.allocation_id}: {made.removed_node_id} -> {made.spare_node_id or 'no spare'} at {when(made.time)}"
+        f" ({made.reason})"
+        for a in items
+        for made in a.replacements
+    ] + [f"{a.allocation_id}: {a.degraded_reason}" for a in items if a.degraded_reason]
+    if notes:
+        shown.caption = "\n".join(notes)
+        shown.caption_justify = "left"
+    return shown
 
 
 def operations_table(items: Sequence[models.Operation], title: str = "Operations") -> Table:

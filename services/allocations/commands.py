@@ -23,6 +23,7 @@ the next tenant's hold begins before the previous one's ended.
 
 from __future__ import annotations
 
+from collections.abc import Set as AbstractSet
 from functools import partial
 
 from services.allocations import idempotency, placement
@@ -38,6 +39,7 @@ from services.clock import now_us
 from services.errors import Aborted, PermissionDenied, ResourceExhausted
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel
 from services.operations import repository as ops_repo
 from services.operations.repository import Operation
 from services.paging import Cursor, cut_page
@@ -125,7 +127,7 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             result_id=allocation_id,
             now_us=now_us(),
         )
-    chosen = yield from _place(request, locking=locking)
+    chosen = yield from place(request.gpu_model, request.node_count, locking=locking)
     if chosen is None:
         available = yield from nodes_repo.count_free(request.gpu_model)
         raise ResourceExhausted(
@@ -146,15 +148,18 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
 
 
-def _place(request: AllocationRequest, *, locking: bool) -> Tx[list[str] | None]:
-    """The nodes the placement policy chose among every free node of the model, locked on
-    PostgreSQL; None when it finds no fit."""
-    candidates = yield from _candidates(request)
+def place(
+    gpu_model: GpuModel, count: int, *, locking: bool, excluding: AbstractSet[str] = frozenset()
+) -> Tx[list[str] | None]:
+    """The ``count`` nodes the placement policy chose among every free node of the model but
+    ``excluding``, locked on PostgreSQL; None when it finds no fit. A create places with it, and
+    so does a replacement (replacement.py) choosing a spare."""
+    candidates = yield from _candidates(gpu_model, excluding)
     if not locking:
         # SQLite: the writer holds the one write lock, so what was read stays free.
-        return placement.choose(placement.POLICY, candidates, request.node_count)
+        return placement.choose(placement.POLICY, candidates, count)
     yield from savepoint("placement")
-    chosen, contended = yield from _lock_choice(candidates, request.node_count, skip_locked=True)
+    chosen, contended = yield from _lock_choice(candidates, count, skip_locked=True)
     if chosen is not None or not contended:
         return chosen
     # SKIP LOCKED also passed over nodes a concurrent transaction holds and may yet release:
@@ -162,13 +167,14 @@ def _place(request: AllocationRequest, *, locking: bool) -> Tx[list[str] | None]
     # nodes it locked: two creates each holding some nodes while waiting for the other's
     # deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with no node held,
     # for nodes locked in fabric order in one statement, forms no cycle.
-    candidates = yield from _candidates(request)
-    chosen, _ = yield from _lock_choice(candidates, request.node_count, skip_locked=False)
+    candidates = yield from _candidates(gpu_model, excluding)
+    chosen, _ = yield from _lock_choice(candidates, count, skip_locked=False)
     return chosen
 
 
-def _candidates(request: AllocationRequest) -> Tx[list[Candidate]]:
-    return list(map(Candidate._make, (yield from nodes_repo.free_nodes(request.gpu_model))))
+def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Candidate]]:
+    free = map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model)))
+    return [c for c in free if c.node_id not in excluding] if excluding else list(free)
 
 
 def _lock_choice(candidates: list[Candidate], count: int, *, skip_locked: bool) -> Tx[tuple[list[str] | None, bool]]:

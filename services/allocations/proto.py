@@ -27,4 +27,14 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
         create_time=timestamp(row.created_us),
         cancel_time=timestamp(row.cancel_us),
         release_time=timestamp(row.released_us),
+        replacements=[
+            allocation_pb2.NodeReplacement(
+                removed_node_id=made.removed_node_id,
+                spare_node_id=made.spare_node_id or "",
+                reason=made.reason,
+                time=timestamp(made.at_us),
+            )
+            for made in view.replacements
+        ],
+        degraded_reason=view.degraded_reason,
     )

@@ -35,11 +35,38 @@ class Allocation:
 
 
 @dataclass(frozen=True, slots=True)
+class Replacement:
+    """A node the health controller took from an allocation at ``at_us``, and the spare that
+    took its place in the allocation's order (None: no spare was free)."""
+
+    removed_node_id: str
+    spare_node_id: str | None
+    position: int
+    reason: str
+    at_us: int
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationView:
-    """An allocation with its nodes in placement order."""
+    """An allocation with the nodes it holds (or held, once released) in placement order, and
+    the replacements made under it, oldest first."""
 
     row: Allocation
     node_ids: tuple[str, ...]
+    replacements: tuple[Replacement, ...] = ()
+
+    @property
+    def degraded_reason(self) -> str:
+        """Why an active allocation holds fewer nodes than it asked for; empty when it does not."""
+        missing = self.row.node_count - len(self.node_ids)
+        if self.row.state != AllocationState.ACTIVE.value or missing <= 0:
+            return ""
+        unfilled = [r for r in self.replacements if r.spare_node_id is None]
+        removed = ", ".join(r.removed_node_id for r in unfilled) or "a node"
+        return (
+            f"degraded: {missing} of {self.row.node_count} node(s) missing; {removed} removed by the health"
+            f" controller and no spare {self.row.gpu_model} node was free"
+        )
 
 
 @dataclass(frozen=True)
@@ -87,19 +114,97 @@ def get_rows(allocation_ids: Sequence[str]) -> Tx[list[Allocation]]:
 
 
 def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
-    """Attach each allocation's nodes, in placement order, with one query."""
+    """Attach each allocation's nodes, in placement order, with one query; and, with a second
+    only for the allocations that had a node replaced, their replacements."""
     if not rows:
         return []
     ids, params = expand("id", [r.allocation_id for r in rows])
     result = yield Sql(
-        f"SELECT allocation_id, node_id FROM assignments WHERE allocation_id IN ({ids})"
+        f"SELECT allocation_id, node_id, replaced_us FROM assignments WHERE allocation_id IN ({ids})"
         " ORDER BY allocation_id, position",
         params,
     )
     nodes: dict[str, list[str]] = {r.allocation_id: [] for r in rows}
-    for allocation_id, node_id in result.rows:
-        nodes[allocation_id].append(node_id)
-    return [AllocationView(r, tuple(nodes[r.allocation_id])) for r in rows]
+    replaced: set[str] = set()
+    for allocation_id, node_id, replaced_us in result.rows:
+        if replaced_us is None:
+            nodes[allocation_id].append(node_id)
+        else:
+            replaced.add(allocation_id)
+    history = (yield from replacements(sorted(replaced))) if replaced else {}
+    return [AllocationView(r, tuple(nodes[r.allocation_id]), history.get(r.allocation_id, ())) for r in rows]
+
+
+def replacements(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[Replacement, ...]]]:
+    """The replacements made under each of the allocations, oldest first."""
+    ids, params = expand("id", allocation_ids)
+    result = yield Sql(
+        "SELECT allocation_id, removed_node_id, spare_node_id, position, reason, at_us FROM replacements"
+        f" WHERE allocation_id IN ({ids}) ORDER BY allocation_id, at_us, position",
+        params,
+    )
+    found: dict[str, list[Replacement]] = {}
+    for allocation_id, removed, spare, position, reason, at_us in result.rows:
+        found.setdefault(str(allocation_id), []).append(
+            Replacement(str(removed), None if spare is None else str(spare), int(position), str(reason), int(at_us))
+        )
+    return {allocation_id: tuple(made) for allocation_id, made in found.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Holding:
+    """The live assignment of a node: which allocation holds it, at which position."""
+
+    allocation: Allocation
+    position: int
+
+
+def holding(node_id: str) -> Tx[Holding | None]:
+    """The allocation holding ``node_id`` now, or None."""
+    columns = ", ".join(f"al.{column.strip()}" for column in _COLUMNS.split(","))
+    result = yield Sql(
+        f"SELECT {columns}, a.position FROM assignments a JOIN allocations al ON al.allocation_id = a.allocation_id"
+        " WHERE a.node_id = :node AND a.released_us IS NULL",
+        {"node": node_id},
+    )
+    found = result.first()
+    return None if found is None else Holding(_row(found[:-1]), int(found[-1]))
+
+
+def take_node(allocation_id: str, node_id: str, *, now_us: int) -> Tx[None]:
+    """End ``node_id``'s live assignment to the allocation, as taken from it (not released with it)."""
+    yield Sql(
+        "UPDATE assignments SET released_us = :now, replaced_us = :now"
+        " WHERE allocation_id = :id AND node_id = :node AND released_us IS NULL",
+        {"id": allocation_id, "node": node_id, "now": now_us},
+    )
+
+
+def assign(held: Holding, node_id: str, *, now_us: int) -> Tx[None]:
+    """A live assignment of ``node_id`` to ``held``'s allocation, at ``held``'s position."""
+    yield from _insert_assignments([(held.allocation, node_id, held.position, now_us)])
+
+
+def insert_replacement(allocation_id: str, made: Replacement) -> Tx[None]:
+    """Record a replacement under the allocation."""
+    yield Sql(
+        "INSERT INTO replacements (allocation_id, removed_node_id, spare_node_id, position, reason, at_us)"
+        " VALUES (:id, :removed, :spare, :position, :reason, :at)",
+        {
+            "id": allocation_id,
+            "removed": made.removed_node_id,
+            "spare": made.spare_node_id,
+            "position": made.position,
+            "reason": made.reason,
+            "at": made.at_us,
+        },
+    )
+
+
+def ever_assigned(allocation_id: str) -> Tx[set[str]]:
+    """Every node the allocation held at some time, live or not."""
+    result = yield Sql("SELECT node_id FROM assignments WHERE allocation_id = :id", {"id": allocation_id})
+    return {str(r[0]) for r in result.rows}
 
 
 def get_view(allocation_id: str, *, tenant_id: str | None) -> Tx[AllocationView]:
@@ -121,6 +226,17 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
         " :state, :created_us, :cancel_us, :released_us)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
+    yield from _insert_assignments(
+        [
+            (row, node_id, position, row.created_us)
+            for row, node_ids in placed
+            for position, node_id in enumerate(node_ids)
+        ]
+    )
+
+
+def _insert_assignments(assigned: Sequence[tuple[Allocation, str, int, int]]) -> Tx[None]:
+    """Live assignments, each (allocation, node id, position, assigned at), in one statement."""
     yield Sql(
         "INSERT INTO assignments (allocation_id, node_id, tenant_id, position, assigned_us)"
         " VALUES (:allocation_id, :node_id, :tenant_id, :position, :assigned_us)",
@@ -130,10 +246,9 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
                 "node_id": node_id,
                 "tenant_id": row.tenant_id,
                 "position": position,
-                "assigned_us": row.created_us,
+                "assigned_us": at_us,
             }
-            for row, node_ids in placed
-            for position, node_id in enumerate(node_ids)
+            for row, node_id, position, at_us in assigned
         ],
     )
 

@@ -57,6 +57,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.MetricsService/WriteSamples": FLEET,
     "/gpucloud.v1.MetricsService/Query": OPERATOR_OR_TENANT,
     "/gpucloud.v1.MetricsService/QueryRange": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.MetricsService/ListOutliers": OPERATOR,
     "/gpucloud.v1.BillingService/GetInvoice": OPERATOR_OR_TENANT,
     "/gpucloud.v1.BillingService/FinalizeInvoice": OPERATOR,
     "/gpucloud.v1.BillingService/ListUsageEvents": OPERATOR_OR_TENANT,

@@ -1,6 +1,6 @@
 """What the replica holding the ``node-reconciler`` lease runs: the reconciler's controller, the
-health controller and the reachability sweep, started afresh each time this replica becomes the
-leader."""
+health controller, the reachability sweep and the slow-GPU sweep, started afresh each time this
+replica becomes the leader."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ from services.fleet.reachability import Reachability
 from services.fleet.reconciler import NodeReconciler
 from services.health.config import HealthConfig
 from services.health.controller import NodeHealth
+from services.health.slow_gpus import SlowGpuSweep
 from services.store.engine import Database
 
 LEASE_NAME = "node-reconciler"
@@ -30,12 +31,14 @@ class FleetLeader:
         config: FleetConfig,
         health: NodeHealth,
         health_config: HealthConfig,
+        slow_gpus: SlowGpuSweep,
     ) -> None:
         self._reconciler = reconciler
         self._reachability = reachability
         self._config = config
         self._health = health
         self._health_config = health_config
+        self._slow_gpus = slow_gpus
         self._controller: Controller[str] | None = None
         self._health_controller: Controller[str] | None = None
         reachability.on_strike = self.notify_health
@@ -94,6 +97,7 @@ class FleetLeader:
                 group.create_task(controller.run(), name="node-reconciler")
                 group.create_task(health.run(), name="health")
                 group.create_task(self._reachability.run(leading_since_us=leading_since), name="reachability")
+                group.create_task(self._slow_gpus.run(self.notify_health), name="slow-gpus")
         finally:
             self._controller = self._health_controller = None
             controller.shut_down()

@@ -20,14 +20,23 @@ class HealthConfig:
     resync_s: float = 30.0
     # When a removal was held back, how soon it is tried again.
     held_retry_s: float = 60.0
+    # The slow-GPU sweep (slow_gpus.py): how often, over how long a window, which field, and how
+    # many spreads below the peers' median make a GPU slow. With the spread at least 1% of the
+    # median, 5 spreads is at least 5% under the fleet: far past a clock's ordinary wander.
+    slow_gpu_interval_s: float = 300.0
+    slow_gpu_window_s: float = 600.0
+    slow_gpu_field: str = "sm_clock_mhz"
+    slow_gpu_k: float = 5.0
 
     def __post_init__(self) -> None:
         if self.removals_per_hour < 0:
             raise ValueError(f"removals_per_hour must be >= 0, got {self.removals_per_hour}")
         if not 0.0 <= self.removal_share_per_hour <= 1.0:
             raise ValueError(f"removal_share_per_hour must be within 0-1, got {self.removal_share_per_hour}")
-        if self.resync_s <= 0 or self.held_retry_s <= 0:
-            raise ValueError("resync_s and held_retry_s must be > 0")
+        if min(self.resync_s, self.held_retry_s, self.slow_gpu_interval_s, self.slow_gpu_window_s) <= 0:
+            raise ValueError("resync_s, held_retry_s, slow_gpu_interval_s and slow_gpu_window_s must be > 0")
+        if self.slow_gpu_k <= 0:
+            raise ValueError(f"slow_gpu_k must be > 0, got {self.slow_gpu_k}")
 
     def removal_limit(self, pool_size: int) -> int:
         """How many of a pool of ``pool_size`` nodes may be removed in an hour."""

@@ -11,8 +11,9 @@ already:
   rule), which ``gpucloud nodes events`` shows; the node stays in service;
 - any removal (drain after the job, drain now, quarantine, repair, RMA): a ``DRAIN`` with the
   evidence as its reason, through the node transition table: a free node leaves service at
-  once, a held one drains while its tenant keeps it (replacing it with a spare is not built
-  yet, so DRAIN_NOW drains as DRAIN_AFTER_JOB does);
+  once; a held one, after the job, drains while its tenant keeps it; for DRAIN_NOW and worse
+  it is taken from its tenant's allocation at once and a spare takes its place
+  (services/allocations/replacement.py), in the same transaction;
 - a removal past the pool's safety limit (config.py), or in a pool an operator paused
   (``SetHealthAutomation``): not applied, a ``HEALTH_HELD`` event once per strike saying why
   (an error log past the limit), and the node is looked at again later.
@@ -28,6 +29,8 @@ from functools import partial
 
 import structlog
 
+from services.allocations import replacement
+from services.allocations.repository import Replacement
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.control.controller import Outcome
@@ -84,17 +87,26 @@ class NodeHealth:
                 " that many at once looks like a monitoring or control-plane fault"
             )
             return await self._hold(seen, decision, why, latest_us, loud=True)
-        moved = await self._store.transact(partial(_drain, seen, decision.evidence))
+        locking = self._store.dialect == "postgresql"
+        moved = await self._store.transact(partial(_drain, seen, decision, locking=locking))
         if moved is None:
             return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
+        state, replaced = moved
         log.warning(
             "health_drained",
             node_id=node_id,
             action=decision.action.name,
             signal=decision.rule.signal,
             strikes=decision.strikes,
-            state=moved.value,
+            state=state.value,
         )
+        if replaced is not None:
+            log.warning(
+                "health_replaced",
+                node_id=node_id,
+                spare_node_id=replaced.spare_node_id,
+                degraded=replaced.spare_node_id is None,
+            )
         return Outcome()
 
     async def _hold(self, seen: NodeHealthView, decision: Decision, why: str, latest_us: int, *, loud: bool) -> Outcome:
@@ -112,19 +124,28 @@ class NodeHealth:
         await self._store.transact(partial(_record, seen, event, reason))
 
 
-def _still(seen: NodeHealthView) -> Tx[nodes_repo.Node | None]:
-    """The node's row if it is still in the state ``seen`` read, else None."""
-    row = yield from nodes_repo.find(seen.node_id)
+def _still(seen: NodeHealthView, *, locking: bool = False) -> Tx[nodes_repo.Node | None]:
+    """The node's row if it is still in the state ``seen`` read (locked when ``locking``), else None."""
+    row = yield from nodes_repo.find(seen.node_id, locking=locking)
     return row if row is not None and NodeState(row.state) is seen.state else None
 
 
-def _drain(seen: NodeHealthView, reason: str) -> Tx[NodeState | None]:
-    """DRAIN the node if it is still as ``seen``; its new state, or None (nothing written)."""
-    row = yield from _still(seen)
+def _drain(
+    seen: NodeHealthView, decision: Decision, *, locking: bool
+) -> Tx[tuple[NodeState, Replacement | None] | None]:
+    """DRAIN the node if it is still as ``seen``, and for DRAIN_NOW and worse take it from its
+    allocation with a spare in its place; its new state and the replacement made, or None
+    (nothing written)."""
+    row = yield from _still(seen, locking=locking)
     if row is None:
         return None
-    moved = yield from node_commands.drain(row, reason, actor=ACTOR)
-    return NodeState(moved.state)
+    moved = yield from node_commands.drain(row, decision.evidence, actor=ACTOR)
+    replaced = None
+    if decision.action >= Action.DRAIN_NOW and NodeState(moved.state) is NodeState.DRAINING:
+        replaced = yield from replacement.replace(moved, decision.evidence, actor=ACTOR, locking=locking)
+        if replaced is not None:
+            moved = yield from nodes_repo.get_row(seen.node_id)
+    return NodeState(moved.state), replaced
 
 
 def _record(seen: NodeHealthView, event: NodeEvent, reason: str) -> Tx[None]:

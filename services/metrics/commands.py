@@ -22,6 +22,7 @@ from services.metrics import repository as repo
 from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
 from services.metrics.holds import hold_intervals, within
+from services.metrics.outliers import BUSY_FIELD, BUSY_UTIL_PCT, GpuFigure, Outlier, PeerGroup, below_median
 from services.metrics.sample_times import SampleTimes
 from services.metrics.samples import SampleStore, SeriesData
 from services.metrics.selection import Aggregation, Selector, Window
@@ -132,6 +133,32 @@ class Metrics:
             )
         series, stats = await self._samples.read(read)
         return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use a longer step")
+
+    async def outliers(self, field: str, window: Window, k: float) -> tuple[list[PeerGroup], list[Outlier]]:
+        """GPUs whose average ``field`` over the window sits more than ``k`` spreads below the
+        median of their peers (services/metrics/outliers.py), and the peer groups judged.
+        Operators only (the auth policy): it compares every node of the fleet."""
+        selector = Selector(fields=tuple(sorted({field, BUSY_FIELD})))
+        step_ms = window.end_ms - window.start_ms
+        read = partial(
+            reads.query_range_all, selector=selector, window=window, step_ms=step_ms, aggregation=Aggregation.AVG
+        )
+        (series, _), models = await asyncio.gather(self._samples.read(read), self._store.query(repo.node_models()))
+        averages: dict[str, dict[tuple[str, int], float]] = {field: {}, BUSY_FIELD: {}}
+        for found in series:
+            labels, value = found.labels, float(found.values[0]) if len(found.values) else math.nan
+            gpu = labels.get(tsdb.GPU)
+            if gpu is None or math.isnan(value) or labels[tsdb.FIELD] not in averages:
+                continue
+            averages[labels[tsdb.FIELD]][(labels[tsdb.NODE], int(gpu))] = value
+        figures = [
+            GpuFigure(
+                node_id, gpu, models[node_id], value, averages[BUSY_FIELD].get((node_id, gpu), 0.0) >= BUSY_UTIL_PCT
+            )
+            for (node_id, gpu), value in sorted(averages[field].items())
+            if node_id in models
+        ]
+        return below_median(figures, k)
 
     async def _visible(
         self, principal: Principal, selector: Selector, window: Window

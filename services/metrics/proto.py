@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
@@ -13,7 +13,10 @@ import tsdb
 from gpucloud.v1 import metrics_pb2
 from services.metrics.batch import GpuFields, LabeledSeries, NodePush
 from services.metrics.commands import SERIES_SIZED_ON_LOOP, QueryResult
+from services.metrics.outliers import Outlier, PeerGroup
 from services.metrics.selection import Aggregation, Selector
+from services.nodes.inventory import GpuModel
+from services.nodes.proto import GPU_MODEL_TO_PROTO
 
 AGGREGATION_FROM_PROTO = {metrics_pb2.Aggregation.Value(f"AGGREGATION_{a.name}"): a for a in Aggregation}
 # The store's read counters that the API's QueryStats carries, under the same names.
@@ -61,3 +64,36 @@ async def encoded_series(result: QueryResult) -> list[metrics_pb2.Series]:
     if len(result.series) > SERIES_SIZED_ON_LOOP:
         return await asyncio.to_thread(series_to_proto, result)
     return series_to_proto(result)
+
+
+def outliers_to_proto(
+    field: str, k: float, groups: Sequence[PeerGroup], outliers: Sequence[Outlier]
+) -> metrics_pb2.ListOutliersResponse:
+    """ListOutliers' answer: the peer groups judged and the outliers, most deviant first."""
+    return metrics_pb2.ListOutliersResponse(
+        field=field,
+        k=k,
+        groups=[
+            metrics_pb2.PeerGroup(
+                gpu_model=GPU_MODEL_TO_PROTO[GpuModel(g.gpu_model)],
+                busy=g.busy,
+                gpus=g.gpus,
+                median=g.median,
+                spread=g.spread,
+            )
+            for g in groups
+        ],
+        outliers=[
+            metrics_pb2.GpuOutlier(
+                node_id=o.figure.node_id,
+                gpu_index=o.figure.gpu_index,
+                gpu_model=GPU_MODEL_TO_PROTO[GpuModel(o.figure.gpu_model)],
+                busy=o.figure.busy,
+                value=o.figure.value,
+                median=o.group.median,
+                spread=o.group.spread,
+                deviations=o.deviations,
+            )
+            for o in outliers
+        ],
+    )

@@ -1,5 +1,5 @@
 """What the metrics service reads from the control plane's database, as transaction steps
-(store/tx.py): which nodes exist, and which a tenant held when (from the usage events billing
+(store/tx.py): which nodes exist and of which model, and which a tenant held when (from the usage events billing
 reads). It writes nothing there; samples live in the tsdb (services/metrics/samples.py).
 """
 
@@ -29,6 +29,12 @@ def existing_nodes(node_ids: Collection[str]) -> Tx[set[str]]:
         result = yield Sql(f"SELECT node_id FROM nodes WHERE node_id IN ({ids})", params)
         found |= {str(row[0]) for row in result.rows}
     return found
+
+
+def node_models() -> Tx[dict[str, str]]:
+    """Every registered node's GPU model, by node id."""
+    result = yield Sql("SELECT node_id, gpu_model FROM nodes")
+    return {str(node_id): str(model) for node_id, model in result.rows}
 
 
 _HOLDS = (

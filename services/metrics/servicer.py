@@ -9,12 +9,13 @@ import grpc
 from gpucloud.v1 import metrics_pb2, metrics_pb2_grpc
 from services.auth.principal import current_principal
 from services.clock import now_us
-from services.metrics.batch import build_batch
+from services.metrics.batch import build_batch, check_field_name
 from services.metrics.commands import Metrics
 from services.metrics.proto import (
     AGGREGATION_FROM_PROTO,
     encoded_series,
     labeled_series_from_proto,
+    outliers_to_proto,
     pushes_from_proto,
     selector_from_proto,
     stats_to_proto,
@@ -25,6 +26,9 @@ from services.validation import Violations
 Context = grpc.aio.ServicerContext[Any, Any]
 
 _KNOWN_AGGREGATIONS = frozenset(AGGREGATION_FROM_PROTO)
+# ListOutliers' k: how many spreads below the median, when the request leaves it unset, and at most.
+DEFAULT_K = 3.0
+MAX_K = 100.0
 
 
 class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
@@ -66,3 +70,18 @@ class MetricsServicer(metrics_pb2_grpc.MetricsServiceServicer):
         aggregation = AGGREGATION_FROM_PROTO[request.aggregation]
         result = await self._metrics.query_range(current_principal(), selector, window, request.step_ms, aggregation)
         return metrics_pb2.QueryRangeResponse(series=await encoded_series(result), stats=stats_to_proto(result))
+
+    async def ListOutliers(
+        self, request: metrics_pb2.ListOutliersRequest, context: Context
+    ) -> metrics_pb2.ListOutliersResponse:
+        """GPUs far below the median of their peers for one field over a window."""
+        window = Window(request.start_ms, request.end_ms)
+        v = Violations()
+        check_field_name(v, "field", request.field)
+        check_window(v, window)
+        if not (request.k == 0 or 0 < request.k <= MAX_K):
+            v.add("k", f"must be above 0 and at most {MAX_K:g} (got {request.k}); leave it unset for {DEFAULT_K:g}")
+        v.raise_if_any()
+        k = request.k or DEFAULT_K
+        groups, outliers = await self._metrics.outliers(request.field, window, k)
+        return outliers_to_proto(request.field, k, groups, outliers)

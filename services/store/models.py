@@ -197,7 +197,8 @@ class AllocationRow(SQLModel, table=True):
 
 
 class AssignmentRow(SQLModel, table=True):
-    """A node held by an allocation. Live while ``released_us`` is NULL."""
+    """A node held by an allocation. Live while ``released_us`` is NULL; ``replaced_us`` is
+    set when the health controller took the node from the allocation (``replacements``)."""
 
     __tablename__ = "assignments"
     __table_args__ = (
@@ -218,6 +219,21 @@ class AssignmentRow(SQLModel, table=True):
     position: int
     assigned_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    replaced_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class ReplacementRow(SQLModel, table=True):
+    """A node the health controller took from an allocation, and the spare that took its place
+    (NULL: none was free, and the allocation runs degraded)."""
+
+    __tablename__ = "replacements"
+
+    allocation_id: str = Field(foreign_key="allocations.allocation_id", primary_key=True, max_length=40)
+    removed_node_id: str = Field(foreign_key="nodes.node_id", primary_key=True, max_length=63)
+    spare_node_id: str | None = Field(default=None, foreign_key="nodes.node_id", max_length=63)
+    position: int
+    reason: str = Field(max_length=512)
+    at_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
 class IdempotencyKeyRow(SQLModel, table=True):

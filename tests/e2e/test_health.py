@@ -1,26 +1,40 @@
 """The health controller against the real server and simulated agents: a GPU that falls off the
 bus takes its node out of service with the evidence in its events, and so does correctable ECC
 rising report after report; an application's XID only tells the tenant; a pool losing many
-nodes at once keeps all but its hourly limit in service."""
+nodes at once keeps all but its hourly limit in service; a node under an allocation is replaced
+by a spare; a GPU slow against the fleet median, sweep after sweep, drains its node."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from clients import AsyncClient
+import pytest
+
+from clients import Allocation, AsyncClient, InvalidArgumentError, PermissionDeniedError
 from clients.agent.control import Fault
 from clients.agent.fleet import SimulatedFleet
 from services.health.config import HealthConfig
 from services.health.controller import NodeHealth
 from services.store.tx import Sql, Tx
+from tests.clients.cli.test_commands import document
+from tests.clients.cli.test_connection import gpucloud
 from tests.conftest import RunningControlPlane, running_control_plane, until
 from tests.e2e.agent_wire import FAST
 
-HEALTH = HealthConfig(removals_per_hour=2, removal_share_per_hour=0.10, resync_s=0.3, held_retry_s=0.3)
+# The slow-GPU sweep looks at the last second, and only when a test runs it (interval: an hour).
+HEALTH = HealthConfig(
+    removals_per_hour=2,
+    removal_share_per_hour=0.10,
+    resync_s=0.3,
+    held_retry_s=0.3,
+    slow_gpu_interval_s=3600.0,
+    slow_gpu_window_s=1.0,
+)
 
 
 async def states(operator: AsyncClient) -> dict[str, str]:
@@ -228,3 +242,151 @@ async def test_a_paused_pool_keeps_its_nodes_until_resumed(tmp_path: Path, datab
             return (await operator.get_node("sim-0002")).state == "QUARANTINED"
 
         await until(drained, timeout=30)
+
+
+async def once_replaced(operator: AsyncClient, allocation_id: str) -> Allocation:
+    """The allocation once the health controller has replaced a node of it."""
+
+    async def replaced() -> bool:
+        return bool((await operator.get_allocation(allocation_id)).replacements)
+
+    await until(replaced, timeout=30)
+    return await operator.get_allocation(allocation_id)
+
+
+async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp_path: Path, database_url: str) -> None:
+    async with ready_fleet(tmp_path, database_url, 4) as (_, fleet, operator):
+        await operator.create_tenant("acme")
+        before = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
+        kept, faulty = before.node_ids
+        fleet.inject(faulty, Fault.XID, gpu=2, code=79)
+        after = await once_replaced(operator, before.allocation_id)
+        [made] = after.replacements
+        assert made.removed_node_id == faulty
+        assert made.spare_node_id is not None
+        assert made.spare_node_id not in before.node_ids
+        # The spare takes the faulty node's place in the allocation's order.
+        assert after.node_ids == (kept, made.spare_node_id)
+        assert made.reason.startswith("REPAIR: xid:79 on GPU 2, 1 in 1 h")
+        assert after.degraded_reason == ""
+        assert after.state == "ACTIVE"
+
+        # The faulty node is scrubbed and leaves service, never READY; the spare is the tenant's.
+        async def out_of_service() -> bool:
+            return (await operator.get_node(faulty)).state == "QUARANTINED"
+
+        await until(out_of_service, timeout=30)
+        moves = [(e.event, e.from_state, e.to_state) for e in (await operator.list_node_events(faulty)).items]
+        assert moves[-3:-1] == [("DRAIN", "ALLOCATED", "DRAINING"), ("RELEASE", "DRAINING", "SCRUBBING")]
+        assert moves[-1][2] == "QUARANTINED"
+        spare = await operator.get_node(made.spare_node_id)
+        assert spare.state == "ALLOCATED"
+        [allocate] = [e for e in (await operator.list_node_events(made.spare_node_id)).items if e.event == "ALLOCATE"]
+        assert allocate.reason == f"{before.allocation_id}: spare for {faulty}"
+
+        # Billing: the faulty node's GPUs stop and the spare's start at the replacement, in the
+        # same instant; the kept node's GPUs run on.
+        usage = (await operator.list_usage_events(tenant_id="acme", page_size=1000)).items
+        by_node: dict[str, list[tuple[str, object]]] = {}
+        for event in usage:
+            by_node.setdefault(event.node_id, []).append((event.kind, event.event_time))
+        assert sorted(by_node) == sorted([kept, faulty, made.spare_node_id])
+        assert sorted(by_node[kept]) == [("START", before.create_time)] * 8
+        assert sorted(by_node[faulty]) == [("START", before.create_time)] * 8 + [("STOP", made.time)] * 8
+        assert by_node[made.spare_node_id] == [("START", made.time)] * 8
+
+
+async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: Path, database_url: str) -> None:
+    async with ready_fleet(tmp_path, database_url, 3) as (_, fleet, operator):
+        await operator.create_tenant("acme")
+        before = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
+        faulty = before.node_ids[0]
+        fleet.inject(faulty, Fault.XID, gpu=0, code=79)
+        after = await once_replaced(operator, before.allocation_id)
+        [made] = after.replacements
+        assert (made.removed_node_id, made.spare_node_id) == (faulty, None)
+        assert after.node_ids == before.node_ids[1:]
+        assert after.degraded_reason.startswith("degraded: 1 of 3 node(s) missing;")
+        assert f"{faulty} removed by the health controller and no spare H100 node was free" in after.degraded_reason
+
+        # Cancelled, it releases the nodes it still holds; the faulty one is not among them.
+        operation = await operator.cancel_allocation(before.allocation_id)
+        done = await operator.wait_operation(operation.name, timeout=30)
+        assert done.nodes_total == 2
+        cancelled = await operator.get_allocation(before.allocation_id)
+        assert cancelled.state == "CANCELLED"
+        assert cancelled.degraded_reason == ""
+        usage = (await operator.list_usage_events(tenant_id="acme", page_size=1000)).items
+        stops = sorted((e.node_id, e.event_time) for e in usage if e.kind == "STOP")
+        assert stops == sorted(
+            [(faulty, made.time)] * 8 + [(node, cancelled.cancel_time) for node in before.node_ids[1:]] * 8
+        )
+
+
+async def test_a_slow_gpu_is_a_fleet_median_outlier_and_sweep_after_sweep_drains_its_node(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with ready_fleet(tmp_path, database_url, 10) as (plane, fleet, operator):
+        fleet.inject("sim-0005", Fault.SLOW, gpu=6, factor=0.5)
+        since_ms = int(time.time() * 1000) + 1
+        until_ms = since_ms + 3_600_000
+
+        async def flagged() -> bool:
+            """Every node has pushed since (80 GPUs judged), and the slow GPU stands out."""
+            found = await operator.list_metric_outliers(field="sm_clock_mhz", start=since_ms, end=until_ms)
+            judged = sum(group.gpus for group in found.groups)
+            return judged == 80 and [(o.node_id, o.gpu_index) for o in found.outliers] == [("sim-0005", 6)]
+
+        await until(flagged, timeout=30)
+        found = await operator.list_metric_outliers(field="sm_clock_mhz", start=since_ms, end=until_ms, k=4)
+        # Idle GPUs are compared with idle ones: all 80 of them, their clocks identical.
+        [group] = found.groups
+        assert (group.gpu_model, group.busy, group.gpus) == ("H100", False, 80)
+        [slow] = found.outliers
+        assert slow.value == pytest.approx(group.median * 0.5, abs=1)  # clocks are whole MHz
+        assert slow.deviations == (group.median - slow.value) / group.spread
+        assert found.k == 4
+
+        # The same, as an operator reads it on the command line.
+        connect = ["--addr", plane.address, "--token", plane.operator_token]
+        window = ["--since", str(since_ms), "--end", str(until_ms)]
+        listing = [*connect, "metrics", "outliers", "--field", "sm_clock_mhz", *window]
+        code, output = await asyncio.to_thread(gpucloud, *listing, "--json")
+        assert code == 0, output
+        listed = document(output)
+        assert [(o["node_id"], o["gpu_index"]) for o in listed["outliers"]] == [("sim-0005", 6)]
+        assert listed["k"] == 3
+        code, output = await asyncio.to_thread(gpucloud, *listing)
+        assert code == 0, output
+        assert "sim-0005" in output, output
+        assert f"{slow.deviations:.1f} spreads" in output, output
+
+        # Each sweep strikes the slow GPU once; the policy drains at the third in a day.
+        sweep = plane.plane.slow_gpus
+        assert sweep is not None
+        for _ in range(2):
+            assert await sweep.sweep() == ["sim-0005"]
+        await another_pass(plane, "sim-0005")
+        assert (await operator.get_node("sim-0005")).state == "READY"
+        assert await sweep.sweep() == ["sim-0005"]
+        await another_pass(plane, "sim-0005")
+        assert (await operator.get_node("sim-0005")).state == "QUARANTINED"
+        assert await strikes(plane, "sim-0005") == [(6, "slow_gpu")] * 3
+        [drain] = [e for e in (await operator.list_node_events("sim-0005")).items if e.event == "DRAIN"]
+        assert drain.reason.startswith("DRAIN_AFTER_JOB: slow_gpu on GPU 6, 3 in 24 h")
+
+
+async def test_outliers_are_for_operators_and_refuse_a_bad_k(tmp_path: Path, database_url: str) -> None:
+    async with running_control_plane(tmp_path / "data", database_url) as plane, plane.client() as operator:
+        created = await operator.create_tenant("acme")
+        async with plane.client(created.token) as tenant:
+            with pytest.raises(PermissionDeniedError):
+                await tenant.list_metric_outliers(field="power_w", start=0, end=1000)
+        with pytest.raises(InvalidArgumentError) as refused:
+            await operator.list_metric_outliers(field="power_w", start=0, end=1000, k=-1)
+        assert list(refused.value.field_violations) == ["k"]
+        with pytest.raises(InvalidArgumentError) as refused:
+            await operator.list_metric_outliers(field="Power W", start=1000, end=0)
+        assert sorted(refused.value.field_violations) == ["end_ms", "field"]
+        empty = await operator.list_metric_outliers(field="power_w", start=0, end=1000)
+        assert (empty.groups, empty.outliers, empty.k) == ([], [], 3)

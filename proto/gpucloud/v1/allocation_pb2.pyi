@@ -61,11 +61,17 @@ class Allocation(_message.Message):
     CREATE_TIME_FIELD_NUMBER: _builtins.int
     CANCEL_TIME_FIELD_NUMBER: _builtins.int
     RELEASE_TIME_FIELD_NUMBER: _builtins.int
+    REPLACEMENTS_FIELD_NUMBER: _builtins.int
+    DEGRADED_REASON_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
     node_count: _builtins.int
     state: Global___AllocationState.ValueType
+    degraded_reason: _builtins.str
+    """Non-empty while an ACTIVE allocation holds fewer than node_count nodes: a node was taken
+    from it and no spare of its model was free. Says which, and why.
+    """
     @_builtins.property
     def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes placed for this allocation, in placement order."""
@@ -80,6 +86,12 @@ class Allocation(_message.Message):
         at cancel_time: the scrub is the provider's time.
         """
 
+    @_builtins.property
+    def replacements(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeReplacement]:
+        """Nodes the health controller took from this allocation, oldest first, each with the spare
+        that took its place in node_ids (its position there) when one was free.
+        """
+
     def __init__(
         self,
         *,
@@ -92,14 +104,49 @@ class Allocation(_message.Message):
         create_time: _timestamp_pb2.Timestamp | None = ...,
         cancel_time: _timestamp_pb2.Timestamp | None = ...,
         release_time: _timestamp_pb2.Timestamp | None = ...,
+        replacements: _abc.Iterable[Global___NodeReplacement] | None = ...,
+        degraded_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "release_time", b"release_time", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "release_time", b"release_time", "replacements", b"replacements", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Allocation: _TypeAlias = Allocation  # noqa: Y015
+
+@_typing.final
+class NodeReplacement(_message.Message):
+    """A node taken from an allocation for a fault its work cannot run through, and its spare."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REMOVED_NODE_ID_FIELD_NUMBER: _builtins.int
+    SPARE_NODE_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    TIME_FIELD_NUMBER: _builtins.int
+    removed_node_id: _builtins.str
+    spare_node_id: _builtins.str
+    """Empty when no spare was free: the allocation is degraded."""
+    reason: _builtins.str
+    """The decision with its evidence: the signal, the strikes and window, the rule."""
+    @_builtins.property
+    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        removed_node_id: _builtins.str = ...,
+        spare_node_id: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "removed_node_id", b"removed_node_id", "spare_node_id", b"spare_node_id", "time", b"time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeReplacement: _TypeAlias = NodeReplacement  # noqa: Y015
 
 @_typing.final
 class CancelAllocationMetadata(_message.Message):

@@ -22,9 +22,10 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from gpucloud.v1 import node_pb2 as gpucloud_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpucloud/v1/metrics.proto\x12\x0bgpucloud.v1\"\x81\x01\n\tGpuSample\x12\x11\n\tgpu_index\x18\x01 \x01(\x05\x12\x32\n\x06\x66ields\x18\x02 \x03(\x0b\x32\".gpucloud.v1.GpuSample.FieldsEntry\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Z\n\x0bNodeSamples\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12$\n\x04gpus\x18\x03 \x03(\x0b\x32\x16.gpucloud.v1.GpuSample\"\x9d\x01\n\rSeriesSamples\x12\x36\n\x06labels\x18\x01 \x03(\x0b\x32&.gpucloud.v1.SeriesSamples.LabelsEntry\x12\x15\n\rtimestamps_ms\x18\x02 \x03(\x03\x12\x0e\n\x06values\x18\x03 \x03(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\x13WriteSamplesRequest\x12\'\n\x05nodes\x18\x01 \x03(\x0b\x32\x18.gpucloud.v1.NodeSamples\x12*\n\x06series\x18\x02 \x03(\x0b\x32\x1a.gpucloud.v1.SeriesSamples\"G\n\x14WriteSamplesResponse\x12\x17\n\x0fsamples_written\x18\x01 \x01(\x03\x12\x16\n\x0eseries_written\x18\x02 \x01(\x05\"G\n\x0eSeriesSelector\x12\x10\n\x08node_ids\x18\x01 \x03(\t\x12\x13\n\x0bgpu_indexes\x18\x02 \x03(\x05\x12\x0e\n\x06\x66ields\x18\x03 \x03(\t\"\x8f\x01\n\x06Series\x12/\n\x06labels\x18\x01 \x03(\x0b\x32\x1f.gpucloud.v1.Series.LabelsEntry\x12\x15\n\rtimestamps_ms\x18\x02 \x03(\x03\x12\x0e\n\x06values\x18\x03 \x03(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\nQueryStats\x12\x16\n\x0esegments_total\x18\x01 \x01(\x03\x12\x17\n\x0fsegments_opened\x18\x02 \x01(\x03\x12\x18\n\x10segments_skipped\x18\x03 \x01(\x03\x12\x12\n\nbytes_read\x18\x04 \x01(\x03\x12\x17\n\x0fsamples_decoded\x18\x05 \x01(\x03\x12\x14\n\x0chead_samples\x18\x06 \x01(\x03\x12\x17\n\x0fseries_returned\x18\x07 \x01(\x05\x12\x17\n\x0fpoints_returned\x18\x08 \x01(\x03\"_\n\x0cQueryRequest\x12-\n\x08selector\x18\x01 \x01(\x0b\x32\x1b.gpucloud.v1.SeriesSelector\x12\x10\n\x08start_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x03\"\\\n\rQueryResponse\x12#\n\x06series\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Series\x12&\n\x05stats\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.QueryStats\"\xa4\x01\n\x11QueryRangeRequest\x12-\n\x08selector\x18\x01 \x01(\x0b\x32\x1b.gpucloud.v1.SeriesSelector\x12\x10\n\x08start_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x03\x12\x0f\n\x07step_ms\x18\x04 \x01(\x03\x12-\n\x0b\x61ggregation\x18\x05 \x01(\x0e\x32\x18.gpucloud.v1.Aggregation\"a\n\x12QueryRangeResponse\x12#\n\x06series\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Series\x12&\n\x05stats\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.QueryStats*\xc1\x01\n\x0b\x41ggregation\x12\x1b\n\x17\x41GGREGATION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41GGREGATION_AVG\x10\x01\x12\x13\n\x0f\x41GGREGATION_MIN\x10\x02\x12\x13\n\x0f\x41GGREGATION_MAX\x10\x03\x12\x13\n\x0f\x41GGREGATION_SUM\x10\x04\x12\x15\n\x11\x41GGREGATION_COUNT\x10\x05\x12\x14\n\x10\x41GGREGATION_LAST\x10\x06\x12\x14\n\x10\x41GGREGATION_RATE\x10\x07\x32\xf4\x01\n\x0eMetricsService\x12S\n\x0cWriteSamples\x12 .gpucloud.v1.WriteSamplesRequest\x1a!.gpucloud.v1.WriteSamplesResponse\x12>\n\x05Query\x12\x19.gpucloud.v1.QueryRequest\x1a\x1a.gpucloud.v1.QueryResponse\x12M\n\nQueryRange\x12\x1e.gpucloud.v1.QueryRangeRequest\x1a\x1f.gpucloud.v1.QueryRangeResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpucloud/v1/metrics.proto\x12\x0bgpucloud.v1\x1a\x16gpucloud/v1/node.proto\"\x81\x01\n\tGpuSample\x12\x11\n\tgpu_index\x18\x01 \x01(\x05\x12\x32\n\x06\x66ields\x18\x02 \x03(\x0b\x32\".gpucloud.v1.GpuSample.FieldsEntry\x1a-\n\x0b\x46ieldsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x01:\x02\x38\x01\"Z\n\x0bNodeSamples\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x14\n\x0ctimestamp_ms\x18\x02 \x01(\x03\x12$\n\x04gpus\x18\x03 \x03(\x0b\x32\x16.gpucloud.v1.GpuSample\"\x9d\x01\n\rSeriesSamples\x12\x36\n\x06labels\x18\x01 \x03(\x0b\x32&.gpucloud.v1.SeriesSamples.LabelsEntry\x12\x15\n\rtimestamps_ms\x18\x02 \x03(\x03\x12\x0e\n\x06values\x18\x03 \x03(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"j\n\x13WriteSamplesRequest\x12\'\n\x05nodes\x18\x01 \x03(\x0b\x32\x18.gpucloud.v1.NodeSamples\x12*\n\x06series\x18\x02 \x03(\x0b\x32\x1a.gpucloud.v1.SeriesSamples\"G\n\x14WriteSamplesResponse\x12\x17\n\x0fsamples_written\x18\x01 \x01(\x03\x12\x16\n\x0eseries_written\x18\x02 \x01(\x05\"G\n\x0eSeriesSelector\x12\x10\n\x08node_ids\x18\x01 \x03(\t\x12\x13\n\x0bgpu_indexes\x18\x02 \x03(\x05\x12\x0e\n\x06\x66ields\x18\x03 \x03(\t\"\x8f\x01\n\x06Series\x12/\n\x06labels\x18\x01 \x03(\x0b\x32\x1f.gpucloud.v1.Series.LabelsEntry\x12\x15\n\rtimestamps_ms\x18\x02 \x03(\x03\x12\x0e\n\x06values\x18\x03 \x03(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xcc\x01\n\nQueryStats\x12\x16\n\x0esegments_total\x18\x01 \x01(\x03\x12\x17\n\x0fsegments_opened\x18\x02 \x01(\x03\x12\x18\n\x10segments_skipped\x18\x03 \x01(\x03\x12\x12\n\nbytes_read\x18\x04 \x01(\x03\x12\x17\n\x0fsamples_decoded\x18\x05 \x01(\x03\x12\x14\n\x0chead_samples\x18\x06 \x01(\x03\x12\x17\n\x0fseries_returned\x18\x07 \x01(\x05\x12\x17\n\x0fpoints_returned\x18\x08 \x01(\x03\"_\n\x0cQueryRequest\x12-\n\x08selector\x18\x01 \x01(\x0b\x32\x1b.gpucloud.v1.SeriesSelector\x12\x10\n\x08start_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x03\"\\\n\rQueryResponse\x12#\n\x06series\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Series\x12&\n\x05stats\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.QueryStats\"\xa4\x01\n\x11QueryRangeRequest\x12-\n\x08selector\x18\x01 \x01(\x0b\x32\x1b.gpucloud.v1.SeriesSelector\x12\x10\n\x08start_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x03\x12\x0f\n\x07step_ms\x18\x04 \x01(\x03\x12-\n\x0b\x61ggregation\x18\x05 \x01(\x0e\x32\x18.gpucloud.v1.Aggregation\"a\n\x12QueryRangeResponse\x12#\n\x06series\x18\x01 \x03(\x0b\x32\x13.gpucloud.v1.Series\x12&\n\x05stats\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.QueryStats\"Q\n\x13ListOutliersRequest\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\x10\n\x08start_ms\x18\x02 \x01(\x03\x12\x0e\n\x06\x65nd_ms\x18\x03 \x01(\x03\x12\t\n\x01k\x18\x04 \x01(\x01\"q\n\tPeerGroup\x12(\n\tgpu_model\x18\x01 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x0c\n\x04\x62usy\x18\x02 \x01(\x08\x12\x0c\n\x04gpus\x18\x03 \x01(\x05\x12\x0e\n\x06median\x18\x04 \x01(\x01\x12\x0e\n\x06spread\x18\x05 \x01(\x01\"\xab\x01\n\nGpuOutlier\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\x11\n\tgpu_index\x18\x02 \x01(\x05\x12(\n\tgpu_model\x18\x03 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x0c\n\x04\x62usy\x18\x04 \x01(\x08\x12\r\n\x05value\x18\x05 \x01(\x01\x12\x0e\n\x06median\x18\x06 \x01(\x01\x12\x0e\n\x06spread\x18\x07 \x01(\x01\x12\x12\n\ndeviations\x18\x08 \x01(\x01\"\x83\x01\n\x14ListOutliersResponse\x12\r\n\x05\x66ield\x18\x01 \x01(\t\x12\t\n\x01k\x18\x02 \x01(\x01\x12&\n\x06groups\x18\x03 \x03(\x0b\x32\x16.gpucloud.v1.PeerGroup\x12)\n\x08outliers\x18\x04 \x03(\x0b\x32\x17.gpucloud.v1.GpuOutlier*\xc1\x01\n\x0b\x41ggregation\x12\x1b\n\x17\x41GGREGATION_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x41GGREGATION_AVG\x10\x01\x12\x13\n\x0f\x41GGREGATION_MIN\x10\x02\x12\x13\n\x0f\x41GGREGATION_MAX\x10\x03\x12\x13\n\x0f\x41GGREGATION_SUM\x10\x04\x12\x15\n\x11\x41GGREGATION_COUNT\x10\x05\x12\x14\n\x10\x41GGREGATION_LAST\x10\x06\x12\x14\n\x10\x41GGREGATION_RATE\x10\x07\x32\xc9\x02\n\x0eMetricsService\x12S\n\x0cWriteSamples\x12 .gpucloud.v1.WriteSamplesRequest\x1a!.gpucloud.v1.WriteSamplesResponse\x12>\n\x05Query\x12\x19.gpucloud.v1.QueryRequest\x1a\x1a.gpucloud.v1.QueryResponse\x12M\n\nQueryRange\x12\x1e.gpucloud.v1.QueryRangeRequest\x1a\x1f.gpucloud.v1.QueryRangeResponse\x12S\n\x0cListOutliers\x12 .gpucloud.v1.ListOutliersRequest\x1a!.gpucloud.v1.ListOutliersResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,38 +38,46 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SERIESSAMPLES_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_SERIES_LABELSENTRY']._loaded_options = None
   _globals['_SERIES_LABELSENTRY']._serialized_options = b'8\001'
-  _globals['_AGGREGATION']._serialized_start=1491
-  _globals['_AGGREGATION']._serialized_end=1684
-  _globals['_GPUSAMPLE']._serialized_start=43
-  _globals['_GPUSAMPLE']._serialized_end=172
-  _globals['_GPUSAMPLE_FIELDSENTRY']._serialized_start=127
-  _globals['_GPUSAMPLE_FIELDSENTRY']._serialized_end=172
-  _globals['_NODESAMPLES']._serialized_start=174
-  _globals['_NODESAMPLES']._serialized_end=264
-  _globals['_SERIESSAMPLES']._serialized_start=267
-  _globals['_SERIESSAMPLES']._serialized_end=424
-  _globals['_SERIESSAMPLES_LABELSENTRY']._serialized_start=379
-  _globals['_SERIESSAMPLES_LABELSENTRY']._serialized_end=424
-  _globals['_WRITESAMPLESREQUEST']._serialized_start=426
-  _globals['_WRITESAMPLESREQUEST']._serialized_end=532
-  _globals['_WRITESAMPLESRESPONSE']._serialized_start=534
-  _globals['_WRITESAMPLESRESPONSE']._serialized_end=605
-  _globals['_SERIESSELECTOR']._serialized_start=607
-  _globals['_SERIESSELECTOR']._serialized_end=678
-  _globals['_SERIES']._serialized_start=681
-  _globals['_SERIES']._serialized_end=824
-  _globals['_SERIES_LABELSENTRY']._serialized_start=379
-  _globals['_SERIES_LABELSENTRY']._serialized_end=424
-  _globals['_QUERYSTATS']._serialized_start=827
-  _globals['_QUERYSTATS']._serialized_end=1031
-  _globals['_QUERYREQUEST']._serialized_start=1033
-  _globals['_QUERYREQUEST']._serialized_end=1128
-  _globals['_QUERYRESPONSE']._serialized_start=1130
-  _globals['_QUERYRESPONSE']._serialized_end=1222
-  _globals['_QUERYRANGEREQUEST']._serialized_start=1225
-  _globals['_QUERYRANGEREQUEST']._serialized_end=1389
-  _globals['_QUERYRANGERESPONSE']._serialized_start=1391
-  _globals['_QUERYRANGERESPONSE']._serialized_end=1488
-  _globals['_METRICSSERVICE']._serialized_start=1687
-  _globals['_METRICSSERVICE']._serialized_end=1931
+  _globals['_AGGREGATION']._serialized_start=2021
+  _globals['_AGGREGATION']._serialized_end=2214
+  _globals['_GPUSAMPLE']._serialized_start=67
+  _globals['_GPUSAMPLE']._serialized_end=196
+  _globals['_GPUSAMPLE_FIELDSENTRY']._serialized_start=151
+  _globals['_GPUSAMPLE_FIELDSENTRY']._serialized_end=196
+  _globals['_NODESAMPLES']._serialized_start=198
+  _globals['_NODESAMPLES']._serialized_end=288
+  _globals['_SERIESSAMPLES']._serialized_start=291
+  _globals['_SERIESSAMPLES']._serialized_end=448
+  _globals['_SERIESSAMPLES_LABELSENTRY']._serialized_start=403
+  _globals['_SERIESSAMPLES_LABELSENTRY']._serialized_end=448
+  _globals['_WRITESAMPLESREQUEST']._serialized_start=450
+  _globals['_WRITESAMPLESREQUEST']._serialized_end=556
+  _globals['_WRITESAMPLESRESPONSE']._serialized_start=558
+  _globals['_WRITESAMPLESRESPONSE']._serialized_end=629
+  _globals['_SERIESSELECTOR']._serialized_start=631
+  _globals['_SERIESSELECTOR']._serialized_end=702
+  _globals['_SERIES']._serialized_start=705
+  _globals['_SERIES']._serialized_end=848
+  _globals['_SERIES_LABELSENTRY']._serialized_start=403
+  _globals['_SERIES_LABELSENTRY']._serialized_end=448
+  _globals['_QUERYSTATS']._serialized_start=851
+  _globals['_QUERYSTATS']._serialized_end=1055
+  _globals['_QUERYREQUEST']._serialized_start=1057
+  _globals['_QUERYREQUEST']._serialized_end=1152
+  _globals['_QUERYRESPONSE']._serialized_start=1154
+  _globals['_QUERYRESPONSE']._serialized_end=1246
+  _globals['_QUERYRANGEREQUEST']._serialized_start=1249
+  _globals['_QUERYRANGEREQUEST']._serialized_end=1413
+  _globals['_QUERYRANGERESPONSE']._serialized_start=1415
+  _globals['_QUERYRANGERESPONSE']._serialized_end=1512
+  _globals['_LISTOUTLIERSREQUEST']._serialized_start=1514
+  _globals['_LISTOUTLIERSREQUEST']._serialized_end=1595
+  _globals['_PEERGROUP']._serialized_start=1597
+  _globals['_PEERGROUP']._serialized_end=1710
+  _globals['_GPUOUTLIER']._serialized_start=1713
+  _globals['_GPUOUTLIER']._serialized_end=1884
+  _globals['_LISTOUTLIERSRESPONSE']._serialized_start=1887
+  _globals['_LISTOUTLIERSRESPONSE']._serialized_end=2018
+  _globals['_METRICSSERVICE']._serialized_start=2217
+  _globals['_METRICSSERVICE']._serialized_end=2546
 # @@protoc_insertion_point(module_scope)

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from gpucloud.v1 import node_pb2 as _node_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -484,3 +485,141 @@ class QueryRangeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___QueryRangeResponse: _TypeAlias = QueryRangeResponse  # noqa: Y015
+
+@_typing.final
+class ListOutliersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    START_MS_FIELD_NUMBER: _builtins.int
+    END_MS_FIELD_NUMBER: _builtins.int
+    K_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    """The field compared, for example "sm_clock_mhz" or "power_w"."""
+    start_ms: _builtins.int
+    end_ms: _builtins.int
+    k: _builtins.float
+    """How many spreads below the median make an outlier, above 0; unset (0) means 3."""
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        start_ms: _builtins.int = ...,
+        end_ms: _builtins.int = ...,
+        k: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["end_ms", b"end_ms", "field", b"field", "k", b"k", "start_ms", b"start_ms"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOutliersRequest: _TypeAlias = ListOutliersRequest  # noqa: Y015
+
+@_typing.final
+class PeerGroup(_message.Message):
+    """GPUs compared with one another, and the centre and spread of their averages."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    BUSY_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    MEDIAN_FIELD_NUMBER: _builtins.int
+    SPREAD_FIELD_NUMBER: _builtins.int
+    gpu_model: _node_pb2.GpuModel.ValueType
+    busy: _builtins.bool
+    """Utilization averaged 50% or more over the window."""
+    gpus: _builtins.int
+    median: _builtins.float
+    spread: _builtins.float
+    def __init__(
+        self,
+        *,
+        gpu_model: _node_pb2.GpuModel.ValueType = ...,
+        busy: _builtins.bool = ...,
+        gpus: _builtins.int = ...,
+        median: _builtins.float = ...,
+        spread: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy", b"busy", "gpu_model", b"gpu_model", "gpus", b"gpus", "median", b"median", "spread", b"spread"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PeerGroup: _TypeAlias = PeerGroup  # noqa: Y015
+
+@_typing.final
+class GpuOutlier(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    GPU_INDEX_FIELD_NUMBER: _builtins.int
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    BUSY_FIELD_NUMBER: _builtins.int
+    VALUE_FIELD_NUMBER: _builtins.int
+    MEDIAN_FIELD_NUMBER: _builtins.int
+    SPREAD_FIELD_NUMBER: _builtins.int
+    DEVIATIONS_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    gpu_index: _builtins.int
+    gpu_model: _node_pb2.GpuModel.ValueType
+    busy: _builtins.bool
+    value: _builtins.float
+    """The GPU's average of the field over the window."""
+    median: _builtins.float
+    spread: _builtins.float
+    deviations: _builtins.float
+    """(median - value) / spread: more than k."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        gpu_index: _builtins.int = ...,
+        gpu_model: _node_pb2.GpuModel.ValueType = ...,
+        busy: _builtins.bool = ...,
+        value: _builtins.float = ...,
+        median: _builtins.float = ...,
+        spread: _builtins.float = ...,
+        deviations: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["busy", b"busy", "deviations", b"deviations", "gpu_index", b"gpu_index", "gpu_model", b"gpu_model", "median", b"median", "node_id", b"node_id", "spread", b"spread", "value", b"value"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuOutlier: _TypeAlias = GpuOutlier  # noqa: Y015
+
+@_typing.final
+class ListOutliersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FIELD_FIELD_NUMBER: _builtins.int
+    K_FIELD_NUMBER: _builtins.int
+    GROUPS_FIELD_NUMBER: _builtins.int
+    OUTLIERS_FIELD_NUMBER: _builtins.int
+    field: _builtins.str
+    k: _builtins.float
+    @_builtins.property
+    def groups(self) -> _containers.RepeatedCompositeFieldContainer[Global___PeerGroup]: ...
+    @_builtins.property
+    def outliers(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuOutlier]:
+        """Most deviant first."""
+
+    def __init__(
+        self,
+        *,
+        field: _builtins.str = ...,
+        k: _builtins.float = ...,
+        groups: _abc.Iterable[Global___PeerGroup] | None = ...,
+        outliers: _abc.Iterable[Global___GpuOutlier] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["field", b"field", "groups", b"groups", "k", b"k", "outliers", b"outliers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListOutliersResponse: _TypeAlias = ListOutliersResponse  # noqa: Y015

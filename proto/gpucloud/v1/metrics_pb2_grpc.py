@@ -55,6 +55,11 @@ class MetricsServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_metrics__pb2.QueryRangeRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_metrics__pb2.QueryRangeResponse.FromString,
                 _registered_method=True)
+        self.ListOutliers = channel.unary_unary(
+                '/gpucloud.v1.MetricsService/ListOutliers',
+                request_serializer=gpucloud_dot_v1_dot_metrics__pb2.ListOutliersRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_metrics__pb2.ListOutliersResponse.FromString,
+                _registered_method=True)
 
 
 class MetricsServiceServicer:
@@ -94,6 +99,17 @@ class MetricsServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListOutliers(self, request, context):
+        """GPUs whose average of one field over the window sits far below the median of their peers:
+        the GPUs of the same model under comparable load (busy, utilization averaging 50% or
+        more, or not). Far: more than k spreads, the spread being the median absolute deviation
+        scaled to estimate a standard deviation (at least 1% of the median). Groups of fewer than
+        8 GPUs are not judged. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_MetricsServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -111,6 +127,11 @@ def add_MetricsServiceServicer_to_server(servicer, server):
                     servicer.QueryRange,
                     request_deserializer=gpucloud_dot_v1_dot_metrics__pb2.QueryRangeRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_metrics__pb2.QueryRangeResponse.SerializeToString,
+            ),
+            'ListOutliers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListOutliers,
+                    request_deserializer=gpucloud_dot_v1_dot_metrics__pb2.ListOutliersRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_metrics__pb2.ListOutliersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -200,6 +221,33 @@ class MetricsService:
             '/gpucloud.v1.MetricsService/QueryRange',
             gpucloud_dot_v1_dot_metrics__pb2.QueryRangeRequest.SerializeToString,
             gpucloud_dot_v1_dot_metrics__pb2.QueryRangeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListOutliers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.MetricsService/ListOutliers',
+            gpucloud_dot_v1_dot_metrics__pb2.ListOutliersRequest.SerializeToString,
+            gpucloud_dot_v1_dot_metrics__pb2.ListOutliersResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -54,6 +54,13 @@ class MetricsServiceStub:
     """
     QueryRange: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.QueryRangeRequest, _metrics_pb2.QueryRangeResponse]
     """One aggregate per step of the selected series in the window."""
+    ListOutliers: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.ListOutliersRequest, _metrics_pb2.ListOutliersResponse]
+    """GPUs whose average of one field over the window sits far below the median of their peers:
+    the GPUs of the same model under comparable load (busy, utilization averaging 50% or
+    more, or not). Far: more than k spreads, the spread being the median absolute deviation
+    scaled to estimate a standard deviation (at least 1% of the median). Groups of fewer than
+    8 GPUs are not judged. Operators only.
+    """
 
 @_typing.type_check_only
 class MetricsServiceAsyncStub(MetricsServiceStub):
@@ -81,6 +88,13 @@ class MetricsServiceAsyncStub(MetricsServiceStub):
     """
     QueryRange: _aio.UnaryUnaryMultiCallable[_metrics_pb2.QueryRangeRequest, _metrics_pb2.QueryRangeResponse]  # type: ignore[assignment]
     """One aggregate per step of the selected series in the window."""
+    ListOutliers: _aio.UnaryUnaryMultiCallable[_metrics_pb2.ListOutliersRequest, _metrics_pb2.ListOutliersResponse]  # type: ignore[assignment]
+    """GPUs whose average of one field over the window sits far below the median of their peers:
+    the GPUs of the same model under comparable load (busy, utilization averaging 50% or
+    more, or not). Far: more than k spreads, the spread being the median absolute deviation
+    scaled to estimate a standard deviation (at least 1% of the median). Groups of fewer than
+    8 GPUs are not judged. Operators only.
+    """
 
 class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
     """Metrics of the fleet: per-GPU time series (power, temperature, utilization, ...) kept in the
@@ -123,5 +137,18 @@ class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_metrics_pb2.QueryRangeResponse, _abc.Awaitable[_metrics_pb2.QueryRangeResponse]]:
         """One aggregate per step of the selected series in the window."""
+
+    @_abc_1.abstractmethod
+    def ListOutliers(
+        self,
+        request: _metrics_pb2.ListOutliersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_metrics_pb2.ListOutliersResponse, _abc.Awaitable[_metrics_pb2.ListOutliersResponse]]:
+        """GPUs whose average of one field over the window sits far below the median of their peers:
+        the GPUs of the same model under comparable load (busy, utilization averaging 50% or
+        more, or not). Far: more than k spreads, the spread being the median absolute deviation
+        scaled to estimate a standard deviation (at least 1% of the median). Groups of fewer than
+        8 GPUs are not judged. Operators only.
+        """
 
 def add_MetricsServiceServicer_to_server(servicer: MetricsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -24,7 +24,7 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     )
     output = done.stdout + done.stderr
     assert done.returncode == 0, output
-    for step in range(1, 10):
+    for step in range(1, 11):
         assert f"\n{step}. " in output or output.startswith(f"{step}. "), step
     assert "refused as expected: RESOURCE_EXHAUSTED INSUFFICIENT_CAPACITY" in output
     # The agents' burn-in decides: the slow node fails it with its figures, the others pass.
@@ -32,6 +32,9 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     assert "FAIL_BURN_IN" in output
     assert "fleet median of" in flat
     assert "PASS_BURN_IN" in output
+    # A GPU off the bus pulls its node from the allocation, with the evidence, and a spare replaces it.
+    assert "REPAIR: xid:79 on GPU 3" in flat
+    assert "spare for h100-a-02" in flat or "h100-a-02 -> " in flat
     # And the agents' scrub confirms the release.
     assert "the agent confirmed gpus_reset" in flat
     assert "the same allocation, replayed from its record (nothing new allocated)" in " ".join(output.split())
