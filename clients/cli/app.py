@@ -104,6 +104,16 @@ def serve(
     lease_duration: Annotated[
         float | None, typer.Option(help="Seconds of the reconciler's lease: the most a failover takes.")
     ] = None,
+    health_removals_per_hour: Annotated[
+        int | None, typer.Option(help="Nodes of a pool the health controller may remove in an hour (default 3).")
+    ] = None,
+    health_removal_share: Annotated[
+        float | None,
+        typer.Option(help="...or this share of the pool, 0-1, when larger (default 0.10); past both it stops."),
+    ] = None,
+    slow_gpu_k: Annotated[
+        float | None, typer.Option(help="Spreads below its peers' median that make a GPU slow (default 5).")
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
     ),
@@ -125,6 +135,7 @@ def serve(
     from accounting import InputError
     from clients.cli.serve import serve as run_server
     from services.fleet.config import FleetConfig, UnusableFleetConfig
+    from services.health.config import HealthConfig, UnusableHealthConfig
     from services.server import ServerConfig, StartError
 
     timings: dict[str, Any] = {
@@ -134,9 +145,15 @@ def serve(
         "scrub_timeout_s": scrub_timeout,
         "lease_duration_s": lease_duration,
     }
+    health_settings: dict[str, Any] = {
+        "removals_per_hour": health_removals_per_hour,
+        "removal_share_per_hour": health_removal_share,
+        "slow_gpu_k": slow_gpu_k,
+    }
     try:
         fleet = FleetConfig(**{name: value for name, value in timings.items() if value is not None})
-    except UnusableFleetConfig as error:
+        health = HealthConfig(**{name: value for name, value in health_settings.items() if value is not None})
+    except (UnusableFleetConfig, UnusableHealthConfig) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
 
@@ -157,6 +174,7 @@ def serve(
         rates_path=rates,
         grace_seconds=grace_seconds,
         fleet=fleet,
+        health=health,
     )
     # Only the bounds given: the others keep the server's defaults, stated once, in ServerConfig.
     config = dataclasses.replace(config, **{name: bound for name, bound in bounds.items() if bound is not None})

@@ -6,6 +6,10 @@ import math
 from dataclasses import dataclass
 
 
+class UnusableHealthConfig(ValueError):
+    """A limit or setting that cannot work; the message names it (as ``gpucloud serve``'s option)."""
+
+
 @dataclass(frozen=True)
 class HealthConfig:
     """Removals a pool (the nodes of one GPU model) may lose to automation in an hour: the
@@ -30,13 +34,17 @@ class HealthConfig:
 
     def __post_init__(self) -> None:
         if self.removals_per_hour < 0:
-            raise ValueError(f"removals_per_hour must be >= 0, got {self.removals_per_hour}")
+            raise UnusableHealthConfig(
+                f"removals_per_hour (--health-removals-per-hour) must be >= 0, got {self.removals_per_hour}"
+            )
         if not 0.0 <= self.removal_share_per_hour <= 1.0:
-            raise ValueError(f"removal_share_per_hour must be within 0-1, got {self.removal_share_per_hour}")
-        if min(self.resync_s, self.held_retry_s, self.slow_gpu_interval_s, self.slow_gpu_window_s) <= 0:
-            raise ValueError("resync_s, held_retry_s, slow_gpu_interval_s and slow_gpu_window_s must be > 0")
-        if self.slow_gpu_k <= 0:
-            raise ValueError(f"slow_gpu_k must be > 0, got {self.slow_gpu_k}")
+            raise UnusableHealthConfig(
+                f"removal_share_per_hour (--health-removal-share) must be within 0-1, got {self.removal_share_per_hour}"
+            )
+        if not min(self.resync_s, self.held_retry_s, self.slow_gpu_interval_s, self.slow_gpu_window_s) > 0:
+            raise UnusableHealthConfig("resync_s, held_retry_s, slow_gpu_interval_s and slow_gpu_window_s must be > 0")
+        if not 0 < self.slow_gpu_k < math.inf:
+            raise UnusableHealthConfig(f"slow_gpu_k (--slow-gpu-k) must be a number > 0, got {self.slow_gpu_k}")
 
     def removal_limit(self, pool_size: int) -> int:
         """How many of a pool of ``pool_size`` nodes may be removed in an hour."""

@@ -323,3 +323,23 @@ def test_serve_refuses_a_bound_under_one_in_one_line(tmp_path: Path) -> None:
         assert output.startswith("error: unusable "), output
         assert output.count("\n") == 1, output
         assert "Traceback" not in output
+
+
+def test_serve_refuses_health_limits_that_cannot_work_naming_the_option(tmp_path: Path) -> None:
+    cases = [
+        ("--health-removal-share", "1.5", "removal_share_per_hour (--health-removal-share) must be within 0-1"),
+        ("--health-removals-per-hour", "-1", "removals_per_hour (--health-removals-per-hour) must be >= 0"),
+        ("--slow-gpu-k", "nan", "slow_gpu_k (--slow-gpu-k) must be a number > 0"),
+    ]
+    with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
+        results = list(
+            pool.map(
+                lambda case: serve("--data-dir", str(tmp_path / case[0]), "--listen", "127.0.0.1:0", *case[:2]),
+                cases,
+            )
+        )
+    for (option, _, message), (code, output) in zip(cases, results, strict=True):
+        assert code == 2, (option, output)
+        assert output.startswith(f"error: {message}"), output
+        assert output.count("\n") == 1, output
+        assert not (tmp_path / option).exists()
