@@ -14,6 +14,7 @@ and missed faults cost at fleet scale. Pure: no I/O, no clock; the caller suppli
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
@@ -47,13 +48,16 @@ XID_NEEDS_RESET = frozenset({46, 62, 95, 119, 120})
 
 @dataclass(frozen=True, slots=True)
 class Rule:
-    """``strikes`` observations of ``signal`` within ``window_s`` call for ``action``."""
+    """``strikes`` observations of ``signal`` within ``window_s`` call for ``action``. With
+    ``spacing_s``, a strike closer than that to the last one counted is not counted again: a
+    job retrying into the same error is one strike, not three."""
 
     signal: str
     action: Action
     strikes: int
     window_s: float
     why: str
+    spacing_s: float = 0.0
 
 
 def xid(code: int) -> str:
@@ -80,8 +84,9 @@ def _xid_rules() -> tuple[Rule, ...]:
     rules: list[Rule] = []
     for code in sorted(XID_APPLICATION):
         rules.append(Rule(xid(code), Action.NOTIFY_TENANT, 1, HOUR_S, "an application error: the job, not the GPU"))
-    # A page fault that keeps coming back on the same GPU is the GPU's memory, not the job.
-    rules.append(Rule(xid(31), Action.DRAIN_AFTER_JOB, 3, DAY_S, "page faults recurring on one GPU"))
+    # A page fault that keeps coming back on the same GPU is the GPU's memory, not the job; but
+    # a job that faults on every retry raises it three times in minutes: strikes an hour apart.
+    rules.append(Rule(xid(31), Action.DRAIN_AFTER_JOB, 3, DAY_S, "page faults recurring on one GPU", spacing_s=HOUR_S))
     for code in sorted(XID_NEEDS_RESET):
         rules.append(Rule(xid(code), Action.DRAIN_NOW, 1, HOUR_S, "the GPU stopped and needs a reset"))
         rules.append(Rule(xid(code), Action.REPAIR, 2, DAY_S, "a reset fault twice in a day"))
@@ -171,15 +176,27 @@ def decide(observations: Iterable[Observation], now_s: float, policy: Sequence[R
     for seen in observations:
         if seen.at_s <= now_s:
             counts.setdefault((seen.signal, seen.gpu), []).append(seen.at_s)
+    for times in counts.values():
+        times.sort()
     best: Decision | None = None
     for rule in policy:
         for (signal, gpu), times in counts.items():
             if signal != rule.signal:
                 continue
-            strikes = sum(1 for at in times if now_s - at <= rule.window_s)
+            strikes = _strikes(times, now_s - rule.window_s, rule.spacing_s)
             if strikes < rule.strikes:
                 continue
             decision = Decision(rule.action, rule, strikes, gpu)
             if best is None or (decision.action, decision.strikes) > (best.action, best.strikes):
                 best = decision
     return best
+
+
+def _strikes(times: Sequence[float], since_s: float, spacing_s: float) -> int:
+    """How many of the ascending ``times`` at or after ``since_s`` count, each at least
+    ``spacing_s`` after the last one counted."""
+    counted, last = 0, -math.inf
+    for at in times:
+        if at >= since_s and at - last >= spacing_s:
+            counted, last = counted + 1, at
+    return counted

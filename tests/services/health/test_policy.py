@@ -63,9 +63,19 @@ def test_an_intermittent_fault_is_not_treated_as_healthy() -> None:
 def test_strikes_are_counted_per_gpu() -> None:
     spread = [o for gpu in range(3) for o in seen(xid(31), 60, gpu=gpu)]
     assert action_of(spread) is Action.NOTIFY_TENANT
-    one_gpu = decide(seen(xid(31), 60, HOUR_S, 5 * HOUR_S, gpu=4), NOW)
+    one_gpu = decide(seen(xid(31), 60, 2 * HOUR_S, 5 * HOUR_S, gpu=4), NOW)
     assert one_gpu is not None
     assert (one_gpu.action, one_gpu.gpu) == (Action.DRAIN_AFTER_JOB, 4)
+
+
+def test_a_job_faulting_on_every_retry_is_one_strike_not_three() -> None:
+    """Page faults minutes apart on one GPU are a job retrying into its own bug: they count
+    once an hour, so three in ten minutes only tell the tenant; three hours apart drain."""
+    retries = seen(xid(31), 60, 300, 600, gpu=2)
+    assert action_of(retries) is Action.NOTIFY_TENANT
+    # Spacing counts from the last strike counted: at 0, 50 and 70 minutes only 0 and 70 count.
+    assert action_of(seen(xid(31), 60, 50 * 60 + 60, 70 * 60 + 60, gpu=2)) is Action.NOTIFY_TENANT
+    assert action_of(seen(xid(31), 60, 61 * 60 + 60, 122 * 60 + 60, gpu=2)) is Action.DRAIN_AFTER_JOB
 
 
 def test_unnamed_xid_codes_recurring_go_to_an_operator() -> None:
