@@ -562,6 +562,13 @@ class AsyncClient:
         response = await self._call(stub.GetHealthAutomation, node_pb2.GetHealthAutomationRequest(), timeout=timeout)
         return [convert.health_automation(pool) for pool in response.pools]
 
+    async def audit_isolation(self, *, timeout: float | None = None) -> models.IsolationAudit:
+        """Every node's fabric partitions, as its agent reported them, checked against whom the
+        node belongs to: the nodes checked and every violation (operators)."""
+        stub = self._stubs().nodes
+        response = await self._call(stub.AuditIsolation, node_pb2.AuditIsolationRequest(), timeout=timeout)
+        return convert.isolation_audit(response)
+
     # Allocations ----------------------------------------------------------------------------
 
     async def create_allocation(

@@ -24,6 +24,7 @@ _ENUMS: dict[str, EnumDescriptor] = {
     "NodeState": node_pb2.NodeState.DESCRIPTOR,
     "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
     "TokenRole": token_pb2.TokenRole.DESCRIPTOR,
+    "IsolationViolationKind": node_pb2.IsolationViolationKind.DESCRIPTOR,
 }
 
 
@@ -166,6 +167,25 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         ),
         degraded_reason=message.degraded_reason,
         **extra,
+    )
+
+
+def isolation_audit(message: node_pb2.AuditIsolationResponse) -> models.IsolationAudit:
+    """The client's ``IsolationAudit`` of an AuditIsolationResponse."""
+    return models.IsolationAudit(
+        nodes_checked=message.nodes_checked,
+        violations=[
+            models.IsolationViolation(
+                node_id=v.node_id,
+                kind=enum_name("IsolationViolationKind", "ISOLATION_VIOLATION_KIND_", v.kind),
+                message=v.message,
+                state=enum_name("NodeState", "NODE_STATE_", v.state),
+                reported_partition_keys=tuple(v.reported_partition_keys),
+                tenant_id=v.tenant_id,
+                expected_partition_key=v.expected_partition_key,
+            )
+            for v in message.violations
+        ],
     )
 
 

@@ -83,6 +83,28 @@ class HealthAutomation:
 
 
 @dataclass(frozen=True)
+class IsolationViolation:
+    """A node whose fabric partitions break tenant isolation: ``kind`` is TWO_PARTITIONS,
+    FREE_NODE_IN_PARTITION or ANOTHER_TENANTS_PARTITION; ``message`` says what is wrong."""
+
+    node_id: str
+    kind: str
+    message: str
+    state: str
+    reported_partition_keys: tuple[int, ...]
+    tenant_id: str
+    expected_partition_key: int
+
+
+@dataclass(frozen=True)
+class IsolationAudit:
+    """What ``audit_isolation`` found: how many nodes it checked, and every violation."""
+
+    nodes_checked: int
+    violations: list[IsolationViolation]
+
+
+@dataclass(frozen=True)
 class NodeReplacement:
     """A node the health controller took from an allocation, and the spare now in its place
     (None: none was free, and the allocation is degraded); ``reason`` is the decision's evidence."""

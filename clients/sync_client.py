@@ -186,6 +186,7 @@ class Client:
     set_health_automation = _blocking(AsyncClient.set_health_automation)
     get_health_automation = _blocking(AsyncClient.get_health_automation)
     list_health_events = _blocking(AsyncClient.list_health_events)
+    audit_isolation = _blocking(AsyncClient.audit_isolation)
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)

@@ -12,6 +12,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from clients.agent.fabric import MAX_PARTITION_KEY
 from clients.agent.inventory import ThrottleReason
 
 # GPU indexes a node has (every node has 8 GPUs).
@@ -29,6 +30,7 @@ class Fault(enum.StrEnum):
     SLOW = "slow"
     LOST_HEARTBEAT = "lost-heartbeat"
     FLAPPING_LINK = "flapping-link"
+    PARTITION_LEAK = "partition-leak"
     CLEAR = "clear"
 
 
@@ -42,9 +44,10 @@ PARAMETERS: dict[Fault, tuple[frozenset[str], frozenset[str]]] = {
     Fault.SLOW: (frozenset({"factor"}), frozenset({"gpu"})),
     Fault.LOST_HEARTBEAT: (frozenset({"seconds"}), frozenset()),
     Fault.FLAPPING_LINK: (frozenset({"seconds"}), frozenset({"period"})),
+    Fault.PARTITION_LEAK: (frozenset({"key"}), frozenset()),
     Fault.CLEAR: (frozenset(), frozenset({"gpu"})),
 }
-_OPTIONAL_FIELDS = ("gpu", "code", "seconds", "factor", "reason", "per_sample", "period")
+_OPTIONAL_FIELDS = ("gpu", "code", "seconds", "factor", "reason", "per_sample", "period", "key")
 
 
 class ControlLineError(ValueError):
@@ -64,7 +67,8 @@ class Injection:
     ``gpu``: GPU index 0-7; ``code``: an XID code; ``per_sample``: ECC errors added at every
     sample; ``reason``: a throttle reason (``ThrottleReason``); ``factor``: share of healthy speed,
     within (0, 1]; ``seconds``: how long a link fault lasts; ``period``: seconds a flapping link
-    stays down, then up.
+    stays down, then up; ``key``: a fabric partition key, 1-32766, the node stays in whatever
+    it is told (a leave the fabric never applied).
     """
 
     node_id: str
@@ -76,6 +80,7 @@ class Injection:
     reason: str | None = None
     per_sample: int | None = None
     period: float | None = None
+    key: int | None = None
 
     def __post_init__(self) -> None:
         """Refuse a bad node id, fault, parameter value, or a parameter the fault does not take."""
@@ -96,6 +101,7 @@ class Injection:
         _check_int("gpu", self.gpu, 0, GPUS_PER_NODE - 1)
         _check_int("code", self.code, 1, _INT32_MAX)
         _check_int("per_sample", self.per_sample, 0, _INT32_MAX)
+        _check_int("key", self.key, 1, MAX_PARTITION_KEY)
         _check_seconds("seconds", self.seconds)
         _check_seconds("period", self.period)
         if self.factor is not None:
@@ -124,6 +130,7 @@ class Injection:
             reason=_text("reason", params.get("reason")),
             per_sample=_whole("per_sample", params.get("per_sample")),
             period=_optional_number("period", params.get("period")),
+            key=_whole("key", params.get("key")),
         )
 
 

@@ -14,6 +14,7 @@ import grpc
 import structlog
 
 from clients.agent.control import GPUS_PER_NODE, ControlLineError, ControlTail, Fault, Injection, format_line
+from clients.agent.fabric import SimulatedFabric
 from clients.agent.inventory import ThrottleReason
 from clients.agent.runner import (
     DEFAULT_INTERVAL_S,
@@ -86,6 +87,7 @@ class SimulatedNode:
     gpus: SimulatedGpus
     work: SimulatedWork
     agent: NodeAgent
+    fabric: SimulatedFabric
 
 
 class SimulatedFleet:
@@ -137,12 +139,14 @@ class SimulatedFleet:
             node_id, model = identity.node_id, identity.gpu_model
             gpus = SimulatedGpus(node_id, model=model, seed=seed)
             work = SimulatedWork(node_id, model, seed, burn_in_seconds=burn_in_seconds, scrub_seconds=scrub_seconds)
+            fabric = SimulatedFabric()
             agent = NodeAgent(
                 address,
                 identity,
                 given.get(node_id, ""),
                 gpus,
                 work,
+                fabric=fabric,
                 interval_s=interval_s,
                 jitter=jitter,
                 rpc_timeout_s=rpc_timeout_s,
@@ -152,7 +156,7 @@ class SimulatedFleet:
                 stats=self.stats,
                 seed=seed,
             )
-            self.nodes[node_id] = SimulatedNode(identity, gpus, work, agent)
+            self.nodes[node_id] = SimulatedNode(identity, gpus, work, agent, fabric)
 
     @property
     def tokens(self) -> dict[str, str]:
@@ -223,6 +227,8 @@ class SimulatedFleet:
             for index in _gpus(injection):
                 gpus.slow(index, factor)
             node.work.slow(factor)
+        elif fault is Fault.PARTITION_LEAK:
+            node.fabric.leak(_given(injection.key, "key"))
         else:
             self._apply_to_agent(node, injection)
         log.info("agent_fault_injected", node=injection.node_id, injection=format_line(injection))
@@ -239,6 +245,7 @@ class SimulatedFleet:
                 node.gpus.clear(index)
             if injection.gpu is None:
                 node.work.slow(1.0)
+                node.fabric.clear()
                 agent.clear_faults()
 
     async def _watch_control(self, control: ControlTail) -> None:

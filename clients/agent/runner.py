@@ -27,6 +27,7 @@ import grpc
 import structlog
 
 from clients.agent.backend import GpuBackend
+from clients.agent.fabric import Fabric, UnmanagedFabric
 from clients.agent.inventory import GpuInfo, GpuSample, XidEvent
 from clients.agent.work import NodeWork
 from gpucloud.v1 import agent_pb2, agent_pb2_grpc, metrics_pb2, metrics_pb2_grpc, node_pb2
@@ -130,10 +131,13 @@ def gpu_messages(inventory: Iterable[GpuInfo]) -> list[node_pb2.Gpu]:
 
 
 def node_status(
-    samples: Iterable[GpuSample], xid_codes: Mapping[int, Sequence[int]], gpus: int = GPUS_PER_NODE
+    samples: Iterable[GpuSample],
+    xid_codes: Mapping[int, Sequence[int]],
+    gpus: int = GPUS_PER_NODE,
+    partitions: Sequence[int] = (),
 ) -> agent_pb2.NodeStatus:
     """GPUs ``0..gpus-1`` as the samples show them (one missing from them is not present) with
-    the XID codes given per index."""
+    the XID codes given per index, and the node's fabric partitions."""
     by_index = {sample.index: sample for sample in samples}
     statuses = []
     for index in range(gpus):
@@ -147,7 +151,7 @@ def node_status(
                 status.remapped_rows_pending = sample.remapped_rows.pending
                 status.remapped_rows_failure = sample.remapped_rows.failure
         statuses.append(status)
-    return agent_pb2.NodeStatus(gpus=statuses)
+    return agent_pb2.NodeStatus(gpus=statuses, partition_keys=sorted(partitions))
 
 
 def node_samples(node_id: str, samples: Sequence[GpuSample]) -> metrics_pb2.NodeSamples | None:
@@ -168,12 +172,14 @@ class StatusTracker:
         self._xids: dict[int, list[int]] = {}
         self._last_sent: agent_pb2.NodeStatus | None = None
 
-    def observe(self, samples: Iterable[GpuSample], events: Iterable[XidEvent]) -> agent_pb2.NodeStatus:
+    def observe(
+        self, samples: Iterable[GpuSample], events: Iterable[XidEvent], partitions: Sequence[int] = ()
+    ) -> agent_pb2.NodeStatus:
         """The status now, with every XID code gathered since the last report sent."""
         for event in events:
             if 0 <= event.index < self._gpus:
                 self._xids.setdefault(event.index, []).append(event.code)
-        return node_status(samples, self._xids, self._gpus)
+        return node_status(samples, self._xids, self._gpus, partitions)
 
     def changed(self, status: agent_pb2.NodeStatus) -> bool:
         """Whether ``status`` differs from the last one the control plane stored (or none was)."""
@@ -355,6 +361,7 @@ class NodeAgent:
         backend: GpuBackend,
         work: NodeWork,
         *,
+        fabric: Fabric | None = None,
         interval_s: float = DEFAULT_INTERVAL_S,
         jitter: float = DEFAULT_JITTER,
         rpc_timeout_s: float = DEFAULT_RPC_TIMEOUT_S,
@@ -373,6 +380,7 @@ class NodeAgent:
         self.stats = stats if stats is not None else AgentStats()
         self._backend = backend
         self._work = work
+        self._fabric: Fabric = fabric if fabric is not None else UnmanagedFabric()
         self._interval_s = interval_s
         self._jitter = jitter
         self._rpc_timeout_s = rpc_timeout_s
@@ -486,7 +494,7 @@ class NodeAgent:
 
     async def _register(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
         identity = self.identity
-        status = self._status.observe(self._backend.sample(), self._backend.xid_events())
+        status = self._status.observe(self._backend.sample(), self._backend.xid_events(), self._fabric.partitions())
         request = agent_pb2.RegisterAgentRequest(
             node_id=identity.node_id,
             gpu_model=identity.gpu_model_value,
@@ -569,7 +577,7 @@ class NodeAgent:
             self._failed("Connect", error)
 
     async def _report(self, agents: agent_pb2_grpc.AgentServiceAsyncStub, samples: Sequence[GpuSample]) -> None:
-        status = self._status.observe(samples, self._backend.xid_events())
+        status = self._status.observe(samples, self._backend.xid_events(), self._fabric.partitions())
         results = self._book.results()
         changed = self._status.changed(status)
         if not (changed or results):
@@ -623,6 +631,7 @@ class NodeAgent:
 
     def _follow(self, instructions: agent_pb2.Instructions) -> None:
         self._instructions = instructions
+        self._fabric.join_only(instructions.partition_keys)
         interval_ms = instructions.heartbeat_interval_ms
         self._override_s = interval_ms / 1000 if interval_ms > 0 else None
         start, withdrawn = self._book.update(instructions.actions)

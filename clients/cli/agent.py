@@ -281,6 +281,7 @@ def agent_inject(
     period: Annotated[
         float | None, typer.Option(help="flapping-link: seconds down, then up (default: 2 intervals).")
     ] = (None),
+    key: Annotated[int | None, typer.Option(help="partition-leak: the partition key (1-32766) kept.")] = None,
     control: ControlFile = None,
     data_dir: DataDir = DEFAULT_DATA_DIR,
 ) -> None:
@@ -297,6 +298,7 @@ def agent_inject(
             reason=reason,
             per_sample=per_sample,
             period=period,
+            key=key,
         )
     except ControlLineError as error:
         label = _LABELS.get(error.field, "--" + error.field.replace("_", "-"))

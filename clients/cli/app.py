@@ -13,6 +13,7 @@ import typer
 
 from clients.cli import agent as agent_verbs
 from clients.cli import allocations as allocations_verbs
+from clients.cli import audit as audit_verbs
 from clients.cli import billing as billing_verbs
 from clients.cli import health as health_verbs
 from clients.cli import metrics as metrics_verbs
@@ -38,6 +39,7 @@ app.add_typer(tenants_verbs.tenants, name="tenants")
 app.add_typer(tokens_verbs.tokens, name="tokens")
 app.add_typer(nodes_verbs.nodes, name="nodes")
 app.add_typer(health_verbs.health, name="health")
+app.add_typer(audit_verbs.audit, name="audit")
 app.add_typer(allocations_verbs.allocations, name="allocations")
 app.add_typer(operations_verbs.operations, name="operations")
 app.add_typer(billing_verbs.usage, name="usage")

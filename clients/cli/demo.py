@@ -25,6 +25,7 @@ from rich.progress import Progress
 from rich.rule import Rule
 from rich.text import Text
 
+from clients.agent.fabric import SimulatedFabric
 from clients.agent.runner import NodeAgent, NodeIdentity
 from clients.agent.simulated import SimulatedGpus
 from clients.agent.work import SimulatedWork
@@ -122,7 +123,16 @@ def _agent(address: str, identity: NodeIdentity, token: str, gpus: SimulatedGpus
     work = SimulatedWork(identity.node_id, identity.gpu_model, seed=1, burn_in_seconds=0.3, scrub_seconds=0.2)
     if identity.node_id == SLOW_NODE:
         work.slow(0.8)
-    return NodeAgent(address, identity, token, gpus, work, interval_s=DEMO_FLEET.heartbeat_interval_s, seed=1)
+    return NodeAgent(
+        address,
+        identity,
+        token,
+        gpus,
+        work,
+        fabric=SimulatedFabric(),
+        interval_s=DEMO_FLEET.heartbeat_interval_s,
+        seed=1,
+    )
 
 
 async def _judged(operator: AsyncClient) -> int:

@@ -262,6 +262,23 @@ def health_automation_table(items: Sequence[models.HealthAutomation], title: str
     )
 
 
+def isolation_table(items: Sequence[models.IsolationViolation], title: str) -> Table:
+    """Isolation violations: node, kind, state, holder, partitions reported, what is wrong."""
+    return table(
+        title,
+        ["NODE", "VIOLATION", "STATE", "HELD BY", "PARTITIONS", "WHAT"],
+        items,
+        lambda v: [
+            v.node_id,
+            v.kind,
+            styled(v.state),
+            v.tenant_id or "-",
+            ", ".join(str(key) for key in v.reported_partition_keys),
+            v.message,
+        ],
+    )
+
+
 def peer_groups_table(items: Sequence[m.PeerGroup], title: str) -> Table:
     """Peer groups of an outlier listing: model, load class, GPUs, median and spread."""
     return table(

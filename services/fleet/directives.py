@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 import structlog
 
+from services.fabric import partitions
 from services.fleet import repository as repo
 from services.fleet.actions import Action, action_for
 from services.fleet.repository import NodeRecord
@@ -41,6 +42,7 @@ class Instructions:
     desired_state: NodeState
     actions: tuple[Action, ...]
     heartbeat_interval_ms: int
+    partition_keys: tuple[int, ...] = ()
 
 
 class Directives:
@@ -107,7 +109,10 @@ class Directives:
     def instructions(self, record: NodeRecord) -> Instructions:
         """What the node's agent is told now."""
         action = action_for(record.state, record.state_changed_us, agent_managed=record.agent_managed)
-        return Instructions(record.state, () if action is None else (action,), self._interval_ms)
+        actions = () if action is None else (action,)
+        return Instructions(
+            record.state, actions, self._interval_ms, partitions.expected(record.state, record.tenant_key)
+        )
 
     async def refresh(self, *, full: bool = False) -> int:
         """Re-read the nodes changed since shortly before the last read (all when ``full``)."""
@@ -132,6 +137,6 @@ class Directives:
             await asyncio.sleep(self._refresh_s)
 
 
-def _instructed(record: NodeRecord) -> tuple[NodeState, int, bool]:
+def _instructed(record: NodeRecord) -> tuple[NodeState, int, bool, int | None]:
     """What of a record the instructions are made of (``Directives.instructions``)."""
-    return record.state, record.state_changed_us, record.agent_managed
+    return record.state, record.state_changed_us, record.agent_managed, record.tenant_key

@@ -36,6 +36,7 @@ def instructions_to_proto(instructions: Instructions) -> agent_pb2.Instructions:
             agent_pb2.Action(action_id=a.action_id, kind=ACTION_KIND_TO_PROTO[a.kind]) for a in instructions.actions
         ],
         heartbeat_interval_ms=instructions.heartbeat_interval_ms,
+        partition_keys=instructions.partition_keys,
     )
 
 

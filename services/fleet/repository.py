@@ -32,6 +32,8 @@ class NodeRecord:
     unreachable: bool
     drain_pending: bool
     last_heartbeat_us: int | None
+    # The partition key of the tenant holding the node; None when none holds it.
+    tenant_key: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,14 +46,26 @@ class ResultRecord:
     error: str
 
 
-_RECORD = "node_id, gpu_model, state, state_changed_us, agent_managed, unreachable, drain_pending, last_heartbeat_us"
+_RECORD = (
+    "node_id, gpu_model, state, state_changed_us, agent_managed, unreachable, drain_pending, last_heartbeat_us,"
+    " (SELECT p.partition_key FROM assignments a JOIN partition_keys p ON p.tenant_id = a.tenant_id"
+    " WHERE a.node_id = nodes.node_id AND a.released_us IS NULL)"
+)
 
 
 def _record(values: Sequence[Any]) -> NodeRecord:
-    node_id, model, state, changed, agent, unreachable, drain, beat = values
+    node_id, model, state, changed, agent, unreachable, drain, beat, key = values
     # SQLite hands booleans back as 0/1.
     return NodeRecord(
-        str(node_id), str(model), NodeState(state), int(changed), bool(agent), bool(unreachable), bool(drain), beat
+        str(node_id),
+        str(model),
+        NodeState(state),
+        int(changed),
+        bool(agent),
+        bool(unreachable),
+        bool(drain),
+        beat,
+        None if key is None else int(key),
     )
 
 

@@ -8,6 +8,8 @@ import grpc
 
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
 from services.auth.principal import current_principal
+from services.fabric.commands import audit_isolation
+from services.fabric.proto import audit_to_proto
 from services.health import commands as health_commands
 from services.health import repository as health_repo
 from services.health.controller import ACTOR as HEALTH_ACTOR
@@ -199,6 +201,13 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             next_page_token=self._tokens.next_token(after, scope),
             events=[node_event_to_proto(r) for r in rows],
         )
+
+    async def AuditIsolation(
+        self, request: node_pb2.AuditIsolationRequest, context: Context
+    ) -> node_pb2.AuditIsolationResponse:
+        """Check every node's reported fabric partitions against whom it belongs to."""
+        checked, violations = await audit_isolation(self._store)
+        return audit_to_proto(checked, violations)
 
     async def ListNodeEvents(
         self, request: node_pb2.ListNodeEventsRequest, context: Context

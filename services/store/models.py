@@ -31,6 +31,16 @@ class TenantRow(SQLModel, table=True):
     created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
+class PartitionKeyRow(SQLModel, table=True):
+    """A tenant's fabric partition key (InfiniBand pkey style), given at its creation: the
+    database numbers them, so two tenants never share one."""
+
+    __tablename__ = "partition_keys"
+
+    partition_key: int | None = Field(default=None, primary_key=True)
+    tenant_id: str = Field(foreign_key="tenants.tenant_id", unique=True, max_length=63)
+
+
 class TokenRow(SQLModel, table=True):
     """An API credential. Only a SHA-256 of the secret is stored."""
 

@@ -206,7 +206,7 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
             if statement.rows is not None:
                 await raw.executemany(sql, [[row[n] for n in names] for row in statement.rows])
                 return Rows([], len(statement.rows))
-            if sql.lstrip().startswith("SELECT"):
+            if sql.lstrip().startswith("SELECT") or " RETURNING " in sql:
                 records = await raw.fetch(sql, *(statement.params[n] for n in names))
                 return Rows(list(records), len(records))
             status: str = await raw.execute(sql, *(statement.params[n] for n in names))

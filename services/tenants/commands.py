@@ -10,6 +10,7 @@ from services.auth.principal import Principal, Role
 from services.auth.tokens import IssuedToken
 from services.clock import now_us
 from services.errors import AlreadyExists, NotFound
+from services.fabric import partitions
 from services.store.engine import Database
 from services.store.tx import Refused, Tx
 from services.tenants import repository as repo
@@ -32,6 +33,7 @@ def _create(row: Tenant, issued: IssuedToken) -> Tx[None]:
     if (yield from repo.exists(row.tenant_id)):
         raise _exists(row.tenant_id)
     yield from repo.insert(row)
+    yield from partitions.assign(row.tenant_id)
     yield from tokens_repo.insert_token(issued, Role.TENANT, tenant_id=row.tenant_id, now_us=row.created_us)
 
 

@@ -25,15 +25,15 @@ _sym_db = _symbol_database.Default()
 from gpucloud.v1 import node_pb2 as gpucloud_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpucloud/v1/agent.proto\x12\x0bgpucloud.v1\x1a\x16gpucloud/v1/node.proto\"\xcb\x01\n\x14RegisterAgentRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.gpucloud.v1.Gpu\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x13\n\x0bleaf_switch\x18\x06 \x01(\t\x12\'\n\x06status\x18\x07 \x01(\x0b\x32\x17.gpucloud.v1.NodeStatus\"i\n\x15RegisterAgentResponse\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.gpucloud.v1.Node\x12/\n\x0cinstructions\x18\x02 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"#\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"D\n\x11HeartbeatResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"!\n\x0e\x43onnectRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"B\n\x0f\x43onnectResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"{\n\x13ReportStatusRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.NodeStatus\x12*\n\x07results\x18\x03 \x03(\x0b\x32\x19.gpucloud.v1.ActionResult\"G\n\x14ReportStatusResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"\x82\x01\n\x0cInstructions\x12-\n\rdesired_state\x18\x01 \x01(\x0e\x32\x16.gpucloud.v1.NodeState\x12$\n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x13.gpucloud.v1.Action\x12\x1d\n\x15heartbeat_interval_ms\x18\x03 \x01(\x03\"B\n\x06\x41\x63tion\x12\x11\n\taction_id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.ActionKind\"\xbb\x01\n\x0c\x41\x63tionResult\x12\x11\n\taction_id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.ActionKind\x12-\n\x07\x62urn_in\x18\x03 \x01(\x0b\x32\x1a.gpucloud.v1.BurnInFiguresH\x00\x12)\n\x05scrub\x18\x04 \x01(\x0b\x32\x18.gpucloud.v1.ScrubReportH\x00\x12\r\n\x05\x65rror\x18\x05 \x01(\tB\x08\n\x06result\"\\\n\rBurnInFigures\x12\x13\n\x0bgemm_tflops\x18\x01 \x01(\x01\x12\x1d\n\x15memory_bandwidth_gbps\x18\x02 \x01(\x01\x12\x17\n\x0fnccl_busbw_gbps\x18\x03 \x01(\x01\"L\n\x0bScrubReport\x12\x12\n\ngpus_reset\x18\x01 \x01(\x08\x12\x13\n\x0b\x64isks_wiped\x18\x02 \x01(\x08\x12\x14\n\x0ckeys_removed\x18\x03 \x01(\x08\"2\n\nNodeStatus\x12$\n\x04gpus\x18\x01 \x03(\x0b\x32\x16.gpucloud.v1.GpuStatus\"\xd2\x01\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07present\x18\x02 \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x03 \x03(\t\x12\x11\n\txid_codes\x18\x04 \x03(\x05\x12\x1b\n\x13\x65\x63\x63_corrected_total\x18\x05 \x01(\x03\x12\x1d\n\x15\x65\x63\x63_uncorrected_total\x18\x06 \x01(\x03\x12\x1d\n\x15remapped_rows_pending\x18\x07 \x01(\x08\x12\x1d\n\x15remapped_rows_failure\x18\x08 \x01(\x08*Y\n\nActionKind\x12\x1b\n\x17\x41\x43TION_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43TION_KIND_BURN_IN\x10\x01\x12\x15\n\x11\x41\x43TION_KIND_SCRUB\x10\x02\x32\xd1\x02\n\x0c\x41gentService\x12V\n\rRegisterAgent\x12!.gpucloud.v1.RegisterAgentRequest\x1a\".gpucloud.v1.RegisterAgentResponse\x12J\n\tHeartbeat\x12\x1d.gpucloud.v1.HeartbeatRequest\x1a\x1e.gpucloud.v1.HeartbeatResponse\x12H\n\x07\x43onnect\x12\x1b.gpucloud.v1.ConnectRequest\x1a\x1c.gpucloud.v1.ConnectResponse(\x01\x30\x01\x12S\n\x0cReportStatus\x12 .gpucloud.v1.ReportStatusRequest\x1a!.gpucloud.v1.ReportStatusResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17gpucloud/v1/agent.proto\x12\x0bgpucloud.v1\x1a\x16gpucloud/v1/node.proto\"\xcb\x01\n\x14RegisterAgentRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x1e\n\x04gpus\x18\x03 \x03(\x0b\x32\x10.gpucloud.v1.Gpu\x12\x0c\n\x04zone\x18\x04 \x01(\t\x12\x0c\n\x04rack\x18\x05 \x01(\t\x12\x13\n\x0bleaf_switch\x18\x06 \x01(\t\x12\'\n\x06status\x18\x07 \x01(\x0b\x32\x17.gpucloud.v1.NodeStatus\"i\n\x15RegisterAgentResponse\x12\x1f\n\x04node\x18\x01 \x01(\x0b\x32\x11.gpucloud.v1.Node\x12/\n\x0cinstructions\x18\x02 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"#\n\x10HeartbeatRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"D\n\x11HeartbeatResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"!\n\x0e\x43onnectRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\"B\n\x0f\x43onnectResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"{\n\x13ReportStatusRequest\x12\x0f\n\x07node_id\x18\x01 \x01(\t\x12\'\n\x06status\x18\x02 \x01(\x0b\x32\x17.gpucloud.v1.NodeStatus\x12*\n\x07results\x18\x03 \x03(\x0b\x32\x19.gpucloud.v1.ActionResult\"G\n\x14ReportStatusResponse\x12/\n\x0cinstructions\x18\x01 \x01(\x0b\x32\x19.gpucloud.v1.Instructions\"\x9a\x01\n\x0cInstructions\x12-\n\rdesired_state\x18\x01 \x01(\x0e\x32\x16.gpucloud.v1.NodeState\x12$\n\x07\x61\x63tions\x18\x02 \x03(\x0b\x32\x13.gpucloud.v1.Action\x12\x1d\n\x15heartbeat_interval_ms\x18\x03 \x01(\x03\x12\x16\n\x0epartition_keys\x18\x04 \x03(\r\"B\n\x06\x41\x63tion\x12\x11\n\taction_id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.ActionKind\"\xbb\x01\n\x0c\x41\x63tionResult\x12\x11\n\taction_id\x18\x01 \x01(\t\x12%\n\x04kind\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.ActionKind\x12-\n\x07\x62urn_in\x18\x03 \x01(\x0b\x32\x1a.gpucloud.v1.BurnInFiguresH\x00\x12)\n\x05scrub\x18\x04 \x01(\x0b\x32\x18.gpucloud.v1.ScrubReportH\x00\x12\r\n\x05\x65rror\x18\x05 \x01(\tB\x08\n\x06result\"\\\n\rBurnInFigures\x12\x13\n\x0bgemm_tflops\x18\x01 \x01(\x01\x12\x1d\n\x15memory_bandwidth_gbps\x18\x02 \x01(\x01\x12\x17\n\x0fnccl_busbw_gbps\x18\x03 \x01(\x01\"L\n\x0bScrubReport\x12\x12\n\ngpus_reset\x18\x01 \x01(\x08\x12\x13\n\x0b\x64isks_wiped\x18\x02 \x01(\x08\x12\x14\n\x0ckeys_removed\x18\x03 \x01(\x08\"J\n\nNodeStatus\x12$\n\x04gpus\x18\x01 \x03(\x0b\x32\x16.gpucloud.v1.GpuStatus\x12\x16\n\x0epartition_keys\x18\x02 \x03(\r\"\xd2\x01\n\tGpuStatus\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x0f\n\x07present\x18\x02 \x01(\x08\x12\x18\n\x10throttle_reasons\x18\x03 \x03(\t\x12\x11\n\txid_codes\x18\x04 \x03(\x05\x12\x1b\n\x13\x65\x63\x63_corrected_total\x18\x05 \x01(\x03\x12\x1d\n\x15\x65\x63\x63_uncorrected_total\x18\x06 \x01(\x03\x12\x1d\n\x15remapped_rows_pending\x18\x07 \x01(\x08\x12\x1d\n\x15remapped_rows_failure\x18\x08 \x01(\x08*Y\n\nActionKind\x12\x1b\n\x17\x41\x43TION_KIND_UNSPECIFIED\x10\x00\x12\x17\n\x13\x41\x43TION_KIND_BURN_IN\x10\x01\x12\x15\n\x11\x41\x43TION_KIND_SCRUB\x10\x02\x32\xd1\x02\n\x0c\x41gentService\x12V\n\rRegisterAgent\x12!.gpucloud.v1.RegisterAgentRequest\x1a\".gpucloud.v1.RegisterAgentResponse\x12J\n\tHeartbeat\x12\x1d.gpucloud.v1.HeartbeatRequest\x1a\x1e.gpucloud.v1.HeartbeatResponse\x12H\n\x07\x43onnect\x12\x1b.gpucloud.v1.ConnectRequest\x1a\x1c.gpucloud.v1.ConnectResponse(\x01\x30\x01\x12S\n\x0cReportStatus\x12 .gpucloud.v1.ReportStatusRequest\x1a!.gpucloud.v1.ReportStatusResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpucloud.v1.agent_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ACTIONKIND']._serialized_start=1613
-  _globals['_ACTIONKIND']._serialized_end=1702
+  _globals['_ACTIONKIND']._serialized_start=1661
+  _globals['_ACTIONKIND']._serialized_end=1750
   _globals['_REGISTERAGENTREQUEST']._serialized_start=65
   _globals['_REGISTERAGENTREQUEST']._serialized_end=268
   _globals['_REGISTERAGENTRESPONSE']._serialized_start=270
@@ -51,19 +51,19 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REPORTSTATUSRESPONSE']._serialized_start=712
   _globals['_REPORTSTATUSRESPONSE']._serialized_end=783
   _globals['_INSTRUCTIONS']._serialized_start=786
-  _globals['_INSTRUCTIONS']._serialized_end=916
-  _globals['_ACTION']._serialized_start=918
-  _globals['_ACTION']._serialized_end=984
-  _globals['_ACTIONRESULT']._serialized_start=987
-  _globals['_ACTIONRESULT']._serialized_end=1174
-  _globals['_BURNINFIGURES']._serialized_start=1176
-  _globals['_BURNINFIGURES']._serialized_end=1268
-  _globals['_SCRUBREPORT']._serialized_start=1270
-  _globals['_SCRUBREPORT']._serialized_end=1346
-  _globals['_NODESTATUS']._serialized_start=1348
-  _globals['_NODESTATUS']._serialized_end=1398
-  _globals['_GPUSTATUS']._serialized_start=1401
-  _globals['_GPUSTATUS']._serialized_end=1611
-  _globals['_AGENTSERVICE']._serialized_start=1705
-  _globals['_AGENTSERVICE']._serialized_end=2042
+  _globals['_INSTRUCTIONS']._serialized_end=940
+  _globals['_ACTION']._serialized_start=942
+  _globals['_ACTION']._serialized_end=1008
+  _globals['_ACTIONRESULT']._serialized_start=1011
+  _globals['_ACTIONRESULT']._serialized_end=1198
+  _globals['_BURNINFIGURES']._serialized_start=1200
+  _globals['_BURNINFIGURES']._serialized_end=1292
+  _globals['_SCRUBREPORT']._serialized_start=1294
+  _globals['_SCRUBREPORT']._serialized_end=1370
+  _globals['_NODESTATUS']._serialized_start=1372
+  _globals['_NODESTATUS']._serialized_end=1446
+  _globals['_GPUSTATUS']._serialized_start=1449
+  _globals['_GPUSTATUS']._serialized_end=1659
+  _globals['_AGENTSERVICE']._serialized_start=1753
+  _globals['_AGENTSERVICE']._serialized_end=2090
 # @@protoc_insertion_point(module_scope)

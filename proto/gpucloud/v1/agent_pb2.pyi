@@ -260,6 +260,7 @@ class Instructions(_message.Message):
     DESIRED_STATE_FIELD_NUMBER: _builtins.int
     ACTIONS_FIELD_NUMBER: _builtins.int
     HEARTBEAT_INTERVAL_MS_FIELD_NUMBER: _builtins.int
+    PARTITION_KEYS_FIELD_NUMBER: _builtins.int
     desired_state: _node_pb2.NodeState.ValueType
     """The node's lifecycle state as the control plane records it."""
     heartbeat_interval_ms: _builtins.int
@@ -270,16 +271,24 @@ class Instructions(_message.Message):
         its result, so a repeated answer never means "do it twice".
         """
 
+    @_builtins.property
+    def partition_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The fabric partitions (InfiniBand partition keys, 1-32766) the node must be a member of,
+        and of no other: its tenant's while the node is allocated or draining, none otherwise (a
+        scrub leaves every partition).
+        """
+
     def __init__(
         self,
         *,
         desired_state: _node_pb2.NodeState.ValueType = ...,
         actions: _abc.Iterable[Global___Action] | None = ...,
         heartbeat_interval_ms: _builtins.int = ...,
+        partition_keys: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "desired_state", b"desired_state", "heartbeat_interval_ms", b"heartbeat_interval_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actions", b"actions", "desired_state", b"desired_state", "heartbeat_interval_ms", b"heartbeat_interval_ms", "partition_keys", b"partition_keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -406,18 +415,24 @@ class NodeStatus(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GPUS_FIELD_NUMBER: _builtins.int
+    PARTITION_KEYS_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuStatus]:
         """Every GPU the node should have, in index order."""
+
+    @_builtins.property
+    def partition_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The fabric partitions the node is a member of, as the fabric reports them, ascending."""
 
     def __init__(
         self,
         *,
         gpus: _abc.Iterable[Global___GpuStatus] | None = ...,
+        partition_keys: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus", b"gpus", "partition_keys", b"partition_keys"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -96,6 +96,31 @@ NODE_STATE_RETIRED: NodeState.ValueType  # 9
 """Permanently removed from the fleet. Terminal."""
 Global___NodeState: _TypeAlias = NodeState  # noqa: Y015
 
+class _IsolationViolationKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _IsolationViolationKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_IsolationViolationKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    ISOLATION_VIOLATION_KIND_UNSPECIFIED: _IsolationViolationKind.ValueType  # 0
+    ISOLATION_VIOLATION_KIND_TWO_PARTITIONS: _IsolationViolationKind.ValueType  # 1
+    """The node is a member of more than one partition."""
+    ISOLATION_VIOLATION_KIND_FREE_NODE_IN_PARTITION: _IsolationViolationKind.ValueType  # 2
+    """No tenant holds the node (READY, in burn-in, out of service), yet it is in a partition."""
+    ISOLATION_VIOLATION_KIND_ANOTHER_TENANTS_PARTITION: _IsolationViolationKind.ValueType  # 3
+    """A tenant holds the node and it is in another tenant's partition (or one no tenant has)."""
+
+class IsolationViolationKind(_IsolationViolationKind, metaclass=_IsolationViolationKindEnumTypeWrapper): ...
+
+ISOLATION_VIOLATION_KIND_UNSPECIFIED: IsolationViolationKind.ValueType  # 0
+ISOLATION_VIOLATION_KIND_TWO_PARTITIONS: IsolationViolationKind.ValueType  # 1
+"""The node is a member of more than one partition."""
+ISOLATION_VIOLATION_KIND_FREE_NODE_IN_PARTITION: IsolationViolationKind.ValueType  # 2
+"""No tenant holds the node (READY, in burn-in, out of service), yet it is in a partition."""
+ISOLATION_VIOLATION_KIND_ANOTHER_TENANTS_PARTITION: IsolationViolationKind.ValueType  # 3
+"""A tenant holds the node and it is in another tenant's partition (or one no tenant has)."""
+Global___IsolationViolationKind: _TypeAlias = IsolationViolationKind  # noqa: Y015
+
 @_typing.final
 class Gpu(_message.Message):
     """A GPU of a node. uuid and index are its identity; the rest describe it as its agent last
@@ -267,6 +292,88 @@ class NodeEvent(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___NodeEvent: _TypeAlias = NodeEvent  # noqa: Y015
+
+@_typing.final
+class AuditIsolationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditIsolationRequest: _TypeAlias = AuditIsolationRequest  # noqa: Y015
+
+@_typing.final
+class IsolationViolation(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REPORTED_PARTITION_KEYS_FIELD_NUMBER: _builtins.int
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    EXPECTED_PARTITION_KEY_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    kind: Global___IsolationViolationKind.ValueType
+    message: _builtins.str
+    """What is wrong, with the tenants and keys involved."""
+    state: Global___NodeState.ValueType
+    """The node's state and the partitions its agent reported."""
+    tenant_id: _builtins.str
+    """The tenant holding the node and its partition key; empty and 0 when none holds it."""
+    expected_partition_key: _builtins.int
+    @_builtins.property
+    def reported_partition_keys(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        kind: Global___IsolationViolationKind.ValueType = ...,
+        message: _builtins.str = ...,
+        state: Global___NodeState.ValueType = ...,
+        reported_partition_keys: _abc.Iterable[_builtins.int] | None = ...,
+        tenant_id: _builtins.str = ...,
+        expected_partition_key: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expected_partition_key", b"expected_partition_key", "kind", b"kind", "message", b"message", "node_id", b"node_id", "reported_partition_keys", b"reported_partition_keys", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___IsolationViolation: _TypeAlias = IsolationViolation  # noqa: Y015
+
+@_typing.final
+class AuditIsolationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_CHECKED_FIELD_NUMBER: _builtins.int
+    VIOLATIONS_FIELD_NUMBER: _builtins.int
+    nodes_checked: _builtins.int
+    """Nodes whose reported partitions were checked."""
+    @_builtins.property
+    def violations(self) -> _containers.RepeatedCompositeFieldContainer[Global___IsolationViolation]:
+        """By node id, then kind."""
+
+    def __init__(
+        self,
+        *,
+        nodes_checked: _builtins.int = ...,
+        violations: _abc.Iterable[Global___IsolationViolation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["nodes_checked", b"nodes_checked", "violations", b"violations"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AuditIsolationResponse: _TypeAlias = AuditIsolationResponse  # noqa: Y015
 
 @_typing.final
 class ListHealthEventsRequest(_message.Message):

@@ -105,6 +105,11 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.FromString,
                 _registered_method=True)
+        self.AuditIsolation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/AuditIsolation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -211,6 +216,15 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AuditIsolation(self, request, context):
+        """Checks every node's fabric partitions, as its agent last reported them, against whom the
+        node belongs to, and lists every violation. Nodes whose agent never reported are not
+        checked. Operators only.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -283,6 +297,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ListHealthEvents,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.SerializeToString,
+            ),
+            'AuditIsolation': grpc.unary_unary_rpc_method_handler(
+                    servicer.AuditIsolation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -664,6 +683,33 @@ class NodeService:
             '/gpucloud.v1.NodeService/ListHealthEvents',
             gpucloud_dot_v1_dot_node__pb2.ListHealthEventsRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.ListHealthEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AuditIsolation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/AuditIsolation',
+            gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -67,6 +67,11 @@ class NodeServiceStub:
     """The health controller's decisions across the fleet, oldest first: its drains (the
     evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
     """
+    AuditIsolation: _grpc.UnaryUnaryMultiCallable[_node_pb2.AuditIsolationRequest, _node_pb2.AuditIsolationResponse]
+    """Checks every node's fabric partitions, as its agent last reported them, against whom the
+    node belongs to, and lists every violation. Nodes whose agent never reported are not
+    checked. Operators only.
+    """
 
 @_typing.type_check_only
 class NodeServiceAsyncStub(NodeServiceStub):
@@ -106,6 +111,11 @@ class NodeServiceAsyncStub(NodeServiceStub):
     ListHealthEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]  # type: ignore[assignment]
     """The health controller's decisions across the fleet, oldest first: its drains (the
     evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+    """
+    AuditIsolation: _aio.UnaryUnaryMultiCallable[_node_pb2.AuditIsolationRequest, _node_pb2.AuditIsolationResponse]  # type: ignore[assignment]
+    """Checks every node's fabric partitions, as its agent last reported them, against whom the
+    node belongs to, and lists every violation. Nodes whose agent never reported are not
+    checked. Operators only.
     """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -227,6 +237,17 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_node_pb2.ListHealthEventsResponse, _abc.Awaitable[_node_pb2.ListHealthEventsResponse]]:
         """The health controller's decisions across the fleet, oldest first: its drains (the
         evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
+        """
+
+    @_abc_1.abstractmethod
+    def AuditIsolation(
+        self,
+        request: _node_pb2.AuditIsolationRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_node_pb2.AuditIsolationResponse, _abc.Awaitable[_node_pb2.AuditIsolationResponse]]:
+        """Checks every node's fabric partitions, as its agent last reported them, against whom the
+        node belongs to, and lists every violation. Nodes whose agent never reported are not
+        checked. Operators only.
         """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
