@@ -113,6 +113,9 @@ def serve(
         float | None,
         typer.Option(help="...or this share of the pool, 0-1, when larger (default 0.10); past both it stops."),
     ] = None,
+    health_removals_per_leaf: Annotated[
+        int | None, typer.Option(help="Nodes under one leaf switch the health controller may remove an hour (3).")
+    ] = None,
     slow_gpu_k: Annotated[
         float | None, typer.Option(help="Spreads below its peers' median that make a GPU slow (default 5).")
     ] = None,
@@ -150,6 +153,7 @@ def serve(
     health_settings: dict[str, Any] = {
         "removals_per_hour": health_removals_per_hour,
         "removal_share_per_hour": health_removal_share,
+        "removals_per_leaf_hour": health_removals_per_leaf,
         "slow_gpu_k": slow_gpu_k,
     }
     try:

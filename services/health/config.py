@@ -13,13 +13,18 @@ class UnusableHealthConfig(ValueError):
 @dataclass(frozen=True)
 class HealthConfig:
     """Removals a pool (the nodes of one GPU model) may lose to automation in an hour: the
-    larger of ``removals_per_hour`` and ``removal_share_per_hour`` of the pool. Past it the
-    controller removes nothing more and says so: that many nodes failing at once is more likely
-    a monitoring or control-plane fault than hardware (as Kubernetes slows evictions when a
-    whole zone looks down)."""
+    larger of ``removals_per_hour`` and ``removal_share_per_hour`` of the pool; and the nodes
+    under one leaf switch, ``removals_per_leaf_hour``. Past either the controller removes
+    nothing more there and says so: that many nodes failing at once is more likely a
+    monitoring, control-plane or network fault than hardware (as Kubernetes slows evictions
+    when a whole zone looks down)."""
 
     removals_per_hour: int = 3
     removal_share_per_hour: float = 0.10
+    # Removals under one leaf switch an hour: a switch or its cabling failing makes every node
+    # under it look unhealthy at once, and a pool's limit (a tenth of thousands of nodes) would
+    # let the whole switch's nodes go.
+    removals_per_leaf_hour: int = 3
     # How often every node with recent strikes is looked at again, whatever was missed.
     resync_s: float = 30.0
     # When a removal was held back, how soon it is tried again.
@@ -33,6 +38,10 @@ class HealthConfig:
     slow_gpu_k: float = 5.0
 
     def __post_init__(self) -> None:
+        if self.removals_per_leaf_hour < 0:
+            raise UnusableHealthConfig(
+                f"removals_per_leaf_hour (--health-removals-per-leaf) must be >= 0, got {self.removals_per_leaf_hour}"
+            )
         if self.removals_per_hour < 0:
             raise UnusableHealthConfig(
                 f"removals_per_hour (--health-removals-per-hour) must be >= 0, got {self.removals_per_hour}"

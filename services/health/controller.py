@@ -14,7 +14,7 @@ already:
   once; a held one, after the job, drains while its tenant keeps it; for DRAIN_NOW and worse
   it is taken from its tenant's allocation at once and a spare takes its place
   (services/allocations/replacement.py), in the same transaction;
-- a removal past the pool's safety limit (config.py), or in a pool an operator paused
+- a removal past the pool's or the leaf switch's safety limit (config.py), or in a pool an operator paused
   (``SetHealthAutomation``): not applied, a ``HEALTH_HELD`` event once per strike saying why
   (an error log past the limit), and the node is looked at again later.
 
@@ -75,7 +75,7 @@ class NodeHealth:
         if decision.action <= Action.NOTIFY_TENANT:
             await self._record(seen, NodeEvent.HEALTH, decision.evidence)
             return Outcome()
-        pool = await self._store.query(repo.pool(seen.gpu_model, since_us=now - HOUR_US, actor=ACTOR))
+        pool = await self._store.query(repo.pool(seen.gpu_model, seen.leaf_switch, since_us=now - HOUR_US, actor=ACTOR))
         limit = self._config.removal_limit(pool.size)
         if pool.automation.paused:
             paused = pool.automation
@@ -85,6 +85,13 @@ class NodeHealth:
             why = (
                 f"{pool.drained} of the {seen.gpu_model} pool removed in the last hour, limit {limit}:"
                 " that many at once looks like a monitoring or control-plane fault"
+            )
+            return await self._hold(seen, decision, why, latest_us, loud=True)
+        if pool.leaf_drained >= self._config.removals_per_leaf_hour:
+            limit = self._config.removals_per_leaf_hour
+            why = (
+                f"{pool.leaf_drained} under leaf switch {seen.leaf_switch} removed in the last hour, limit {limit}:"
+                " that many under one switch looks like the switch or its cabling"
             )
             return await self._hold(seen, decision, why, latest_us, loud=True)
         locking = self._store.dialect == "postgresql"

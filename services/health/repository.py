@@ -37,6 +37,7 @@ class NodeHealthView:
 
     node_id: str
     gpu_model: str
+    leaf_switch: str
     state: NodeState
     strikes: list[Observation]
     # The health controller's last event about the node that settled a decision, and the last
@@ -50,7 +51,7 @@ def view(node_id: str, *, since_us: int, actor: str) -> Tx[NodeHealthView | None
     (oldest first), and ``actor``'s last settling and holding events since then; None for an
     unknown node. A repair clears the strikes before it: a replaced part does not inherit
     the faults of the one it replaced."""
-    found = (yield Sql("SELECT gpu_model, state FROM nodes WHERE node_id = :id", {"id": node_id})).first()
+    found = (yield Sql("SELECT gpu_model, leaf_switch, state FROM nodes WHERE node_id = :id", {"id": node_id})).first()
     if found is None:
         return None
     returned = (
@@ -85,7 +86,8 @@ def view(node_id: str, *, since_us: int, actor: str) -> Tx[NodeHealthView | None
     ).rows
     latest = {str(event): int(at) for event, at in events}
     settled = max((latest[e] for e in SETTLING if e in latest), default=None)
-    return NodeHealthView(node_id, str(found[0]), NodeState(found[1]), strikes, settled, latest.get("HEALTH_HELD"))
+    model, leaf, state = found
+    return NodeHealthView(node_id, str(model), str(leaf), NodeState(state), strikes, settled, latest.get("HEALTH_HELD"))
 
 
 def struck_since(since_us: int) -> Tx[list[str]]:
@@ -107,11 +109,14 @@ class Pool:
     drained: int
     size: int
     automation: Automation
+    # Nodes under the node's leaf switch (any model) the health controller drained since then.
+    leaf_drained: int
 
 
-def pool(gpu_model: str, *, since_us: int, actor: str) -> Tx[Pool]:
+def pool(gpu_model: str, leaf_switch: str, *, since_us: int, actor: str) -> Tx[Pool]:
     """The pool of ``gpu_model``: how many of its nodes ``actor`` drained at or after
-    ``since_us``, how many it has (not retired), and whether an operator paused it."""
+    ``since_us``, how many it has (not retired), whether an operator paused it; and how many
+    nodes under ``leaf_switch`` ``actor`` drained since then."""
     drained = (
         yield Sql(
             "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
@@ -126,7 +131,19 @@ def pool(gpu_model: str, *, since_us: int, actor: str) -> Tx[Pool]:
         )
     ).first()
     setting = yield from automation(gpu_model)
-    return Pool(0 if drained is None else int(drained[0]), 0 if size is None else int(size[0]), setting)
+    under_leaf = (
+        yield Sql(
+            "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
+            " WHERE n.leaf_switch = :leaf AND e.event = :drain AND e.actor = :actor AND e.at_us >= :since",
+            {"leaf": leaf_switch, "drain": NodeEvent.DRAIN.value, "actor": actor, "since": since_us},
+        )
+    ).first()
+    return Pool(
+        0 if drained is None else int(drained[0]),
+        0 if size is None else int(size[0]),
+        setting,
+        0 if under_leaf is None else int(under_leaf[0]),
+    )
 
 
 @dataclass(frozen=True, slots=True)

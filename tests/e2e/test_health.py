@@ -7,6 +7,7 @@ by a spare; a GPU slow against the fleet median, sweep after sweep, drains its n
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -43,11 +44,11 @@ async def states(operator: AsyncClient) -> dict[str, str]:
 
 @asynccontextmanager
 async def ready_fleet(
-    tmp_path: Path, database_url: str, nodes: int
+    tmp_path: Path, database_url: str, nodes: int, health: HealthConfig = HEALTH
 ) -> AsyncIterator[tuple[RunningControlPlane, SimulatedFleet, AsyncClient]]:
-    """A control plane with the health limits above, ``nodes`` simulated agents with every node
-    READY, and an operator's client."""
-    async with running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=HEALTH) as plane:
+    """A control plane with the health limits above (or ``health``), ``nodes`` simulated agents
+    with every node READY, and an operator's client."""
+    async with running_control_plane(tmp_path / "data", database_url, fleet=FAST, health=health) as plane:
         fleet = SimulatedFleet(plane.address, nodes, interval_s=0.3, seed=3, burn_in_seconds=0.05, scrub_seconds=0.05)
         await fleet.mint_tokens(plane.operator_token)
         running = asyncio.create_task(fleet.run())
@@ -177,6 +178,31 @@ async def test_a_pool_failing_at_once_loses_only_its_hourly_limit(tmp_path: Path
             [held] = [e for e in events if e.event == "HEALTH_HELD"]
             assert held.reason.startswith("held: REPAIR: xid:79 on GPU 0")
             assert "2 of the H100 pool removed in the last hour, limit 2" in held.reason
+
+
+async def test_many_nodes_under_one_leaf_switch_failing_at_once_lose_only_its_limit(
+    tmp_path: Path, database_url: str
+) -> None:
+    """A pool limit far above the failures, a leaf-switch limit of 2: the simulated fleet's first
+    64 nodes share leaf switch sim-leaf-00, so two of five failing there leave service."""
+    lenient_pool = dataclasses.replace(HEALTH, removals_per_hour=100, removals_per_leaf_hour=2)
+    failing = [f"sim-000{i}" for i in range(5)]
+    async with ready_fleet(tmp_path, database_url, 8, lenient_pool) as (_, fleet, operator):
+        for node_id in failing:
+            fleet.inject(node_id, Fault.XID, gpu=0, code=79)
+
+        async def decided() -> bool:
+            held = 0
+            for node_id in failing:
+                held += any(e.event == "HEALTH_HELD" for e in (await operator.list_node_events(node_id)).items)
+            return held == 3
+
+        await until(decided, timeout=30)
+        now = await states(operator)
+        assert sorted(now[n] for n in failing) == ["QUARANTINED"] * 2 + ["READY"] * 3
+        for node_id in (n for n in failing if now[n] == "READY"):
+            [held] = [e for e in (await operator.list_node_events(node_id)).items if e.event == "HEALTH_HELD"]
+            assert "2 under leaf switch sim-leaf-00 removed in the last hour, limit 2" in held.reason
 
 
 async def test_a_node_going_silent_three_times_is_drained_though_it_comes_back(

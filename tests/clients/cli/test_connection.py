@@ -329,6 +329,7 @@ def test_serve_refuses_health_limits_that_cannot_work_naming_the_option(tmp_path
     cases = [
         ("--health-removal-share", "1.5", "removal_share_per_hour (--health-removal-share) must be within 0-1"),
         ("--health-removals-per-hour", "-1", "removals_per_hour (--health-removals-per-hour) must be >= 0"),
+        ("--health-removals-per-leaf", "-2", "removals_per_leaf_hour (--health-removals-per-leaf) must be >= 0"),
         ("--slow-gpu-k", "nan", "slow_gpu_k (--slow-gpu-k) must be a number > 0"),
     ]
     with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
