@@ -196,7 +196,8 @@ def metrics_outliers(
     json_out: Annotated[bool, typer.Option("--json", help="Print JSON instead of tables.")] = False,
 ) -> None:
     """GPUs whose average FIELD over the window sits far below the median of their peers (the
-    same model under comparable load): k median absolute deviations or more (operators)."""
+    same model under comparable load): more than k spreads, a spread being the median absolute
+    deviation scaled by 1.4826, at least 1% of the median (operators)."""
     try:
         now = datetime.now(UTC)
         window = (time_option("--since", since, now=now), time_option("--end", end, now=now))

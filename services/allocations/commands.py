@@ -263,7 +263,7 @@ def _cancel(
         )
         yield from ops_repo.insert(operation)
         return operation, view
-    # Not cancelled yet, so every node it was given is still held, in placement order.
+    # Not cancelled yet: every node it holds (not those the health controller took), in placement order.
     held = yield from repo.held_nodes([allocation_id], locking=locking)
     # Stamped once the nodes are locked: after anything that committed on them meanwhile.
     pending = PendingCancel(principal, allocation_id, operation_id)

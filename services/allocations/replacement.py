@@ -35,6 +35,15 @@ from services.usage import repository as usage
 from services.usage.repository import UsageKind
 
 
+def lock_holder(node_id: str) -> Tx[None]:
+    """Lock the allocation holding ``node_id`` now, if one does (PostgreSQL), before the caller
+    locks the node: a cancel locks the allocation, then its nodes, and the other order
+    deadlocks with it. ``replace`` reads the holding again once the node is locked."""
+    held = yield from repo.holding(node_id)
+    if held is not None:
+        yield from repo.get_row(held.allocation.allocation_id, tenant_id=None, locking=True)
+
+
 def replace(node: Node, reason: str, *, actor: str, locking: bool) -> Tx[Replacement | None]:
     """Take the DRAINING ``node`` from its active allocation and give that a spare, as steps of
     the caller's transaction; the replacement made, or None when no active allocation holds it."""

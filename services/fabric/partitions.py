@@ -14,6 +14,8 @@ from services.nodes.transitions import NodeState
 from services.store.tx import Sql, Tx
 
 MAX_PARTITION_KEY = 0x7FFE
+# The fabric's default partition, which every port is in: no tenant's, and no isolation matter.
+DEFAULT_PARTITION_KEY = 0x7FFF
 # States in which a node is in its tenant's partition.
 IN_PARTITION = frozenset({NodeState.ALLOCATED, NodeState.DRAINING})
 

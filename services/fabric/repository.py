@@ -6,13 +6,14 @@ from __future__ import annotations
 import json
 
 from services.fabric.audit import NodePartitions
+from services.fabric.partitions import DEFAULT_PARTITION_KEY
 from services.nodes.transitions import NodeState
 from services.store.tx import Sql, Tx
 
 
 def reported_partitions() -> Tx[list[NodePartitions]]:
-    """Every node whose agent has reported a status, with the tenant holding it (if any) and
-    that tenant's key, in one snapshot."""
+    """Every node whose agent has reported a status, with the tenant holding it (if any), that
+    tenant's key, and the partitions reported but the fabric's default one, in one snapshot."""
     result = yield Sql(
         "SELECT n.node_id, n.state, a.tenant_id, p.partition_key, s.status_json FROM nodes n"
         " JOIN node_status s ON s.node_id = n.node_id"
@@ -25,7 +26,9 @@ def reported_partitions() -> Tx[list[NodePartitions]]:
             NodeState(state),
             None if tenant is None else str(tenant),
             None if key is None else int(key),
-            tuple(sorted(int(k) for k in json.loads(status).get("partitionKeys", ()))),
+            tuple(
+                sorted(k for k in map(int, json.loads(status).get("partitionKeys", ())) if k != DEFAULT_PARTITION_KEY)
+            ),
         )
         for node_id, state, tenant, key, status in result.rows
     ]

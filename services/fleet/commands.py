@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 from functools import partial
 
 from services.auth.principal import Principal
 from services.clock import now_us
+from services.fabric.partitions import IN_PARTITION
 from services.fleet import repository as repo
 from services.fleet.repository import NodeRecord, ResultRecord, StatusReport
 from services.nodes import commands as node_commands
@@ -28,7 +30,13 @@ async def register_agent(
     now = now_us()
     adopt = partial(repo.adopt, inventory.node_id, details, status, now_us=now)
     view = await node_commands.register(store, principal, inventory, then=adopt)
-    return view, repo.record_of(view.row, last_heartbeat_us=now), now
+    record = repo.record_of(view.row, last_heartbeat_us=now)
+    if record.state in IN_PARTITION:
+        # An agent restarting on a held node: its record carries the tenant's partition, which
+        # the row alone does not (a first registration never is held, and is spared the read).
+        found = await store.query(repo.record(inventory.node_id))
+        record = record if found is None else replace(found, last_heartbeat_us=now)
+    return view, record, now
 
 
 async def report(store: Database, node_id: str, status: StatusReport | None, results: Sequence[ResultRecord]) -> int:

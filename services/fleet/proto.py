@@ -9,6 +9,7 @@ import math
 from google.protobuf import json_format
 
 from gpucloud.v1 import agent_pb2
+from services.fabric.partitions import DEFAULT_PARTITION_KEY
 from services.fleet.actions import SCRUB_STEPS, ActionKind
 from services.fleet.burn_in import FIGURES
 from services.fleet.directives import Instructions
@@ -85,6 +86,11 @@ def checked_status(v: Violations, status: agent_pb2.NodeStatus) -> str:
             v.add(f"{path}.xid_codes", "must not be negative")
         if gpu.ecc_corrected_total < 0 or gpu.ecc_uncorrected_total < 0:
             v.add(path, "ECC counts must not be negative")
+    keys = list(status.partition_keys)
+    if len(keys) > MAX_LIST:
+        v.add("status.partition_keys", f"at most {MAX_LIST} partitions")
+    elif len(set(keys)) != len(keys) or not all(0 < key <= DEFAULT_PARTITION_KEY for key in keys):
+        v.add("status.partition_keys", f"must be distinct partition keys 1-{DEFAULT_PARTITION_KEY}")
     return json_format.MessageToJson(status, sort_keys=True, indent=None)
 
 

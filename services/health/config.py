@@ -33,7 +33,7 @@ class HealthConfig:
     # many spreads below the peers' median make a GPU slow. With the spread at least 1% of the
     # median, 5 spreads is at least 5% under the fleet: far past a clock's ordinary wander.
     slow_gpu_interval_s: float = 300.0
-    slow_gpu_window_s: float = 600.0
+    slow_gpu_window_s: float = 300.0
     slow_gpu_field: str = "sm_clock_mhz"
     slow_gpu_k: float = 5.0
 

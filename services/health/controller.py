@@ -72,6 +72,8 @@ class NodeHealth:
         latest_us = round(seen.strikes[-1].at_s * 1e6)
         if decision is None or (seen.settled_us is not None and seen.settled_us >= latest_us):
             return Outcome()
+        if seen.state is NodeState.DRAINING and decision.action < Action.DRAIN_NOW:
+            return Outcome()  # draining already: only a fault that cannot wait changes anything
         if decision.action <= Action.NOTIFY_TENANT:
             await self._record(seen, NodeEvent.HEALTH, decision.evidence)
             return Outcome()
@@ -142,7 +144,12 @@ def _drain(
 ) -> Tx[tuple[NodeState, Replacement | None] | None]:
     """DRAIN the node if it is still as ``seen``, and for DRAIN_NOW and worse take it from its
     allocation with a spare in its place; its new state and the replacement made, or None
-    (nothing written)."""
+    (nothing written).
+
+    On PostgreSQL the allocation holding the node is locked before the node, the order a
+    cancel and the releaser lock them in: the other order deadlocked with a cancel."""
+    if locking and decision.action >= Action.DRAIN_NOW:
+        yield from replacement.lock_holder(seen.node_id)
     row = yield from _still(seen, locking=locking)
     if row is None:
         return None

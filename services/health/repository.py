@@ -12,8 +12,9 @@ from services.nodes.repository import EVENT_COLUMNS, NodeEventEntry
 from services.nodes.transitions import NodeEvent, NodeState
 from services.store.tx import Sql, Tx
 
-# A node in one of these is out of service already: no decision can remove it further.
-OUT_OF_SERVICE = frozenset({NodeState.QUARANTINED, NodeState.REPAIR, NodeState.RETIRED, NodeState.DRAINING})
+# A node in one of these is out of service already: no decision can remove it further. A
+# DRAINING node is still its tenant's, and a fault that cannot wait takes it from the tenant.
+OUT_OF_SERVICE = frozenset({NodeState.QUARANTINED, NodeState.REPAIR, NodeState.RETIRED})
 # The events that settle a decision: it was applied (a drain) or recorded (nothing to remove).
 SETTLING = (NodeEvent.DRAIN.value, NodeEvent.HEALTH.value)
 

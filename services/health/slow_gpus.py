@@ -1,11 +1,14 @@
 """The slow-GPU sweep: fleet-median outliers of the metrics store, counted as health strikes.
 
 On the replica that leads the fleet, every ``slow_gpu_interval_s`` the sweep asks the metrics
-store which GPUs' ``slow_gpu_field`` (the SM clock by default) averaged more than
-``slow_gpu_k`` spreads below the median of their peers over the last ``slow_gpu_window_s``
-(services/metrics/outliers.py), stores a ``slow_gpu`` strike for each, and wakes the health
-controller for their nodes. The policy (policy.py) drains a GPU that is slow sweep after sweep,
-not one that was slow once: a job that briefly lowered its clocks is not a fault.
+store which busy GPUs' ``slow_gpu_field`` (the SM clock by default) averaged more than
+``slow_gpu_k`` spreads below the median of their busy peers over the last
+``slow_gpu_window_s`` (services/metrics/outliers.py), stores a ``slow_gpu`` strike for each,
+and wakes the health controller for their nodes. Idle GPUs are listed by ``ListOutliers`` but
+never struck: their clocks are power management's choice. The window is the interval by
+default, so sweeps do not overlap and a dip counts in at most two of them; the policy
+(policy.py) drains a GPU slow in three, not one that was slow once: a job that briefly lowered
+its clocks is not a fault.
 """
 
 from __future__ import annotations
@@ -65,7 +68,9 @@ class SlowGpuSweep:
         """One sweep: store a strike for every outlier now; the nodes struck, sorted."""
         config, now = self._config, self._clock()
         window = Window((now - round(config.slow_gpu_window_s * 1e6)) // 1000, now // 1000)
-        _, outliers = await self._find(config.slow_gpu_field, window, config.slow_gpu_k)
+        _, found = await self._find(config.slow_gpu_field, window, config.slow_gpu_k)
+        # Only busy GPUs: an idle GPU's clocks are power management's choice, not a fault.
+        outliers = [outlier for outlier in found if outlier.figure.busy]
         by_node: dict[str, list[Observation]] = {}
         for outlier in outliers:
             gpu = outlier.figure

@@ -174,6 +174,9 @@ async def run_in_session(session: AsyncSession, tx: Tx[T]) -> T:
     return await _drive(tx, execute)
 
 
+# A statement that returns rows though it is not a SELECT.
+_RETURNING = re.compile(r"\bRETURNING\b", re.IGNORECASE)
+
 # A ``:name`` bind; not ``::type`` casts.
 _NAMED_BIND = re.compile(r"(?<![:\w]):([A-Za-z_]\w*)")
 
@@ -206,7 +209,7 @@ async def run_on_asyncpg(raw: Any, tx: Tx[T]) -> T:
             if statement.rows is not None:
                 await raw.executemany(sql, [[row[n] for n in names] for row in statement.rows])
                 return Rows([], len(statement.rows))
-            if sql.lstrip().startswith("SELECT") or " RETURNING " in sql:
+            if sql.lstrip().startswith("SELECT") or _RETURNING.search(sql):
                 records = await raw.fetch(sql, *(statement.params[n] for n in names))
                 return Rows(list(records), len(records))
             status: str = await raw.execute(sql, *(statement.params[n] for n in names))

@@ -353,23 +353,29 @@ async def test_a_slow_gpu_is_a_fleet_median_outlier_and_sweep_after_sweep_drains
     tmp_path: Path, database_url: str
 ) -> None:
     async with ready_fleet(tmp_path, database_url, 10) as (plane, fleet, operator):
-        fleet.inject("sim-0005", Fault.SLOW, gpu=6, factor=0.5)
+        # Every GPU busy: the sweep strikes only GPUs slow against busy peers.
+        for node in fleet.nodes.values():
+            for index in range(8):
+                node.gpus.set_load(index, 0.9)
+        fleet.inject("sim-0005", Fault.SLOW, gpu=6, factor=0.7)
         since_ms = int(time.time() * 1000) + 1
         until_ms = since_ms + 3_600_000
 
         async def flagged() -> bool:
-            """Every node has pushed since (80 GPUs judged), and the slow GPU stands out."""
-            found = await operator.list_metric_outliers(field="sm_clock_mhz", start=since_ms, end=until_ms)
-            judged = sum(group.gpus for group in found.groups)
-            return judged == 80 and [(o.node_id, o.gpu_index) for o in found.outliers] == [("sim-0005", 6)]
+            """Over the last second, as the sweep looks (HEALTH.slow_gpu_window_s): all 80 GPUs
+            judged busy, and the slow GPU stands out."""
+            now_ms = int(time.time() * 1000)
+            found = await operator.list_metric_outliers(field="sm_clock_mhz", start=now_ms - 1000, end=now_ms)
+            busy = [(g.busy, g.gpus) for g in found.groups] == [(True, 80)]
+            return busy and [(o.node_id, o.gpu_index) for o in found.outliers] == [("sim-0005", 6)]
 
         await until(flagged, timeout=30)
         found = await operator.list_metric_outliers(field="sm_clock_mhz", start=since_ms, end=until_ms, k=4)
-        # Idle GPUs are compared with idle ones: all 80 of them, their clocks identical.
+        # Busy GPUs are compared with busy ones: all 80 of them, their clocks identical.
         [group] = found.groups
-        assert (group.gpu_model, group.busy, group.gpus) == ("H100", False, 80)
+        assert (group.gpu_model, group.busy, group.gpus) == ("H100", True, 80)
         [slow] = found.outliers
-        assert slow.value == pytest.approx(group.median * 0.5, abs=1)  # clocks are whole MHz
+        assert slow.value == pytest.approx(group.median * 0.7, abs=1)  # clocks are whole MHz
         assert slow.deviations == (group.median - slow.value) / group.spread
         assert found.k == 4
 
@@ -416,3 +422,30 @@ async def test_outliers_are_for_operators_and_refuse_a_bad_k(tmp_path: Path, dat
         assert sorted(refused.value.field_violations) == ["end_ms", "field"]
         empty = await operator.list_metric_outliers(field="power_w", start=0, end=1000)
         assert (empty.groups, empty.outliers, empty.k) == ([], [], 3)
+
+
+async def test_a_node_draining_after_its_job_is_taken_at_once_by_a_fault_that_cannot_wait(
+    tmp_path: Path, database_url: str
+) -> None:
+    async with ready_fleet(tmp_path, database_url, 3) as (plane, fleet, operator):
+        await operator.create_tenant("acme")
+        before = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+        [node_id] = before.node_ids
+        await operator.drain_node(node_id, reason="planned maintenance")
+        assert (await operator.get_node(node_id)).state == "DRAINING"
+        # A fault that can wait changes nothing: the node is draining already.
+        fleet.inject(node_id, Fault.ECC, gpu=1, per_sample=5)
+
+        async def struck_thrice() -> bool:
+            return len(await strikes(plane, node_id)) >= 3
+
+        await until(struck_thrice, timeout=30)
+        await another_pass(plane, node_id)
+        assert (await operator.get_allocation(before.allocation_id)).replacements == ()
+        # One that cannot wait takes it from the tenant, with a spare in its place.
+        fleet.inject(node_id, Fault.XID, gpu=3, code=48)
+        after = await once_replaced(operator, before.allocation_id)
+        [made] = after.replacements
+        assert made.removed_node_id == node_id
+        assert made.spare_node_id is not None
+        assert made.reason.startswith("DRAIN_NOW: xid:48 on GPU 3")

@@ -10,6 +10,8 @@ import json
 from pathlib import Path
 
 from clients.agent.control import Fault
+from clients.agent.fabric import SimulatedFabric
+from clients.agent.runner import NodeAgent
 from services.store.tx import Sql, Tx
 from tests.clients.cli.test_commands import document
 from tests.clients.cli.test_connection import gpucloud
@@ -61,6 +63,28 @@ async def test_tenants_partitions_follow_their_nodes_and_the_audit_finds_each_vi
             ]
 
         await until(joined, timeout=30)
+
+        # An agent restarting on the held node is told its tenant's partition at registration.
+        simulated = fleet.nodes[acme_node]
+        restarted_fabric = SimulatedFabric()
+        restarted = NodeAgent(
+            plane.address,
+            simulated.identity,
+            fleet.tokens[acme_node],
+            simulated.gpus,
+            simulated.work,
+            fabric=restarted_fabric,
+            interval_s=0.3,
+        )
+        running = asyncio.create_task(restarted.run())
+        try:
+            await restarted.wait_registered()
+            assert list(restarted.instructions.partition_keys) == [keys["acme"]]
+            assert restarted_fabric.partitions() == (keys["acme"],)
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+
         clean = await operator.audit_isolation()
         assert (clean.nodes_checked, clean.violations) == (4, [])
         connect = ["--addr", plane.address, "--token", plane.operator_token]
@@ -94,11 +118,11 @@ async def test_tenants_partitions_follow_their_nodes_and_the_audit_finds_each_vi
             f"READY and held by no tenant, yet in acme's partition {keys['acme']}"
         )
         code, output = await asyncio.to_thread(gpucloud, *connect, "audit", "isolation", "--json")
-        assert code == 1, output
+        assert code == 4, output
         listed = document(output)
         assert sorted((v["node_id"], v["kind"]) for v in listed["violations"]) == wanted
         code, output = await asyncio.to_thread(gpucloud, *connect, "audit", "isolation")
-        assert code == 1, output
+        assert code == 4, output
         assert "3 violation(s) on 4 node(s) checked" in output
 
         # Mended and released: the scrub leaves the tenant's partition, and the fleet is clean.
