@@ -135,13 +135,21 @@ def node_status(
     xid_codes: Mapping[int, Sequence[int]],
     gpus: int = GPUS_PER_NODE,
     partitions: Sequence[int] = (),
+    xid_times_ms: Mapping[int, Sequence[int]] | None = None,
 ) -> agent_pb2.NodeStatus:
     """GPUs ``0..gpus-1`` as the samples show them (one missing from them is not present) with
-    the XID codes given per index, and the node's fabric partitions."""
+    the XID codes given per index (and when each was raised, if given), and the node's fabric
+    partitions."""
     by_index = {sample.index: sample for sample in samples}
+    times = xid_times_ms or {}
     statuses = []
     for index in range(gpus):
-        status = agent_pb2.GpuStatus(index=index, present=index in by_index, xid_codes=xid_codes.get(index, ()))
+        status = agent_pb2.GpuStatus(
+            index=index,
+            present=index in by_index,
+            xid_codes=xid_codes.get(index, ()),
+            xid_times_ms=times.get(index, ()),
+        )
         sample = by_index.get(index)
         if sample is not None:
             status.throttle_reasons.extend(sorted(reason.value for reason in sample.throttle_reasons or ()))
@@ -169,7 +177,10 @@ class StatusTracker:
 
     def __init__(self, gpus: int = GPUS_PER_NODE) -> None:
         self._gpus = gpus
+        # The XID codes not delivered yet and when each was raised: kept through an outage of
+        # the control plane, so that a fault counts from when it happened.
         self._xids: dict[int, list[int]] = {}
+        self._xid_times: dict[int, list[int]] = {}
         self._last_sent: agent_pb2.NodeStatus | None = None
 
     def observe(
@@ -179,7 +190,8 @@ class StatusTracker:
         for event in events:
             if 0 <= event.index < self._gpus:
                 self._xids.setdefault(event.index, []).append(event.code)
-        return node_status(samples, self._xids, self._gpus, partitions)
+                self._xid_times.setdefault(event.index, []).append(event.timestamp_ms)
+        return node_status(samples, self._xids, self._gpus, partitions, self._xid_times)
 
     def changed(self, status: agent_pb2.NodeStatus) -> bool:
         """Whether ``status`` differs from the last one the control plane stored (or none was)."""
@@ -189,6 +201,7 @@ class StatusTracker:
         """``status`` reached the control plane: its XID codes are delivered."""
         self._last_sent = status
         self._xids.clear()
+        self._xid_times.clear()
 
 
 class ActionBook:

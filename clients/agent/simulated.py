@@ -153,10 +153,12 @@ class SimulatedGpus:
             raise ValueError(f"load must be within 0-1, not {load}")
         self._gpu(index).load = load
 
-    def inject_xid(self, index: int, code: int) -> None:
-        """GPU ``index`` reports XID ``code`` once."""
+    def inject_xid(self, index: int, code: int) -> XidEvent:
+        """GPU ``index`` reports XID ``code`` once; the event, timed now."""
         self._gpu(index)
-        self._events.append(XidEvent(index=index, code=code, timestamp_ms=self._clock()))
+        event = XidEvent(index=index, code=code, timestamp_ms=self._clock())
+        self._events.append(event)
+        return event
 
     def rising_ecc(self, index: int, per_sample: int) -> None:
         """GPU ``index``'s corrected ECC count rises by ``per_sample`` at every sample."""

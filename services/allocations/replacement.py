@@ -4,8 +4,9 @@ The health controller (services/health/controller.py) calls ``replace`` in the t
 that drains a node whose fault the tenant's work cannot run through (DRAIN_NOW and worse). In
 that one transaction:
 
-- the tenant stops being billed for the node's GPUs, and stops seeing their metrics, now (a
-  usage ``stop`` per GPU); its assignment ends, marked as taken rather than released;
+- the tenant stops being billed for the node's GPUs, and stops seeing their metrics, from the
+  fault's time (a usage ``stop`` per GPU; an agent cut off from the control plane reports the
+  fault later, with its time); its assignment ends, marked as taken rather than released;
 - the node moves on RELEASE (DRAINING -> SCRUBBING): its agent scrubs it, and since the drain
   is pending it then leaves service (QUARANTINED), never READY;
 - a spare takes the node's place in the allocation's order: a free node of the same GPU model
@@ -44,15 +45,19 @@ def lock_holder(node_id: str) -> Tx[None]:
         yield from repo.get_row(held.allocation.allocation_id, tenant_id=None, locking=True)
 
 
-def replace(node: Node, reason: str, *, actor: str, locking: bool) -> Tx[Replacement | None]:
+def replace(node: Node, reason: str, *, actor: str, locking: bool, fault_us: int) -> Tx[Replacement | None]:
     """Take the DRAINING ``node`` from its active allocation and give that a spare, as steps of
-    the caller's transaction; the replacement made, or None when no active allocation holds it."""
+    the caller's transaction; the replacement made, or None when no active allocation holds it.
+    The tenant stops paying for the node's GPUs from ``fault_us``, when the fault happened (an
+    agent that could not reach the control plane reports it later), but not before the node
+    was handed over."""
     held = yield from repo.holding(node.node_id)
     if held is None or held.allocation.state != AllocationState.ACTIVE.value:
         return None
     allocation_id = held.allocation.allocation_id
     now = now_us()
-    yield from usage.record(UsageKind.STOP, [allocation_id], at_us=now, node_ids=[node.node_id])
+    stop_us = min(now, max(fault_us, held.assigned_us))
+    yield from usage.record(UsageKind.STOP, [allocation_id], at_us=stop_us, node_ids=[node.node_id])
     yield from repo.take_node(allocation_id, node.node_id, now_us=now)
     # Never a node the allocation held before: its usage event ids (allocation/GPU/kind) are taken.
     excluding = yield from repo.ever_assigned(allocation_id)

@@ -157,18 +157,20 @@ class Holding:
 
     allocation: Allocation
     position: int
+    assigned_us: int
 
 
 def holding(node_id: str) -> Tx[Holding | None]:
     """The allocation holding ``node_id`` now, or None."""
     columns = ", ".join(f"al.{column.strip()}" for column in _COLUMNS.split(","))
     result = yield Sql(
-        f"SELECT {columns}, a.position FROM assignments a JOIN allocations al ON al.allocation_id = a.allocation_id"
+        f"SELECT {columns}, a.position, a.assigned_us FROM assignments a"
+        " JOIN allocations al ON al.allocation_id = a.allocation_id"
         " WHERE a.node_id = :node AND a.released_us IS NULL",
         {"node": node_id},
     )
     found = result.first()
-    return None if found is None else Holding(_row(found[:-1]), int(found[-1]))
+    return None if found is None else Holding(_row(found[:-2]), int(found[-2]), int(found[-1]))
 
 
 def take_node(allocation_id: str, node_id: str, *, now_us: int) -> Tx[None]:

@@ -84,6 +84,8 @@ def checked_status(v: Violations, status: agent_pb2.NodeStatus) -> str:
             v.text(f"{path}.throttle_reasons[{j}]", reason, max_length=64, required=True)
         if any(code < 0 for code in gpu.xid_codes):
             v.add(f"{path}.xid_codes", "must not be negative")
+        if gpu.xid_times_ms and len(gpu.xid_times_ms) != len(gpu.xid_codes):
+            v.add(f"{path}.xid_times_ms", "must give one time for each of xid_codes, or none")
         if gpu.ecc_corrected_total < 0 or gpu.ecc_uncorrected_total < 0:
             v.add(path, "ECC counts must not be negative")
     keys = list(status.partition_keys)
@@ -134,6 +136,7 @@ def gpu_readings(status: agent_pb2.NodeStatus) -> list[GpuReading]:
             gpu.present,
             frozenset(gpu.throttle_reasons),
             tuple(gpu.xid_codes),
+            tuple(gpu.xid_times_ms),
             gpu.ecc_corrected_total,
             gpu.ecc_uncorrected_total,
             gpu.remapped_rows_pending,

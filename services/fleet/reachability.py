@@ -112,5 +112,5 @@ def _flip(node_id: str, unreachable: bool, reason: str) -> Tx[NodeRecord | None]
     if unreachable:
         # An outage is a strike for the health policy (services/health): a node that keeps
         # going silent is drained even though it comes back each time.
-        yield from health_repo.record(node_id, [Observation(MISSED_HEARTBEATS, at / 1e6)], at_us=at)
+        yield from health_repo.record(node_id, [Observation(MISSED_HEARTBEATS, at / 1e6)])
     return (yield from repo.record(node_id))

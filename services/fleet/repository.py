@@ -183,7 +183,7 @@ def save_report(node_id: str, status: StatusReport | None, results: Sequence[Res
             previous = yield from status_of(node_id)
             before = None if previous is None else {gpu.index: gpu for gpu in status.stored(previous)}
         strikes = observations(status.readings, before, now_us / 1e6)
-        yield from health_repo.record(node_id, strikes, at_us=now_us)
+        yield from health_repo.record(node_id, strikes)
         yield Sql(
             "INSERT INTO node_status (node_id, status_json, reported_us) VALUES (:id, :status, :now)"
             " ON CONFLICT (node_id) DO UPDATE SET status_json = excluded.status_json,"

@@ -97,7 +97,7 @@ class NodeHealth:
             )
             return await self._hold(seen, decision, why, latest_us, loud=True)
         locking = self._store.dialect == "postgresql"
-        moved = await self._store.transact(partial(_drain, seen, decision, locking=locking))
+        moved = await self._store.transact(partial(_drain, seen, decision, locking=locking, fault_us=latest_us))
         if moved is None:
             return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
         state, replaced = moved
@@ -140,11 +140,11 @@ def _still(seen: NodeHealthView, *, locking: bool = False) -> Tx[nodes_repo.Node
 
 
 def _drain(
-    seen: NodeHealthView, decision: Decision, *, locking: bool
+    seen: NodeHealthView, decision: Decision, *, locking: bool, fault_us: int
 ) -> Tx[tuple[NodeState, Replacement | None] | None]:
     """DRAIN the node if it is still as ``seen``, and for DRAIN_NOW and worse take it from its
-    allocation with a spare in its place; its new state and the replacement made, or None
-    (nothing written).
+    allocation with a spare in its place, billed until ``fault_us`` (the latest strike); its new
+    state and the replacement made, or None (nothing written).
 
     On PostgreSQL the allocation holding the node is locked before the node, the order a
     cancel and the releaser lock them in: the other order deadlocked with a cancel."""
@@ -156,7 +156,9 @@ def _drain(
     moved = yield from node_commands.drain(row, decision.evidence, actor=ACTOR)
     replaced = None
     if decision.action >= Action.DRAIN_NOW and NodeState(moved.state) is NodeState.DRAINING:
-        replaced = yield from replacement.replace(moved, decision.evidence, actor=ACTOR, locking=locking)
+        replaced = yield from replacement.replace(
+            moved, decision.evidence, actor=ACTOR, locking=locking, fault_us=fault_us
+        )
         if replaced is not None:
             moved = yield from nodes_repo.get_row(seen.node_id)
     return NodeState(moved.state), replaced

@@ -19,17 +19,23 @@ OUT_OF_SERVICE = frozenset({NodeState.QUARANTINED, NodeState.REPAIR, NodeState.R
 SETTLING = (NodeEvent.DRAIN.value, NodeEvent.HEALTH.value)
 
 
-def record(node_id: str, strikes: Sequence[Observation], *, at_us: int) -> Tx[None]:
-    """Store the strikes one status of ``node_id`` carried."""
-    if strikes:
-        yield Sql(
-            "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal)"
-            " VALUES (:node_id, :at_us, :seq, :gpu, :signal) ON CONFLICT DO NOTHING",
-            rows=[
-                {"node_id": node_id, "at_us": at_us, "seq": seq, "gpu": strike.gpu, "signal": strike.signal}
-                for seq, strike in enumerate(strikes)
-            ],
-        )
+def record(node_id: str, strikes: Sequence[Observation]) -> Tx[None]:
+    """Store the strikes one status (or sweep) of ``node_id`` carried, each at its own time. A
+    status sent again (an agent retrying a report whose answer it lost) stores nothing twice."""
+    if not strikes:
+        return
+    rows = []
+    seqs: dict[int, int] = {}
+    for strike in strikes:
+        at_us = round(strike.at_s * 1e6)
+        # Numbered among the strikes at the same instant: a resent status numbers them alike.
+        seq = seqs[at_us] = seqs.get(at_us, -1) + 1
+        rows.append({"node_id": node_id, "at_us": at_us, "seq": seq, "gpu": strike.gpu, "signal": strike.signal})
+    yield Sql(
+        "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal)"
+        " VALUES (:node_id, :at_us, :seq, :gpu, :signal) ON CONFLICT DO NOTHING",
+        rows=rows,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -5,7 +5,9 @@ off the bus, its throttle reasons, the XID codes raised since the last status, l
 counters and the row-remap flags. ``observations`` turns one status, given the one before it,
 into strikes: a GPU off the bus, each XID code, thermal or power throttling, a counter that
 rose, a remap pending or failed. Counters count only when they rise between two statuses: a
-first status says nothing of when its totals accumulated. Pure, like the policy.
+first status says nothing of when its totals accumulated. An XID code counts from when the
+driver raised it, as the agent timed it (within the last day, not after the status arrived);
+every other strike from the status's arrival. Pure, like the policy.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from services.health.policy import (
 # NVML's clocks event reasons (the agent reports their names) that mean heat or power.
 THERMAL_REASONS = frozenset({"sw_thermal_slowdown", "hw_thermal_slowdown", "hw_slowdown"})
 POWER_REASONS = frozenset({"sw_power_cap", "hw_power_brake_slowdown"})
+# How far before a status's arrival an XID's own time is taken: a day of outage at most.
+XID_BACKDATE_S = 86_400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,6 +42,8 @@ class GpuReading:
     present: bool = True
     throttle_reasons: frozenset[str] = frozenset()
     xid_codes: tuple[int, ...] = ()
+    # When each of ``xid_codes`` was raised (ms since the epoch), when the agent said.
+    xid_times_ms: tuple[int, ...] = ()
     ecc_corrected_total: int = 0
     ecc_uncorrected_total: int = 0
     remapped_rows_pending: bool = False
@@ -55,7 +61,10 @@ def observations(
         signals: list[str] = []
         if not gpu.present:
             signals.append(OFF_BUS)
-        signals += [signal_of_xid(code) for code in gpu.xid_codes]
+        times = gpu.xid_times_ms if len(gpu.xid_times_ms) == len(gpu.xid_codes) else ()
+        for i, code in enumerate(gpu.xid_codes):
+            raised_s = min(at_s, max(at_s - XID_BACKDATE_S, times[i] / 1000)) if times else at_s
+            found.append(Observation(signal_of_xid(code), raised_s, index))
         if gpu.throttle_reasons & THERMAL_REASONS:
             signals.append(THROTTLE_THERMAL)
         if gpu.throttle_reasons & POWER_REASONS:

@@ -76,7 +76,7 @@ class SlowGpuSweep:
             gpu = outlier.figure
             by_node.setdefault(gpu.node_id, []).append(Observation(SLOW_GPU, now / 1e6, gpu.gpu_index))
         for node_id, strikes in sorted(by_node.items()):
-            await self._store.transact(partial(repo.record, node_id, strikes, at_us=now))
+            await self._store.transact(partial(repo.record, node_id, strikes))
         if by_node:
             log.warning("slow_gpus_found", field=config.slow_gpu_field, gpus=len(outliers), nodes=sorted(by_node))
         return sorted(by_node)

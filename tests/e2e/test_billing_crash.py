@@ -80,11 +80,19 @@ def failed(process: Popen[bytes], log: Path, why: str) -> AssertionError:
 
 
 async def start_server(
-    data_dir: Path, database_url: str, rates: Path, log: Path, *, scrub_seconds: float, extra: Sequence[str] = ()
+    data_dir: Path,
+    database_url: str,
+    rates: Path,
+    log: Path,
+    *,
+    scrub_seconds: float,
+    extra: Sequence[str] = (),
+    address: str | None = None,
 ) -> Server:
-    """``gpucloud serve`` (with ``extra`` options) on a fresh port; returns once its health
-    check says SERVING. Its token is "" when the database was bootstrapped by another server."""
-    address = f"127.0.0.1:{free_port()}"
+    """``gpucloud serve`` (with ``extra`` options) on ``address`` (default: a fresh port);
+    returns once its health check says SERVING. Its token is "" when the database was
+    bootstrapped by another server."""
+    address = address or f"127.0.0.1:{free_port()}"
     process = spawn(data_dir, database_url, rates, log, address, scrub_seconds, extra)
     async with grpc.aio.insecure_channel(address) as channel:
         stub = health_pb2_grpc.HealthStub(channel)

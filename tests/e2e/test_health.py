@@ -11,7 +11,7 @@ import dataclasses
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -270,6 +270,13 @@ async def test_a_paused_pool_keeps_its_nodes_until_resumed(tmp_path: Path, datab
         await until(drained, timeout=30)
 
 
+def fault_time(fleet: SimulatedFleet, node_id: str, *, gpu: int, code: int) -> datetime:
+    """Raise XID ``code`` on the node's GPU now; when the driver raised it, to the millisecond,
+    as the simulated GPUs time it."""
+    raised = fleet.nodes[node_id].gpus.inject_xid(gpu, code)
+    return datetime.fromtimestamp(raised.timestamp_ms / 1000, UTC)
+
+
 async def once_replaced(operator: AsyncClient, allocation_id: str) -> Allocation:
     """The allocation once the health controller has replaced a node of it."""
 
@@ -285,7 +292,7 @@ async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp
         await operator.create_tenant("acme")
         before = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
         kept, faulty = before.node_ids
-        fleet.inject(faulty, Fault.XID, gpu=2, code=79)
+        raised = fault_time(fleet, faulty, gpu=2, code=79)
         after = await once_replaced(operator, before.allocation_id)
         [made] = after.replacements
         assert made.removed_node_id == faulty
@@ -310,15 +317,17 @@ async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp
         [allocate] = [e for e in (await operator.list_node_events(made.spare_node_id)).items if e.event == "ALLOCATE"]
         assert allocate.reason == f"{before.allocation_id}: spare for {faulty}"
 
-        # Billing: the faulty node's GPUs stop and the spare's start at the replacement, in the
-        # same instant; the kept node's GPUs run on.
+        # Billing: the faulty node's GPUs stop when the fault was raised, the spare's start at
+        # the replacement; the kept node's GPUs run on.
         usage = (await operator.list_usage_events(tenant_id="acme", page_size=1000)).items
         by_node: dict[str, list[tuple[str, object]]] = {}
         for event in usage:
             by_node.setdefault(event.node_id, []).append((event.kind, event.event_time))
         assert sorted(by_node) == sorted([kept, faulty, made.spare_node_id])
         assert sorted(by_node[kept]) == [("START", before.create_time)] * 8
-        assert sorted(by_node[faulty]) == [("START", before.create_time)] * 8 + [("STOP", made.time)] * 8
+        assert sorted(by_node[faulty]) == [("START", before.create_time)] * 8 + [("STOP", raised)] * 8
+        assert made.time is not None
+        assert raised < made.time
         assert by_node[made.spare_node_id] == [("START", made.time)] * 8
 
 
@@ -327,7 +336,7 @@ async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: P
         await operator.create_tenant("acme")
         before = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
         faulty = before.node_ids[0]
-        fleet.inject(faulty, Fault.XID, gpu=0, code=79)
+        raised = fault_time(fleet, faulty, gpu=0, code=79)
         after = await once_replaced(operator, before.allocation_id)
         [made] = after.replacements
         assert (made.removed_node_id, made.spare_node_id) == (faulty, None)
@@ -345,7 +354,7 @@ async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: P
         usage = (await operator.list_usage_events(tenant_id="acme", page_size=1000)).items
         stops = sorted((e.node_id, e.event_time) for e in usage if e.kind == "STOP")
         assert stops == sorted(
-            [(faulty, made.time)] * 8 + [(node, cancelled.cancel_time) for node in before.node_ids[1:]] * 8
+            [(faulty, raised)] * 8 + [(node, cancelled.cancel_time) for node in before.node_ids[1:]] * 8
         )
 
 

@@ -450,6 +450,7 @@ class GpuStatus(_message.Message):
     ECC_UNCORRECTED_TOTAL_FIELD_NUMBER: _builtins.int
     REMAPPED_ROWS_PENDING_FIELD_NUMBER: _builtins.int
     REMAPPED_ROWS_FAILURE_FIELD_NUMBER: _builtins.int
+    XID_TIMES_MS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     present: _builtins.bool
     """False when the GPU has fallen off the bus (NVML no longer reaches it)."""
@@ -465,6 +466,15 @@ class GpuStatus(_message.Message):
     def xid_codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """XID codes the driver reported since the previous status."""
 
+    @_builtins.property
+    def xid_times_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """When the driver raised each of xid_codes (same order), in milliseconds since the Unix
+        epoch by the agent's clock. An agent keeps the codes it could not deliver (the control
+        plane was unreachable) with their times, so a fault counts from when it happened; without
+        times, from when the status arrived. A time is taken within the last day, and not later
+        than the arrival.
+        """
+
     def __init__(
         self,
         *,
@@ -476,10 +486,11 @@ class GpuStatus(_message.Message):
         ecc_uncorrected_total: _builtins.int = ...,
         remapped_rows_pending: _builtins.bool = ...,
         remapped_rows_failure: _builtins.bool = ...,
+        xid_times_ms: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecc_corrected_total", b"ecc_corrected_total", "ecc_uncorrected_total", b"ecc_uncorrected_total", "index", b"index", "present", b"present", "remapped_rows_failure", b"remapped_rows_failure", "remapped_rows_pending", b"remapped_rows_pending", "throttle_reasons", b"throttle_reasons", "xid_codes", b"xid_codes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecc_corrected_total", b"ecc_corrected_total", "ecc_uncorrected_total", b"ecc_uncorrected_total", "index", b"index", "present", b"present", "remapped_rows_failure", b"remapped_rows_failure", "remapped_rows_pending", b"remapped_rows_pending", "throttle_reasons", b"throttle_reasons", "xid_codes", b"xid_codes", "xid_times_ms", b"xid_times_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

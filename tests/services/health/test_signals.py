@@ -62,3 +62,23 @@ def test_statuses_over_a_day_become_a_decision() -> None:
     decision = decide(strikes, 3 * 3600.0)
     assert decision is not None
     assert (decision.action, decision.gpu, decision.strikes) == (Action.DRAIN_AFTER_JOB, 6, 3)
+
+
+def test_an_xid_counts_from_when_the_driver_raised_it_within_a_day_and_never_later() -> None:
+    now_s = 200_000.0
+    raised = [
+        GpuReading(1, xid_codes=(79,), xid_times_ms=(round((now_s - 600) * 1000),)),
+        GpuReading(2, xid_codes=(48, 13), xid_times_ms=(0, round((now_s + 60) * 1000))),
+        GpuReading(3, xid_codes=(74,)),
+        # Times that do not pair with the codes are not taken.
+        GpuReading(4, xid_codes=(74, 74), xid_times_ms=(1,)),
+    ]
+    found = [(o.signal, o.gpu, o.at_s) for o in observations(raised, None, now_s)]
+    assert found == [
+        (xid(79), 1, now_s - 600),
+        (xid(48), 2, now_s - 86_400),  # at most a day back
+        (xid(13), 2, now_s),  # never after the status arrived
+        (xid(74), 3, now_s),  # no time: from the arrival
+        (xid(74), 4, now_s),
+        (xid(74), 4, now_s),
+    ]
