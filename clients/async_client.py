@@ -133,14 +133,14 @@ class _Stubs:
     channel: grpc.aio.Channel
     # The loop the channel was made on, the only one it works on.
     loop: asyncio.AbstractEventLoop
-    tenants: tenant_pb2_grpc.TenantServiceAsyncStub
-    tokens: token_pb2_grpc.TokenServiceAsyncStub
-    nodes: node_pb2_grpc.NodeServiceAsyncStub
-    allocations: allocation_pb2_grpc.AllocationServiceAsyncStub
+    tenants: tenant_pb2_grpc.TenantServiceStub
+    tokens: token_pb2_grpc.TokenServiceStub
+    nodes: node_pb2_grpc.NodeServiceStub
+    allocations: allocation_pb2_grpc.AllocationServiceStub
     # googleapis-common-protos ships no types for its grpc stubs.
     operations: Any
-    metrics: metrics_pb2_grpc.MetricsServiceAsyncStub
-    billing: billing_pb2_grpc.BillingServiceAsyncStub
+    metrics: metrics_pb2_grpc.MetricsServiceStub
+    billing: billing_pb2_grpc.BillingServiceStub
 
     @classmethod
     def on_new_channel(cls, address: str, loop: asyncio.AbstractEventLoop, max_receive_bytes: int) -> _Stubs:

@@ -505,7 +505,7 @@ class NodeAgent:
             self.stats.latency(name).record(time.perf_counter() - started)
             return response
 
-    async def _register(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
+    async def _register(self, agents: agent_pb2_grpc.AgentServiceStub) -> None:
         identity = self.identity
         status = self._status.observe(self._backend.sample(), self._backend.xid_events(), self._fabric.partitions())
         request = agent_pb2.RegisterAgentRequest(
@@ -543,7 +543,7 @@ class NodeAgent:
             backoff = min(cap, backoff * 2)
 
     async def _beat(
-        self, agents: agent_pb2_grpc.AgentServiceAsyncStub, metrics: metrics_pb2_grpc.MetricsServiceAsyncStub
+        self, agents: agent_pb2_grpc.AgentServiceStub, metrics: metrics_pb2_grpc.MetricsServiceStub
     ) -> None:
         await self._heartbeat(agents)
         samples = self._backend.sample()
@@ -551,7 +551,7 @@ class NodeAgent:
         if self._send_telemetry:
             await self._telemetry(metrics, samples)
 
-    async def _heartbeat(self, agents: agent_pb2_grpc.AgentServiceAsyncStub) -> None:
+    async def _heartbeat(self, agents: agent_pb2_grpc.AgentServiceStub) -> None:
         """One beat on the Connect stream, opening it first when there is none (or it ended)."""
         if self._faults.dropping(asyncio.get_running_loop().time()):
             self.stats.rpcs_dropped += 1
@@ -589,7 +589,7 @@ class NodeAgent:
         except grpc.aio.AioRpcError as error:
             self._failed("Connect", error)
 
-    async def _report(self, agents: agent_pb2_grpc.AgentServiceAsyncStub, samples: Sequence[GpuSample]) -> None:
+    async def _report(self, agents: agent_pb2_grpc.AgentServiceStub, samples: Sequence[GpuSample]) -> None:
         status = self._status.observe(samples, self._backend.xid_events(), self._fabric.partitions())
         results = self._book.results()
         changed = self._status.changed(status)
@@ -612,7 +612,7 @@ class NodeAgent:
             self._status.sent(status)
         self._follow(response.instructions)
 
-    async def _telemetry(self, metrics: metrics_pb2_grpc.MetricsServiceAsyncStub, samples: Sequence[GpuSample]) -> None:
+    async def _telemetry(self, metrics: metrics_pb2_grpc.MetricsServiceStub, samples: Sequence[GpuSample]) -> None:
         batch = node_samples(self.identity.node_id, samples)
         if batch is None:
             return
@@ -627,7 +627,7 @@ class NodeAgent:
         self.stats.telemetry_sent += 1
         self._ok("WriteSamples")
 
-    async def _pause(self, agents: agent_pb2_grpc.AgentServiceAsyncStub, seconds: float) -> None:
+    async def _pause(self, agents: agent_pb2_grpc.AgentServiceStub, seconds: float) -> None:
         """Wait ``seconds``; an action finishing meanwhile is reported at once, not at the next beat."""
         loop = asyncio.get_running_loop()
         until = loop.time() + seconds

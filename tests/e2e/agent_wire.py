@@ -64,7 +64,7 @@ class WireAgent:
         await self.channel.close()
 
     @property
-    def _stub(self) -> agent_pb2_grpc.AgentServiceAsyncStub:
+    def _stub(self) -> agent_pb2_grpc.AgentServiceStub:
         return agent_pb2_grpc.AgentServiceStub(self.channel)
 
     @property

@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import agent_pb2 as _agent_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -39,59 +25,23 @@ class AgentServiceStub:
     the instructions, for an agent that cannot hold a stream open.
     """
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> AgentServiceAsyncStub: ...
-    RegisterAgent: _grpc.UnaryUnaryMultiCallable[_agent_pb2.RegisterAgentRequest, _agent_pb2.RegisterAgentResponse]
-    """Registers the agent's node with its inventory, or confirms it: the same identity (model,
-    GPU UUIDs and indexes, zone, rack, leaf switch) again returns the node, with its GPUs'
-    descriptions (versions, serials) updated; another identity is ALREADY_EXISTS naming the
-    field. A new node starts burn-in.
-    """
-    Heartbeat: _grpc.UnaryUnaryMultiCallable[_agent_pb2.HeartbeatRequest, _agent_pb2.HeartbeatResponse]
-    """"Still here." Cheap by design; see the service comment."""
-    Connect: _grpc.StreamStreamMultiCallable[_agent_pb2.ConnectRequest, _agent_pb2.ConnectResponse]
-    """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
-    control plane sends the node's instructions when the stream opens and again each time they
-    change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
-    stream; so does a token revoked while it is open. The control plane ends every stream when
-    it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
-    """
-    ReportStatus: _grpc.UnaryUnaryMultiCallable[_agent_pb2.ReportStatusRequest, _agent_pb2.ReportStatusResponse]
-    """What the agent observes now, and the results of the actions it finished."""
-
-@_typing.type_check_only
-class AgentServiceAsyncStub(AgentServiceStub):
-    """What node agents call. Each agent holds an agent token bound to its node (TokenService
-    CreateAgentToken) and speaks only for that node: a request naming another node is
-    PERMISSION_DENIED.
-
-    Liveness and status are split, as Kubernetes splits node Leases from NodeStatus: a heartbeat,
-    sent every interval, is noted in memory and writes nothing durable per beat; ReportStatus is
-    written, and an agent sends it only when what it observes has changed or an action has
-    finished. An agent beats on its Connect stream, where the control plane pushes the node's
-    instructions the moment they change; Heartbeat is the same beat as a unary call, answered with
-    the instructions, for an agent that cannot hold a stream open.
-    """
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    RegisterAgent: _aio.UnaryUnaryMultiCallable[_agent_pb2.RegisterAgentRequest, _agent_pb2.RegisterAgentResponse]  # type: ignore[assignment]
+    RegisterAgent: _aio.UnaryUnaryMultiCallable[_agent_pb2.RegisterAgentRequest, _agent_pb2.RegisterAgentResponse]
     """Registers the agent's node with its inventory, or confirms it: the same identity (model,
     GPU UUIDs and indexes, zone, rack, leaf switch) again returns the node, with its GPUs'
     descriptions (versions, serials) updated; another identity is ALREADY_EXISTS naming the
     field. A new node starts burn-in.
     """
-    Heartbeat: _aio.UnaryUnaryMultiCallable[_agent_pb2.HeartbeatRequest, _agent_pb2.HeartbeatResponse]  # type: ignore[assignment]
+    Heartbeat: _aio.UnaryUnaryMultiCallable[_agent_pb2.HeartbeatRequest, _agent_pb2.HeartbeatResponse]
     """"Still here." Cheap by design; see the service comment."""
-    Connect: _aio.StreamStreamMultiCallable[_agent_pb2.ConnectRequest, _agent_pb2.ConnectResponse]  # type: ignore[assignment]
+    Connect: _aio.StreamStreamMultiCallable[_agent_pb2.ConnectRequest, _agent_pb2.ConnectResponse]
     """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
     control plane sends the node's instructions when the stream opens and again each time they
     change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
     stream; so does a token revoked while it is open. The control plane ends every stream when
     it stops (UNAVAILABLE): the agent connects again, as after any broken stream.
     """
-    ReportStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportStatusRequest, _agent_pb2.ReportStatusResponse]  # type: ignore[assignment]
+    ReportStatus: _aio.UnaryUnaryMultiCallable[_agent_pb2.ReportStatusRequest, _agent_pb2.ReportStatusResponse]
     """What the agent observes now, and the results of the actions it finished."""
 
 class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -111,8 +61,8 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     def RegisterAgent(
         self,
         request: _agent_pb2.RegisterAgentRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_agent_pb2.RegisterAgentResponse, _abc.Awaitable[_agent_pb2.RegisterAgentResponse]]:
+        context: _aio.ServicerContext[_agent_pb2.RegisterAgentRequest, _abc.Awaitable[_agent_pb2.RegisterAgentResponse]],
+    ) -> _abc.Awaitable[_agent_pb2.RegisterAgentResponse]:
         """Registers the agent's node with its inventory, or confirms it: the same identity (model,
         GPU UUIDs and indexes, zone, rack, leaf switch) again returns the node, with its GPUs'
         descriptions (versions, serials) updated; another identity is ALREADY_EXISTS naming the
@@ -123,16 +73,16 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     def Heartbeat(
         self,
         request: _agent_pb2.HeartbeatRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_agent_pb2.HeartbeatResponse, _abc.Awaitable[_agent_pb2.HeartbeatResponse]]:
+        context: _aio.ServicerContext[_agent_pb2.HeartbeatRequest, _abc.Awaitable[_agent_pb2.HeartbeatResponse]],
+    ) -> _abc.Awaitable[_agent_pb2.HeartbeatResponse]:
         """"Still here." Cheap by design; see the service comment."""
 
     @_abc_1.abstractmethod
     def Connect(
         self,
-        request_iterator: _MaybeAsyncIterator[_agent_pb2.ConnectRequest],
-        context: _ServicerContext,
-    ) -> _typing.Union[_abc.Iterator[_agent_pb2.ConnectResponse], _abc.AsyncIterator[_agent_pb2.ConnectResponse]]:
+        request_iterator: _abc.AsyncIterator[_agent_pb2.ConnectRequest],
+        context: _aio.ServicerContext[_abc.AsyncIterator[_agent_pb2.ConnectRequest], _abc.AsyncIterator[_agent_pb2.ConnectResponse]],
+    ) -> _abc.AsyncIterator[_agent_pb2.ConnectResponse]:
         """The agent's beats as one long stream: the agent sends a ConnectRequest every interval; the
         control plane sends the node's instructions when the stream opens and again each time they
         change, never once per beat. A beat for another node is PERMISSION_DENIED and ends the
@@ -144,8 +94,8 @@ class AgentServiceServicer(metaclass=_abc_1.ABCMeta):
     def ReportStatus(
         self,
         request: _agent_pb2.ReportStatusRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_agent_pb2.ReportStatusResponse, _abc.Awaitable[_agent_pb2.ReportStatusResponse]]:
+        context: _aio.ServicerContext[_agent_pb2.ReportStatusRequest, _abc.Awaitable[_agent_pb2.ReportStatusResponse]],
+    ) -> _abc.Awaitable[_agent_pb2.ReportStatusResponse]:
         """What the agent observes now, and the results of the actions it finished."""
 
-def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_AgentServiceServicer_to_server(servicer: AgentServiceServicer, server: _aio.Server) -> None: ...

@@ -8,56 +8,22 @@ from google.longrunning import operations_pb2 as _operations_pb2
 from gpucloud.v1 import allocation_pb2 as _allocation_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
 
 class AllocationServiceStub:
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> AllocationServiceAsyncStub: ...
-    CreateAllocation: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]
-    """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
-    capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-    request_id makes it idempotent: a retry within 24 hours returns the first result.
-    """
-    GetAllocation: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]
-    ListAllocations: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]
-    """Newest first, paged by an opaque signed token over (create_time, allocation_id)."""
-    CancelAllocation: _grpc.UnaryUnaryMultiCallable[_allocation_pb2.CancelAllocationRequest, _operations_pb2.Operation]
-    """Accepts the cancel and returns an Operation that completes when every node is released
-    (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
-    same Operation.
-    """
-
-@_typing.type_check_only
-class AllocationServiceAsyncStub(AllocationServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]  # type: ignore[assignment]
+    CreateAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]
     """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
     capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
     request_id makes it idempotent: a retry within 24 hours returns the first result.
     """
-    GetAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]  # type: ignore[assignment]
-    ListAllocations: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]  # type: ignore[assignment]
+    GetAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]
+    ListAllocations: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]
     """Newest first, paged by an opaque signed token over (create_time, allocation_id)."""
-    CancelAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CancelAllocationRequest, _operations_pb2.Operation]  # type: ignore[assignment]
+    CancelAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CancelAllocationRequest, _operations_pb2.Operation]
     """Accepts the cancel and returns an Operation that completes when every node is released
     (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
     same Operation.
@@ -68,8 +34,8 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
     def CreateAllocation(
         self,
         request: _allocation_pb2.CreateAllocationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_allocation_pb2.CreateAllocationResponse, _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]]:
+        context: _aio.ServicerContext[_allocation_pb2.CreateAllocationRequest, _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]:
         """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
         capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
         request_id makes it idempotent: a retry within 24 hours returns the first result.
@@ -79,26 +45,26 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
     def GetAllocation(
         self,
         request: _allocation_pb2.GetAllocationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_allocation_pb2.GetAllocationResponse, _abc.Awaitable[_allocation_pb2.GetAllocationResponse]]: ...
+        context: _aio.ServicerContext[_allocation_pb2.GetAllocationRequest, _abc.Awaitable[_allocation_pb2.GetAllocationResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.GetAllocationResponse]: ...
 
     @_abc_1.abstractmethod
     def ListAllocations(
         self,
         request: _allocation_pb2.ListAllocationsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_allocation_pb2.ListAllocationsResponse, _abc.Awaitable[_allocation_pb2.ListAllocationsResponse]]:
+        context: _aio.ServicerContext[_allocation_pb2.ListAllocationsRequest, _abc.Awaitable[_allocation_pb2.ListAllocationsResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.ListAllocationsResponse]:
         """Newest first, paged by an opaque signed token over (create_time, allocation_id)."""
 
     @_abc_1.abstractmethod
     def CancelAllocation(
         self,
         request: _allocation_pb2.CancelAllocationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_operations_pb2.Operation, _abc.Awaitable[_operations_pb2.Operation]]:
+        context: _aio.ServicerContext[_allocation_pb2.CancelAllocationRequest, _abc.Awaitable[_operations_pb2.Operation]],
+    ) -> _abc.Awaitable[_operations_pb2.Operation]:
         """Accepts the cancel and returns an Operation that completes when every node is released
         (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
         same Operation.
         """
 
-def add_AllocationServiceServicer_to_server(servicer: AllocationServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_AllocationServiceServicer_to_server(servicer: AllocationServiceServicer, server: _aio.Server) -> None: ...

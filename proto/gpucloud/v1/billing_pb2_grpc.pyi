@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import billing_pb2 as _billing_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -35,47 +21,18 @@ class BillingServiceStub:
     [first day 00:00, first day of the next month 00:00).
     """
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> BillingServiceAsyncStub: ...
-    GetInvoice: _grpc.UnaryUnaryMultiCallable[_billing_pb2.GetInvoiceRequest, _billing_pb2.GetInvoiceResponse]
-    """The tenant's invoice for a period: frozen if finalized, otherwise computed now from every
-    usage event that happened before the period's end. An open invoice also carries adjustment
-    lines for late events of earlier, finalized periods (docs/billing.md has the rule).
-    A tenant sees only its own invoices; another tenant's is NOT_FOUND.
-    """
-    FinalizeInvoice: _grpc.UnaryUnaryMultiCallable[_billing_pb2.FinalizeInvoiceRequest, _billing_pb2.FinalizeInvoiceResponse]
-    """Freezes a period's invoice (operators). Idempotent: finalizing again returns the frozen
-    invoice unchanged. Only a period that has ended can be finalized (FAILED_PRECONDITION).
-    """
-    ListUsageEvents: _grpc.UnaryUnaryMultiCallable[_billing_pb2.ListUsageEventsRequest, _billing_pb2.ListUsageEventsResponse]
-    """The usage-event log, oldest first by (event_time, event_id), paged by an opaque signed
-    token. Tenants see only their own events.
-    """
-
-@_typing.type_check_only
-class BillingServiceAsyncStub(BillingServiceStub):
-    """Billing: invoices computed from the durable usage-event log, their finalization, and the log
-    itself for export (so any invoice can be recomputed offline with `gpucloud invoice --events`).
-
-    Money and GPU-seconds are decimal strings ("1234.5", "-0.25"): exact, never floating point.
-    A billing period is a UTC calendar month named "YYYY-MM", the half-open interval
-    [first day 00:00, first day of the next month 00:00).
-    """
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    GetInvoice: _aio.UnaryUnaryMultiCallable[_billing_pb2.GetInvoiceRequest, _billing_pb2.GetInvoiceResponse]  # type: ignore[assignment]
+    GetInvoice: _aio.UnaryUnaryMultiCallable[_billing_pb2.GetInvoiceRequest, _billing_pb2.GetInvoiceResponse]
     """The tenant's invoice for a period: frozen if finalized, otherwise computed now from every
     usage event that happened before the period's end. An open invoice also carries adjustment
     lines for late events of earlier, finalized periods (docs/billing.md has the rule).
     A tenant sees only its own invoices; another tenant's is NOT_FOUND.
     """
-    FinalizeInvoice: _aio.UnaryUnaryMultiCallable[_billing_pb2.FinalizeInvoiceRequest, _billing_pb2.FinalizeInvoiceResponse]  # type: ignore[assignment]
+    FinalizeInvoice: _aio.UnaryUnaryMultiCallable[_billing_pb2.FinalizeInvoiceRequest, _billing_pb2.FinalizeInvoiceResponse]
     """Freezes a period's invoice (operators). Idempotent: finalizing again returns the frozen
     invoice unchanged. Only a period that has ended can be finalized (FAILED_PRECONDITION).
     """
-    ListUsageEvents: _aio.UnaryUnaryMultiCallable[_billing_pb2.ListUsageEventsRequest, _billing_pb2.ListUsageEventsResponse]  # type: ignore[assignment]
+    ListUsageEvents: _aio.UnaryUnaryMultiCallable[_billing_pb2.ListUsageEventsRequest, _billing_pb2.ListUsageEventsResponse]
     """The usage-event log, oldest first by (event_time, event_id), paged by an opaque signed
     token. Tenants see only their own events.
     """
@@ -93,8 +50,8 @@ class BillingServiceServicer(metaclass=_abc_1.ABCMeta):
     def GetInvoice(
         self,
         request: _billing_pb2.GetInvoiceRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_billing_pb2.GetInvoiceResponse, _abc.Awaitable[_billing_pb2.GetInvoiceResponse]]:
+        context: _aio.ServicerContext[_billing_pb2.GetInvoiceRequest, _abc.Awaitable[_billing_pb2.GetInvoiceResponse]],
+    ) -> _abc.Awaitable[_billing_pb2.GetInvoiceResponse]:
         """The tenant's invoice for a period: frozen if finalized, otherwise computed now from every
         usage event that happened before the period's end. An open invoice also carries adjustment
         lines for late events of earlier, finalized periods (docs/billing.md has the rule).
@@ -105,8 +62,8 @@ class BillingServiceServicer(metaclass=_abc_1.ABCMeta):
     def FinalizeInvoice(
         self,
         request: _billing_pb2.FinalizeInvoiceRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_billing_pb2.FinalizeInvoiceResponse, _abc.Awaitable[_billing_pb2.FinalizeInvoiceResponse]]:
+        context: _aio.ServicerContext[_billing_pb2.FinalizeInvoiceRequest, _abc.Awaitable[_billing_pb2.FinalizeInvoiceResponse]],
+    ) -> _abc.Awaitable[_billing_pb2.FinalizeInvoiceResponse]:
         """Freezes a period's invoice (operators). Idempotent: finalizing again returns the frozen
         invoice unchanged. Only a period that has ended can be finalized (FAILED_PRECONDITION).
         """
@@ -115,10 +72,10 @@ class BillingServiceServicer(metaclass=_abc_1.ABCMeta):
     def ListUsageEvents(
         self,
         request: _billing_pb2.ListUsageEventsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_billing_pb2.ListUsageEventsResponse, _abc.Awaitable[_billing_pb2.ListUsageEventsResponse]]:
+        context: _aio.ServicerContext[_billing_pb2.ListUsageEventsRequest, _abc.Awaitable[_billing_pb2.ListUsageEventsResponse]],
+    ) -> _abc.Awaitable[_billing_pb2.ListUsageEventsResponse]:
         """The usage-event log, oldest first by (event_time, event_id), paged by an opaque signed
         token. Tenants see only their own events.
         """
 
-def add_BillingServiceServicer_to_server(servicer: BillingServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_BillingServiceServicer_to_server(servicer: BillingServiceServicer, server: _aio.Server) -> None: ...

@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import metrics_pb2 as _metrics_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -35,45 +21,8 @@ class MetricsServiceStub:
     (the GPU index, as a decimal string) when it is per GPU.
     """
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> MetricsServiceAsyncStub: ...
-    WriteSamples: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.WriteSamplesRequest, _metrics_pb2.WriteSamplesResponse]
-    """Agents and operators write batches of samples. The batch is all or nothing: a bad sample
-    names its field (INVALID_ARGUMENT) and nothing of the batch is written. Within a batch, each
-    series' samples must be in strictly increasing time; a sample older than what the store
-    already holds for its series, or than the store's sealed boundary (1-3 h behind the newest
-    sample of any series), is INVALID_ARGUMENT with reason SAMPLES_OUT_OF_ORDER. A sample
-    repeating a stored time with the identical value is a retry and is not added again, so a
-    batch may be resent after a lost reply. An agent writes only for its own node.
-    """
-    Query: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.QueryRequest, _metrics_pb2.QueryResponse]
-    """Raw samples of the selected series in the window. Tenants see only nodes they held, only
-    for the time they held them (samples outside are removed).
-    """
-    QueryRange: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.QueryRangeRequest, _metrics_pb2.QueryRangeResponse]
-    """One aggregate per step of the selected series in the window."""
-    ListOutliers: _grpc.UnaryUnaryMultiCallable[_metrics_pb2.ListOutliersRequest, _metrics_pb2.ListOutliersResponse]
-    """GPUs whose average of one field over the window sits far below the median of their peers:
-    the GPUs of the same model under comparable load (busy, utilization averaging 50% or
-    more, or not). Far: more than k spreads, the spread being the median absolute deviation
-    scaled to estimate a standard deviation (at least 1% of the median). Groups of fewer than
-    8 GPUs are not judged. Operators only.
-    """
-
-@_typing.type_check_only
-class MetricsServiceAsyncStub(MetricsServiceStub):
-    """Metrics of the fleet: per-GPU time series (power, temperature, utilization, ...) kept in the
-    control plane's segment-based tsdb. Times are int64 milliseconds since the Unix epoch (UTC);
-    windows are half-open, [start_ms, end_ms).
-
-    Every series carries the labels "node" (node id) and "field" (what is measured), and "gpu"
-    (the GPU index, as a decimal string) when it is per GPU.
-    """
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    WriteSamples: _aio.UnaryUnaryMultiCallable[_metrics_pb2.WriteSamplesRequest, _metrics_pb2.WriteSamplesResponse]  # type: ignore[assignment]
+    WriteSamples: _aio.UnaryUnaryMultiCallable[_metrics_pb2.WriteSamplesRequest, _metrics_pb2.WriteSamplesResponse]
     """Agents and operators write batches of samples. The batch is all or nothing: a bad sample
     names its field (INVALID_ARGUMENT) and nothing of the batch is written. Within a batch, each
     series' samples must be in strictly increasing time; a sample older than what the store
@@ -82,13 +31,13 @@ class MetricsServiceAsyncStub(MetricsServiceStub):
     repeating a stored time with the identical value is a retry and is not added again, so a
     batch may be resent after a lost reply. An agent writes only for its own node.
     """
-    Query: _aio.UnaryUnaryMultiCallable[_metrics_pb2.QueryRequest, _metrics_pb2.QueryResponse]  # type: ignore[assignment]
+    Query: _aio.UnaryUnaryMultiCallable[_metrics_pb2.QueryRequest, _metrics_pb2.QueryResponse]
     """Raw samples of the selected series in the window. Tenants see only nodes they held, only
     for the time they held them (samples outside are removed).
     """
-    QueryRange: _aio.UnaryUnaryMultiCallable[_metrics_pb2.QueryRangeRequest, _metrics_pb2.QueryRangeResponse]  # type: ignore[assignment]
+    QueryRange: _aio.UnaryUnaryMultiCallable[_metrics_pb2.QueryRangeRequest, _metrics_pb2.QueryRangeResponse]
     """One aggregate per step of the selected series in the window."""
-    ListOutliers: _aio.UnaryUnaryMultiCallable[_metrics_pb2.ListOutliersRequest, _metrics_pb2.ListOutliersResponse]  # type: ignore[assignment]
+    ListOutliers: _aio.UnaryUnaryMultiCallable[_metrics_pb2.ListOutliersRequest, _metrics_pb2.ListOutliersResponse]
     """GPUs whose average of one field over the window sits far below the median of their peers:
     the GPUs of the same model under comparable load (busy, utilization averaging 50% or
     more, or not). Far: more than k spreads, the spread being the median absolute deviation
@@ -109,8 +58,8 @@ class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
     def WriteSamples(
         self,
         request: _metrics_pb2.WriteSamplesRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_metrics_pb2.WriteSamplesResponse, _abc.Awaitable[_metrics_pb2.WriteSamplesResponse]]:
+        context: _aio.ServicerContext[_metrics_pb2.WriteSamplesRequest, _abc.Awaitable[_metrics_pb2.WriteSamplesResponse]],
+    ) -> _abc.Awaitable[_metrics_pb2.WriteSamplesResponse]:
         """Agents and operators write batches of samples. The batch is all or nothing: a bad sample
         names its field (INVALID_ARGUMENT) and nothing of the batch is written. Within a batch, each
         series' samples must be in strictly increasing time; a sample older than what the store
@@ -124,8 +73,8 @@ class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
     def Query(
         self,
         request: _metrics_pb2.QueryRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_metrics_pb2.QueryResponse, _abc.Awaitable[_metrics_pb2.QueryResponse]]:
+        context: _aio.ServicerContext[_metrics_pb2.QueryRequest, _abc.Awaitable[_metrics_pb2.QueryResponse]],
+    ) -> _abc.Awaitable[_metrics_pb2.QueryResponse]:
         """Raw samples of the selected series in the window. Tenants see only nodes they held, only
         for the time they held them (samples outside are removed).
         """
@@ -134,16 +83,16 @@ class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
     def QueryRange(
         self,
         request: _metrics_pb2.QueryRangeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_metrics_pb2.QueryRangeResponse, _abc.Awaitable[_metrics_pb2.QueryRangeResponse]]:
+        context: _aio.ServicerContext[_metrics_pb2.QueryRangeRequest, _abc.Awaitable[_metrics_pb2.QueryRangeResponse]],
+    ) -> _abc.Awaitable[_metrics_pb2.QueryRangeResponse]:
         """One aggregate per step of the selected series in the window."""
 
     @_abc_1.abstractmethod
     def ListOutliers(
         self,
         request: _metrics_pb2.ListOutliersRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_metrics_pb2.ListOutliersResponse, _abc.Awaitable[_metrics_pb2.ListOutliersResponse]]:
+        context: _aio.ServicerContext[_metrics_pb2.ListOutliersRequest, _abc.Awaitable[_metrics_pb2.ListOutliersResponse]],
+    ) -> _abc.Awaitable[_metrics_pb2.ListOutliersResponse]:
         """GPUs whose average of one field over the window sits far below the median of their peers:
         the GPUs of the same model under comparable load (busy, utilization averaging 50% or
         more, or not). Far: more than k spreads, the spread being the median absolute deviation
@@ -151,4 +100,4 @@ class MetricsServiceServicer(metaclass=_abc_1.ABCMeta):
         8 GPUs are not judged. Operators only.
         """
 
-def add_MetricsServiceServicer_to_server(servicer: MetricsServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_MetricsServiceServicer_to_server(servicer: MetricsServiceServicer, server: _aio.Server) -> None: ...

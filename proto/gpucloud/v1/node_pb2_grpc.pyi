@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import node_pb2 as _node_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -29,90 +15,42 @@ GRPC_VERSION: str
 class NodeServiceStub:
     """Operator (and, later, agent) view of the fleet."""
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> NodeServiceAsyncStub: ...
-    RegisterNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.RegisterNodeRequest, _node_pb2.RegisterNodeResponse]
-    """Registers a node with its inventory and starts burn-in. Registering the same node again
-    with the same inventory returns it unchanged; with different inventory it is ALREADY_EXISTS.
-    """
-    GetNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.GetNodeRequest, _node_pb2.GetNodeResponse]
-    ListNodes: _grpc.UnaryUnaryMultiCallable[_node_pb2.ListNodesRequest, _node_pb2.ListNodesResponse]
-    CompleteBurnIn: _grpc.UnaryUnaryMultiCallable[_node_pb2.CompleteBurnInRequest, _node_pb2.CompleteBurnInResponse]
-    """Records a burn-in result: passed -> READY, failed -> QUARANTINED."""
-    CordonNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.CordonNodeRequest, _node_pb2.CordonNodeResponse]
-    """Stops new placements on the node without changing its state."""
-    UncordonNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.UncordonNodeRequest, _node_pb2.UncordonNodeResponse]
-    DrainNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.DrainNodeRequest, _node_pb2.DrainNodeResponse]
-    """Takes the node out of service: a free node is quarantined at once; an allocated node
-    drains (its tenant keeps it until release) and is quarantined after its scrub.
-    """
-    StartRepair: _grpc.UnaryUnaryMultiCallable[_node_pb2.StartRepairRequest, _node_pb2.StartRepairResponse]
-    """QUARANTINED -> REPAIR."""
-    ReturnToService: _grpc.UnaryUnaryMultiCallable[_node_pb2.ReturnToServiceRequest, _node_pb2.ReturnToServiceResponse]
-    """QUARANTINED or REPAIR -> BURN_IN: the node must pass burn-in again before it is READY."""
-    RetireNode: _grpc.UnaryUnaryMultiCallable[_node_pb2.RetireNodeRequest, _node_pb2.RetireNodeResponse]
-    """REGISTERED, QUARANTINED or REPAIR -> RETIRED."""
-    ListNodeEvents: _grpc.UnaryUnaryMultiCallable[_node_pb2.ListNodeEventsRequest, _node_pb2.ListNodeEventsResponse]
-    """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
-    SetHealthAutomation: _grpc.UnaryUnaryMultiCallable[_node_pb2.SetHealthAutomationRequest, _node_pb2.SetHealthAutomationResponse]
-    """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
-    model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
-    is drained. Setting what is set already changes nothing.
-    """
-    GetHealthAutomation: _grpc.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]
-    """Every pool's setting, by GPU model; a pool never set is automated."""
-    ListHealthEvents: _grpc.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]
-    """The health controller's decisions across the fleet, oldest first: its drains (the
-    evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
-    """
-    AuditIsolation: _grpc.UnaryUnaryMultiCallable[_node_pb2.AuditIsolationRequest, _node_pb2.AuditIsolationResponse]
-    """Checks every node's fabric partitions, as its agent last reported them, against whom the
-    node belongs to, and lists every violation. Nodes whose agent never reported are not
-    checked. Operators only.
-    """
-
-@_typing.type_check_only
-class NodeServiceAsyncStub(NodeServiceStub):
-    """Operator (and, later, agent) view of the fleet."""
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    RegisterNode: _aio.UnaryUnaryMultiCallable[_node_pb2.RegisterNodeRequest, _node_pb2.RegisterNodeResponse]  # type: ignore[assignment]
+    RegisterNode: _aio.UnaryUnaryMultiCallable[_node_pb2.RegisterNodeRequest, _node_pb2.RegisterNodeResponse]
     """Registers a node with its inventory and starts burn-in. Registering the same node again
     with the same inventory returns it unchanged; with different inventory it is ALREADY_EXISTS.
     """
-    GetNode: _aio.UnaryUnaryMultiCallable[_node_pb2.GetNodeRequest, _node_pb2.GetNodeResponse]  # type: ignore[assignment]
-    ListNodes: _aio.UnaryUnaryMultiCallable[_node_pb2.ListNodesRequest, _node_pb2.ListNodesResponse]  # type: ignore[assignment]
-    CompleteBurnIn: _aio.UnaryUnaryMultiCallable[_node_pb2.CompleteBurnInRequest, _node_pb2.CompleteBurnInResponse]  # type: ignore[assignment]
+    GetNode: _aio.UnaryUnaryMultiCallable[_node_pb2.GetNodeRequest, _node_pb2.GetNodeResponse]
+    ListNodes: _aio.UnaryUnaryMultiCallable[_node_pb2.ListNodesRequest, _node_pb2.ListNodesResponse]
+    CompleteBurnIn: _aio.UnaryUnaryMultiCallable[_node_pb2.CompleteBurnInRequest, _node_pb2.CompleteBurnInResponse]
     """Records a burn-in result: passed -> READY, failed -> QUARANTINED."""
-    CordonNode: _aio.UnaryUnaryMultiCallable[_node_pb2.CordonNodeRequest, _node_pb2.CordonNodeResponse]  # type: ignore[assignment]
+    CordonNode: _aio.UnaryUnaryMultiCallable[_node_pb2.CordonNodeRequest, _node_pb2.CordonNodeResponse]
     """Stops new placements on the node without changing its state."""
-    UncordonNode: _aio.UnaryUnaryMultiCallable[_node_pb2.UncordonNodeRequest, _node_pb2.UncordonNodeResponse]  # type: ignore[assignment]
-    DrainNode: _aio.UnaryUnaryMultiCallable[_node_pb2.DrainNodeRequest, _node_pb2.DrainNodeResponse]  # type: ignore[assignment]
+    UncordonNode: _aio.UnaryUnaryMultiCallable[_node_pb2.UncordonNodeRequest, _node_pb2.UncordonNodeResponse]
+    DrainNode: _aio.UnaryUnaryMultiCallable[_node_pb2.DrainNodeRequest, _node_pb2.DrainNodeResponse]
     """Takes the node out of service: a free node is quarantined at once; an allocated node
     drains (its tenant keeps it until release) and is quarantined after its scrub.
     """
-    StartRepair: _aio.UnaryUnaryMultiCallable[_node_pb2.StartRepairRequest, _node_pb2.StartRepairResponse]  # type: ignore[assignment]
+    StartRepair: _aio.UnaryUnaryMultiCallable[_node_pb2.StartRepairRequest, _node_pb2.StartRepairResponse]
     """QUARANTINED -> REPAIR."""
-    ReturnToService: _aio.UnaryUnaryMultiCallable[_node_pb2.ReturnToServiceRequest, _node_pb2.ReturnToServiceResponse]  # type: ignore[assignment]
+    ReturnToService: _aio.UnaryUnaryMultiCallable[_node_pb2.ReturnToServiceRequest, _node_pb2.ReturnToServiceResponse]
     """QUARANTINED or REPAIR -> BURN_IN: the node must pass burn-in again before it is READY."""
-    RetireNode: _aio.UnaryUnaryMultiCallable[_node_pb2.RetireNodeRequest, _node_pb2.RetireNodeResponse]  # type: ignore[assignment]
+    RetireNode: _aio.UnaryUnaryMultiCallable[_node_pb2.RetireNodeRequest, _node_pb2.RetireNodeResponse]
     """REGISTERED, QUARANTINED or REPAIR -> RETIRED."""
-    ListNodeEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListNodeEventsRequest, _node_pb2.ListNodeEventsResponse]  # type: ignore[assignment]
+    ListNodeEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListNodeEventsRequest, _node_pb2.ListNodeEventsResponse]
     """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
-    SetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.SetHealthAutomationRequest, _node_pb2.SetHealthAutomationResponse]  # type: ignore[assignment]
+    SetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.SetHealthAutomationRequest, _node_pb2.SetHealthAutomationResponse]
     """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
     model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
     is drained. Setting what is set already changes nothing.
     """
-    GetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]  # type: ignore[assignment]
+    GetHealthAutomation: _aio.UnaryUnaryMultiCallable[_node_pb2.GetHealthAutomationRequest, _node_pb2.GetHealthAutomationResponse]
     """Every pool's setting, by GPU model; a pool never set is automated."""
-    ListHealthEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]  # type: ignore[assignment]
+    ListHealthEvents: _aio.UnaryUnaryMultiCallable[_node_pb2.ListHealthEventsRequest, _node_pb2.ListHealthEventsResponse]
     """The health controller's decisions across the fleet, oldest first: its drains (the
     evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
     """
-    AuditIsolation: _aio.UnaryUnaryMultiCallable[_node_pb2.AuditIsolationRequest, _node_pb2.AuditIsolationResponse]  # type: ignore[assignment]
+    AuditIsolation: _aio.UnaryUnaryMultiCallable[_node_pb2.AuditIsolationRequest, _node_pb2.AuditIsolationResponse]
     """Checks every node's fabric partitions, as its agent last reported them, against whom the
     node belongs to, and lists every violation. Nodes whose agent never reported are not
     checked. Operators only.
@@ -125,8 +63,8 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     def RegisterNode(
         self,
         request: _node_pb2.RegisterNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.RegisterNodeResponse, _abc.Awaitable[_node_pb2.RegisterNodeResponse]]:
+        context: _aio.ServicerContext[_node_pb2.RegisterNodeRequest, _abc.Awaitable[_node_pb2.RegisterNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.RegisterNodeResponse]:
         """Registers a node with its inventory and starts burn-in. Registering the same node again
         with the same inventory returns it unchanged; with different inventory it is ALREADY_EXISTS.
         """
@@ -135,45 +73,45 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     def GetNode(
         self,
         request: _node_pb2.GetNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.GetNodeResponse, _abc.Awaitable[_node_pb2.GetNodeResponse]]: ...
+        context: _aio.ServicerContext[_node_pb2.GetNodeRequest, _abc.Awaitable[_node_pb2.GetNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.GetNodeResponse]: ...
 
     @_abc_1.abstractmethod
     def ListNodes(
         self,
         request: _node_pb2.ListNodesRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.ListNodesResponse, _abc.Awaitable[_node_pb2.ListNodesResponse]]: ...
+        context: _aio.ServicerContext[_node_pb2.ListNodesRequest, _abc.Awaitable[_node_pb2.ListNodesResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ListNodesResponse]: ...
 
     @_abc_1.abstractmethod
     def CompleteBurnIn(
         self,
         request: _node_pb2.CompleteBurnInRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.CompleteBurnInResponse, _abc.Awaitable[_node_pb2.CompleteBurnInResponse]]:
+        context: _aio.ServicerContext[_node_pb2.CompleteBurnInRequest, _abc.Awaitable[_node_pb2.CompleteBurnInResponse]],
+    ) -> _abc.Awaitable[_node_pb2.CompleteBurnInResponse]:
         """Records a burn-in result: passed -> READY, failed -> QUARANTINED."""
 
     @_abc_1.abstractmethod
     def CordonNode(
         self,
         request: _node_pb2.CordonNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.CordonNodeResponse, _abc.Awaitable[_node_pb2.CordonNodeResponse]]:
+        context: _aio.ServicerContext[_node_pb2.CordonNodeRequest, _abc.Awaitable[_node_pb2.CordonNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.CordonNodeResponse]:
         """Stops new placements on the node without changing its state."""
 
     @_abc_1.abstractmethod
     def UncordonNode(
         self,
         request: _node_pb2.UncordonNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.UncordonNodeResponse, _abc.Awaitable[_node_pb2.UncordonNodeResponse]]: ...
+        context: _aio.ServicerContext[_node_pb2.UncordonNodeRequest, _abc.Awaitable[_node_pb2.UncordonNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.UncordonNodeResponse]: ...
 
     @_abc_1.abstractmethod
     def DrainNode(
         self,
         request: _node_pb2.DrainNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.DrainNodeResponse, _abc.Awaitable[_node_pb2.DrainNodeResponse]]:
+        context: _aio.ServicerContext[_node_pb2.DrainNodeRequest, _abc.Awaitable[_node_pb2.DrainNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.DrainNodeResponse]:
         """Takes the node out of service: a free node is quarantined at once; an allocated node
         drains (its tenant keeps it until release) and is quarantined after its scrub.
         """
@@ -182,40 +120,40 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     def StartRepair(
         self,
         request: _node_pb2.StartRepairRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.StartRepairResponse, _abc.Awaitable[_node_pb2.StartRepairResponse]]:
+        context: _aio.ServicerContext[_node_pb2.StartRepairRequest, _abc.Awaitable[_node_pb2.StartRepairResponse]],
+    ) -> _abc.Awaitable[_node_pb2.StartRepairResponse]:
         """QUARANTINED -> REPAIR."""
 
     @_abc_1.abstractmethod
     def ReturnToService(
         self,
         request: _node_pb2.ReturnToServiceRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.ReturnToServiceResponse, _abc.Awaitable[_node_pb2.ReturnToServiceResponse]]:
+        context: _aio.ServicerContext[_node_pb2.ReturnToServiceRequest, _abc.Awaitable[_node_pb2.ReturnToServiceResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ReturnToServiceResponse]:
         """QUARANTINED or REPAIR -> BURN_IN: the node must pass burn-in again before it is READY."""
 
     @_abc_1.abstractmethod
     def RetireNode(
         self,
         request: _node_pb2.RetireNodeRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.RetireNodeResponse, _abc.Awaitable[_node_pb2.RetireNodeResponse]]:
+        context: _aio.ServicerContext[_node_pb2.RetireNodeRequest, _abc.Awaitable[_node_pb2.RetireNodeResponse]],
+    ) -> _abc.Awaitable[_node_pb2.RetireNodeResponse]:
         """REGISTERED, QUARANTINED or REPAIR -> RETIRED."""
 
     @_abc_1.abstractmethod
     def ListNodeEvents(
         self,
         request: _node_pb2.ListNodeEventsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.ListNodeEventsResponse, _abc.Awaitable[_node_pb2.ListNodeEventsResponse]]:
+        context: _aio.ServicerContext[_node_pb2.ListNodeEventsRequest, _abc.Awaitable[_node_pb2.ListNodeEventsResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ListNodeEventsResponse]:
         """The node's recorded state changes, oldest first: the answer to "why is it in this state"."""
 
     @_abc_1.abstractmethod
     def SetHealthAutomation(
         self,
         request: _node_pb2.SetHealthAutomationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.SetHealthAutomationResponse, _abc.Awaitable[_node_pb2.SetHealthAutomationResponse]]:
+        context: _aio.ServicerContext[_node_pb2.SetHealthAutomationRequest, _abc.Awaitable[_node_pb2.SetHealthAutomationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.SetHealthAutomationResponse]:
         """Pauses or resumes the health controller's removals in one pool (the nodes of one GPU
         model). While paused its decisions are still recorded, as HEALTH_HELD events; nothing
         is drained. Setting what is set already changes nothing.
@@ -225,16 +163,16 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     def GetHealthAutomation(
         self,
         request: _node_pb2.GetHealthAutomationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.GetHealthAutomationResponse, _abc.Awaitable[_node_pb2.GetHealthAutomationResponse]]:
+        context: _aio.ServicerContext[_node_pb2.GetHealthAutomationRequest, _abc.Awaitable[_node_pb2.GetHealthAutomationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.GetHealthAutomationResponse]:
         """Every pool's setting, by GPU model; a pool never set is automated."""
 
     @_abc_1.abstractmethod
     def ListHealthEvents(
         self,
         request: _node_pb2.ListHealthEventsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.ListHealthEventsResponse, _abc.Awaitable[_node_pb2.ListHealthEventsResponse]]:
+        context: _aio.ServicerContext[_node_pb2.ListHealthEventsRequest, _abc.Awaitable[_node_pb2.ListHealthEventsResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ListHealthEventsResponse]:
         """The health controller's decisions across the fleet, oldest first: its drains (the
         evidence as the reason), its notices (HEALTH) and the removals it held back (HEALTH_HELD).
         """
@@ -243,11 +181,11 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     def AuditIsolation(
         self,
         request: _node_pb2.AuditIsolationRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_node_pb2.AuditIsolationResponse, _abc.Awaitable[_node_pb2.AuditIsolationResponse]]:
+        context: _aio.ServicerContext[_node_pb2.AuditIsolationRequest, _abc.Awaitable[_node_pb2.AuditIsolationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.AuditIsolationResponse]:
         """Checks every node's fabric partitions, as its agent last reported them, against whom the
         node belongs to, and lists every violation. Nodes whose agent never reported are not
         checked. Operators only.
         """
 
-def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _aio.Server) -> None: ...

@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import tenant_pb2 as _tenant_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -29,29 +15,12 @@ GRPC_VERSION: str
 class TenantServiceStub:
     """Tenants are created and listed by operators; a tenant may read itself."""
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> TenantServiceAsyncStub: ...
-    CreateTenant: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantRequest, _tenant_pb2.CreateTenantResponse]
-    """Creates a tenant and its first API token. The token is returned once and stored hashed."""
-    GetTenant: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.GetTenantRequest, _tenant_pb2.GetTenantResponse]
-    ListTenants: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.ListTenantsRequest, _tenant_pb2.ListTenantsResponse]
-    CreateTenantToken: _grpc.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantTokenRequest, _tenant_pb2.CreateTenantTokenResponse]
-    """Issues another API token for a tenant (for rotation); the old ones stay valid until
-    revoked (TokenService.RevokeToken).
-    """
-
-@_typing.type_check_only
-class TenantServiceAsyncStub(TenantServiceStub):
-    """Tenants are created and listed by operators; a tenant may read itself."""
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateTenant: _aio.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantRequest, _tenant_pb2.CreateTenantResponse]  # type: ignore[assignment]
+    CreateTenant: _aio.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantRequest, _tenant_pb2.CreateTenantResponse]
     """Creates a tenant and its first API token. The token is returned once and stored hashed."""
-    GetTenant: _aio.UnaryUnaryMultiCallable[_tenant_pb2.GetTenantRequest, _tenant_pb2.GetTenantResponse]  # type: ignore[assignment]
-    ListTenants: _aio.UnaryUnaryMultiCallable[_tenant_pb2.ListTenantsRequest, _tenant_pb2.ListTenantsResponse]  # type: ignore[assignment]
-    CreateTenantToken: _aio.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantTokenRequest, _tenant_pb2.CreateTenantTokenResponse]  # type: ignore[assignment]
+    GetTenant: _aio.UnaryUnaryMultiCallable[_tenant_pb2.GetTenantRequest, _tenant_pb2.GetTenantResponse]
+    ListTenants: _aio.UnaryUnaryMultiCallable[_tenant_pb2.ListTenantsRequest, _tenant_pb2.ListTenantsResponse]
+    CreateTenantToken: _aio.UnaryUnaryMultiCallable[_tenant_pb2.CreateTenantTokenRequest, _tenant_pb2.CreateTenantTokenResponse]
     """Issues another API token for a tenant (for rotation); the old ones stay valid until
     revoked (TokenService.RevokeToken).
     """
@@ -63,32 +32,32 @@ class TenantServiceServicer(metaclass=_abc_1.ABCMeta):
     def CreateTenant(
         self,
         request: _tenant_pb2.CreateTenantRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_tenant_pb2.CreateTenantResponse, _abc.Awaitable[_tenant_pb2.CreateTenantResponse]]:
+        context: _aio.ServicerContext[_tenant_pb2.CreateTenantRequest, _abc.Awaitable[_tenant_pb2.CreateTenantResponse]],
+    ) -> _abc.Awaitable[_tenant_pb2.CreateTenantResponse]:
         """Creates a tenant and its first API token. The token is returned once and stored hashed."""
 
     @_abc_1.abstractmethod
     def GetTenant(
         self,
         request: _tenant_pb2.GetTenantRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_tenant_pb2.GetTenantResponse, _abc.Awaitable[_tenant_pb2.GetTenantResponse]]: ...
+        context: _aio.ServicerContext[_tenant_pb2.GetTenantRequest, _abc.Awaitable[_tenant_pb2.GetTenantResponse]],
+    ) -> _abc.Awaitable[_tenant_pb2.GetTenantResponse]: ...
 
     @_abc_1.abstractmethod
     def ListTenants(
         self,
         request: _tenant_pb2.ListTenantsRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_tenant_pb2.ListTenantsResponse, _abc.Awaitable[_tenant_pb2.ListTenantsResponse]]: ...
+        context: _aio.ServicerContext[_tenant_pb2.ListTenantsRequest, _abc.Awaitable[_tenant_pb2.ListTenantsResponse]],
+    ) -> _abc.Awaitable[_tenant_pb2.ListTenantsResponse]: ...
 
     @_abc_1.abstractmethod
     def CreateTenantToken(
         self,
         request: _tenant_pb2.CreateTenantTokenRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_tenant_pb2.CreateTenantTokenResponse, _abc.Awaitable[_tenant_pb2.CreateTenantTokenResponse]]:
+        context: _aio.ServicerContext[_tenant_pb2.CreateTenantTokenRequest, _abc.Awaitable[_tenant_pb2.CreateTenantTokenResponse]],
+    ) -> _abc.Awaitable[_tenant_pb2.CreateTenantTokenResponse]:
         """Issues another API token for a tenant (for rotation); the old ones stay valid until
         revoked (TokenService.RevokeToken).
         """
 
-def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_TenantServiceServicer_to_server(servicer: TenantServiceServicer, server: _aio.Server) -> None: ...

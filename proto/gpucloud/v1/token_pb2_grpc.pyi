@@ -7,21 +7,7 @@ from collections import abc as _abc
 from gpucloud.v1 import token_pb2 as _token_pb2
 from grpc import aio as _aio
 import abc as _abc_1
-import grpc as _grpc
-import sys
-import typing as _typing
 
-if sys.version_info >= (3, 11):
-    from typing import Self as _Self
-else:
-    from typing_extensions import Self as _Self
-
-_T = _typing.TypeVar("_T")
-
-class _MaybeAsyncIterator(_abc.AsyncIterator[_T], _abc.Iterator[_T], metaclass=_abc_1.ABCMeta): ...
-
-class _ServicerContext(_grpc.ServicerContext, _aio.ServicerContext):  # type: ignore[misc, type-arg]
-    ...
 
 GRPC_GENERATED_VERSION: str
 GRPC_VERSION: str
@@ -32,47 +18,19 @@ class TokenServiceStub:
     server's first start.
     """
 
-    @_typing.overload
-    def __new__(cls, channel: _grpc.Channel) -> _Self: ...
-    @_typing.overload
-    def __new__(cls, channel: _aio.Channel) -> TokenServiceAsyncStub: ...
-    CreateAgentToken: _grpc.UnaryUnaryMultiCallable[_token_pb2.CreateAgentTokenRequest, _token_pb2.CreateAgentTokenResponse]
-    """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
-    node need not be registered yet: its agent registers it with this token.
-    """
-    CreateOperatorToken: _grpc.UnaryUnaryMultiCallable[_token_pb2.CreateOperatorTokenRequest, _token_pb2.CreateOperatorTokenResponse]
-    """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
-    to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
-    token (list the operator tokens and revoke the one nobody holds).
-    """
-    ListTokens: _grpc.UnaryUnaryMultiCallable[_token_pb2.ListTokensRequest, _token_pb2.ListTokensResponse]
-    """Lists tokens newest first, without their secrets."""
-    RevokeToken: _grpc.UnaryUnaryMultiCallable[_token_pb2.RevokeTokenRequest, _token_pb2.RevokeTokenResponse]
-    """Revokes a token; idempotent (a revoked token is returned unchanged). The server that
-    answers stops accepting it at once, other replicas within 5 s (their credential cache).
-    Revoking the last valid operator token is FAILED_PRECONDITION (LAST_OPERATOR_TOKEN).
-    """
-
-@_typing.type_check_only
-class TokenServiceAsyncStub(TokenServiceStub):
-    """Credentials: agent and operator tokens are minted here, any token listed and revoked
-    (operators only). Tenant tokens are minted by TenantService; the first operator token by the
-    server's first start.
-    """
-
     def __init__(self, channel: _aio.Channel) -> None: ...
-    CreateAgentToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateAgentTokenRequest, _token_pb2.CreateAgentTokenResponse]  # type: ignore[assignment]
+    CreateAgentToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateAgentTokenRequest, _token_pb2.CreateAgentTokenResponse]
     """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
     node need not be registered yet: its agent registers it with this token.
     """
-    CreateOperatorToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateOperatorTokenRequest, _token_pb2.CreateOperatorTokenResponse]  # type: ignore[assignment]
+    CreateOperatorToken: _aio.UnaryUnaryMultiCallable[_token_pb2.CreateOperatorTokenRequest, _token_pb2.CreateOperatorTokenResponse]
     """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
     to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
     token (list the operator tokens and revoke the one nobody holds).
     """
-    ListTokens: _aio.UnaryUnaryMultiCallable[_token_pb2.ListTokensRequest, _token_pb2.ListTokensResponse]  # type: ignore[assignment]
+    ListTokens: _aio.UnaryUnaryMultiCallable[_token_pb2.ListTokensRequest, _token_pb2.ListTokensResponse]
     """Lists tokens newest first, without their secrets."""
-    RevokeToken: _aio.UnaryUnaryMultiCallable[_token_pb2.RevokeTokenRequest, _token_pb2.RevokeTokenResponse]  # type: ignore[assignment]
+    RevokeToken: _aio.UnaryUnaryMultiCallable[_token_pb2.RevokeTokenRequest, _token_pb2.RevokeTokenResponse]
     """Revokes a token; idempotent (a revoked token is returned unchanged). The server that
     answers stops accepting it at once, other replicas within 5 s (their credential cache).
     Revoking the last valid operator token is FAILED_PRECONDITION (LAST_OPERATOR_TOKEN).
@@ -88,8 +46,8 @@ class TokenServiceServicer(metaclass=_abc_1.ABCMeta):
     def CreateAgentToken(
         self,
         request: _token_pb2.CreateAgentTokenRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_token_pb2.CreateAgentTokenResponse, _abc.Awaitable[_token_pb2.CreateAgentTokenResponse]]:
+        context: _aio.ServicerContext[_token_pb2.CreateAgentTokenRequest, _abc.Awaitable[_token_pb2.CreateAgentTokenResponse]],
+    ) -> _abc.Awaitable[_token_pb2.CreateAgentTokenResponse]:
         """Mints an agent token bound to node_id. The token is returned once and stored hashed. The
         node need not be registered yet: its agent registers it with this token.
         """
@@ -98,8 +56,8 @@ class TokenServiceServicer(metaclass=_abc_1.ABCMeta):
     def CreateOperatorToken(
         self,
         request: _token_pb2.CreateOperatorTokenRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_token_pb2.CreateOperatorTokenResponse, _abc.Awaitable[_token_pb2.CreateOperatorTokenResponse]]:
+        context: _aio.ServicerContext[_token_pb2.CreateOperatorTokenRequest, _abc.Awaitable[_token_pb2.CreateOperatorTokenResponse]],
+    ) -> _abc.Awaitable[_token_pb2.CreateOperatorTokenResponse]:
         """Mints another operator token, returned once and stored hashed: to rotate, mint one, switch
         to it, then revoke the old one. Not idempotent: a retry after a lost reply mints a second
         token (list the operator tokens and revoke the one nobody holds).
@@ -109,19 +67,19 @@ class TokenServiceServicer(metaclass=_abc_1.ABCMeta):
     def ListTokens(
         self,
         request: _token_pb2.ListTokensRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_token_pb2.ListTokensResponse, _abc.Awaitable[_token_pb2.ListTokensResponse]]:
+        context: _aio.ServicerContext[_token_pb2.ListTokensRequest, _abc.Awaitable[_token_pb2.ListTokensResponse]],
+    ) -> _abc.Awaitable[_token_pb2.ListTokensResponse]:
         """Lists tokens newest first, without their secrets."""
 
     @_abc_1.abstractmethod
     def RevokeToken(
         self,
         request: _token_pb2.RevokeTokenRequest,
-        context: _ServicerContext,
-    ) -> _typing.Union[_token_pb2.RevokeTokenResponse, _abc.Awaitable[_token_pb2.RevokeTokenResponse]]:
+        context: _aio.ServicerContext[_token_pb2.RevokeTokenRequest, _abc.Awaitable[_token_pb2.RevokeTokenResponse]],
+    ) -> _abc.Awaitable[_token_pb2.RevokeTokenResponse]:
         """Revokes a token; idempotent (a revoked token is returned unchanged). The server that
         answers stops accepting it at once, other replicas within 5 s (their credential cache).
         Revoking the last valid operator token is FAILED_PRECONDITION (LAST_OPERATOR_TOKEN).
         """
 
-def add_TokenServiceServicer_to_server(servicer: TokenServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
+def add_TokenServiceServicer_to_server(servicer: TokenServiceServicer, server: _aio.Server) -> None: ...
