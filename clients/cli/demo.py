@@ -16,9 +16,10 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TypeVar
 
 from rich.cells import cell_len
 from rich.progress import Progress
@@ -52,6 +53,8 @@ FLEET = [
 SLOW_NODE = "h100-b-02"
 # The agents beat, and push telemetry, every second; the control plane tells them so.
 DEMO_FLEET = FleetConfig(heartbeat_interval_s=1.0, resync_s=1.0, directives_refresh_s=0.2)
+
+T = TypeVar("T")
 
 
 def step(title: str) -> None:
@@ -212,24 +215,37 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str, gpus: di
     step("Done")
 
 
-async def _replaced(operator: AsyncClient, allocation_id: str, *, timeout_s: float = 60.0) -> Allocation:
-    """The allocation once a node of it has been replaced; RuntimeError after ``timeout_s``."""
+async def _polled(
+    read: Callable[[], Awaitable[T]], done: Callable[[T], bool], failure: str, timeout_s: float = 60.0
+) -> T:
+    """``read()`` every 0.1 s until ``done`` says its answer is the awaited one, and return that
+    answer; RuntimeError(``failure``) after ``timeout_s``."""
     for _ in range(round(timeout_s / 0.1)):
-        allocation = await operator.get_allocation(allocation_id)
-        if allocation.replacements:
-            return allocation
+        answer = await read()
+        if done(answer):
+            return answer
         await asyncio.sleep(0.1)
-    raise RuntimeError(f"the health controller did not replace a node of {allocation_id} within {timeout_s:g} s")
+    raise RuntimeError(f"{failure} within {timeout_s:g} s")
 
 
-async def _scrubbed(operator: AsyncClient, node_ids: Sequence[str], *, timeout_s: float = 60.0) -> None:
-    """Return once none of ``node_ids`` is SCRUBBING; RuntimeError after ``timeout_s``."""
-    for _ in range(round(timeout_s / 0.1)):
-        states = [(await operator.get_node(node_id)).state for node_id in node_ids]
-        if "SCRUBBING" not in states:
-            return
-        await asyncio.sleep(0.1)
-    raise RuntimeError(f"the agents did not confirm the scrub of {', '.join(node_ids)} within {timeout_s:g} s")
+async def _replaced(operator: AsyncClient, allocation_id: str) -> Allocation:
+    """The allocation once a node of it has been replaced."""
+    return await _polled(
+        lambda: operator.get_allocation(allocation_id),
+        lambda allocation: bool(allocation.replacements),
+        f"the health controller did not replace a node of {allocation_id}",
+    )
+
+
+async def _scrubbed(operator: AsyncClient, node_ids: Sequence[str]) -> None:
+    """Return once none of ``node_ids`` is SCRUBBING."""
+
+    async def states() -> list[str]:
+        return [(await operator.get_node(node_id)).state for node_id in node_ids]
+
+    await _polled(
+        states, lambda now: "SCRUBBING" not in now, f"the agents did not confirm the scrub of {', '.join(node_ids)}"
+    )
 
 
 async def _metrics(operator: AsyncClient, tenant: AsyncClient, node_id: str) -> None:

@@ -126,9 +126,18 @@ def pool(gpu_model: str, leaf_switch: str, *, since_us: int, actor: str) -> Tx[P
     nodes under ``leaf_switch`` ``actor`` drained since then."""
     drained = (
         yield Sql(
-            "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
-            " WHERE n.gpu_model = :model AND e.event = :drain AND e.actor = :actor AND e.at_us >= :since",
-            {"model": gpu_model, "drain": NodeEvent.DRAIN.value, "actor": actor, "since": since_us},
+            "SELECT COUNT(DISTINCT CASE WHEN n.gpu_model = :model THEN e.node_id END),"
+            " COUNT(DISTINCT CASE WHEN n.leaf_switch = :leaf THEN e.node_id END)"
+            " FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
+            " WHERE (n.gpu_model = :model OR n.leaf_switch = :leaf)"
+            " AND e.event = :drain AND e.actor = :actor AND e.at_us >= :since",
+            {
+                "model": gpu_model,
+                "leaf": leaf_switch,
+                "drain": NodeEvent.DRAIN.value,
+                "actor": actor,
+                "since": since_us,
+            },
         )
     ).first()
     size = (
@@ -138,19 +147,8 @@ def pool(gpu_model: str, leaf_switch: str, *, since_us: int, actor: str) -> Tx[P
         )
     ).first()
     setting = yield from automation(gpu_model)
-    under_leaf = (
-        yield Sql(
-            "SELECT COUNT(DISTINCT e.node_id) FROM node_events e JOIN nodes n ON n.node_id = e.node_id"
-            " WHERE n.leaf_switch = :leaf AND e.event = :drain AND e.actor = :actor AND e.at_us >= :since",
-            {"leaf": leaf_switch, "drain": NodeEvent.DRAIN.value, "actor": actor, "since": since_us},
-        )
-    ).first()
-    return Pool(
-        0 if drained is None else int(drained[0]),
-        0 if size is None else int(size[0]),
-        setting,
-        0 if under_leaf is None else int(under_leaf[0]),
-    )
+    in_pool, under_leaf = (0, 0) if drained is None else (int(drained[0] or 0), int(drained[1] or 0))
+    return Pool(in_pool, 0 if size is None else int(size[0]), setting, under_leaf)
 
 
 @dataclass(frozen=True, slots=True)

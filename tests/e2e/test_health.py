@@ -371,9 +371,12 @@ async def test_a_slow_gpu_is_a_fleet_median_outlier_and_sweep_after_sweep_drains
         until_ms = since_ms + 3_600_000
 
         async def flagged() -> bool:
-            """Over the last second, as the sweep looks (HEALTH.slow_gpu_window_s): all 80 GPUs
-            judged busy, and the slow GPU stands out."""
+            """Over the last second, as the sweep looks (HEALTH.slow_gpu_window_s), which began
+            after the load was set (a push delayed under load still brings idle samples from
+            before it): all 80 GPUs judged busy, and the slow GPU stands out."""
             now_ms = int(time.time() * 1000)
+            if now_ms - 1000 <= since_ms:
+                return False
             found = await operator.list_metric_outliers(field="sm_clock_mhz", start=now_ms - 1000, end=now_ms)
             busy = [(g.busy, g.gpus) for g in found.groups] == [(True, 80)]
             return busy and [(o.node_id, o.gpu_index) for o in found.outliers] == [("sim-0005", 6)]
