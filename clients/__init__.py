@@ -57,6 +57,7 @@ from clients.models import (
     NodeReplacement,
     Operation,
     Page,
+    SparePool,
     Tenant,
 )
 from clients.sync_client import Client
@@ -104,6 +105,7 @@ __all__ = [
     "RetryPolicy",
     "Series",
     "SeriesSamples",
+    "SparePool",
     "Tenant",
     "UnauthenticatedError",
     "UnavailableError",

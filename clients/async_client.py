@@ -562,6 +562,20 @@ class AsyncClient:
         response = await self._call(stub.GetHealthAutomation, node_pb2.GetHealthAutomationRequest(), timeout=timeout)
         return [convert.health_automation(pool) for pool in response.pools]
 
+    async def set_spare_pool(self, gpu_model: str, spares: int, *, timeout: float | None = None) -> models.SparePool:
+        """Keep ``spares`` free nodes of ``gpu_model`` from creates, for the health controller's
+        replacements (operators). Idempotent, so retried."""
+        stub = self._stubs().nodes
+        request = node_pb2.SetSparePoolRequest(gpu_model=convert.gpu_model_value(gpu_model), spares=spares)
+        response = await self._call(stub.SetSparePool, request, timeout=timeout)
+        return convert.spare_pool(response.pool)
+
+    async def list_spare_pools(self, *, timeout: float | None = None) -> list[models.SparePool]:
+        """Every pool's spares and free nodes, by GPU model (operators)."""
+        stub = self._stubs().nodes
+        response = await self._call(stub.ListSparePools, node_pb2.ListSparePoolsRequest(), timeout=timeout)
+        return [convert.spare_pool(pool) for pool in response.pools]
+
     async def audit_isolation(self, *, timeout: float | None = None) -> models.IsolationAudit:
         """Every node's fabric partitions, as its agent reported them, checked against whom the
         node belongs to: the nodes checked and every violation (operators)."""

@@ -135,6 +135,17 @@ def health_automation(message: node_pb2.HealthAutomation) -> models.HealthAutoma
     )
 
 
+def spare_pool(message: node_pb2.SparePool) -> models.SparePool:
+    """The client's ``SparePool`` of a SparePool message."""
+    return models.SparePool(
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        spares=message.spares,
+        free_nodes=message.free_nodes,
+        actor=message.actor,
+        updated=optional_time(message, "update_time"),
+    )
+
+
 def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
     """The client's ``Allocation`` of an Allocation message."""
     return _allocation_as(models.Allocation, message)
@@ -162,6 +173,7 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
                 spare_node_id=made.spare_node_id or None,
                 reason=made.reason,
                 time=optional_time(made, "time"),
+                spare_time=optional_time(made, "spare_time"),
             )
             for made in message.replacements
         ),

@@ -83,6 +83,19 @@ class HealthAutomation:
 
 
 @dataclass(frozen=True)
+class SparePool:
+    """The free nodes of a pool (one GPU model) that creates leave for replacements:
+    ``spares`` held back of ``free_nodes`` free now; ``actor`` and ``updated`` say who set it
+    (empty and None for a pool never set)."""
+
+    gpu_model: str
+    spares: int
+    free_nodes: int
+    actor: str
+    updated: datetime | None
+
+
+@dataclass(frozen=True)
 class IsolationViolation:
     """A node whose fabric partitions break tenant isolation: ``kind`` is TWO_PARTITIONS,
     FREE_NODE_IN_PARTITION or ANOTHER_TENANTS_PARTITION; ``message`` says what is wrong."""
@@ -106,13 +119,15 @@ class IsolationAudit:
 
 @dataclass(frozen=True)
 class NodeReplacement:
-    """A node the health controller took from an allocation, and the spare now in its place
-    (None: none was free, and the allocation is degraded); ``reason`` is the decision's evidence."""
+    """A node the health controller took from an allocation at ``time``, and the spare in its
+    place since ``spare_time`` (None: none has been free, and the allocation is degraded);
+    ``reason`` is the decision's evidence."""
 
     removed_node_id: str
     spare_node_id: str | None
     reason: str
     time: datetime | None
+    spare_time: datetime | None
 
 
 @dataclass(frozen=True)

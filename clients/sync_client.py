@@ -185,6 +185,8 @@ class Client:
     list_node_events = _blocking(AsyncClient.list_node_events)
     set_health_automation = _blocking(AsyncClient.set_health_automation)
     get_health_automation = _blocking(AsyncClient.get_health_automation)
+    set_spare_pool = _blocking(AsyncClient.set_spare_pool)
+    list_spare_pools = _blocking(AsyncClient.list_spare_pools)
     list_health_events = _blocking(AsyncClient.list_health_events)
     audit_isolation = _blocking(AsyncClient.audit_isolation)
 

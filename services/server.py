@@ -38,6 +38,7 @@ from gpucloud.v1 import (
     token_pb2,
     token_pb2_grpc,
 )
+from services.allocations.degraded import DegradedSweep
 from services.allocations.janitor import KeyJanitor
 from services.allocations.releaser import Releaser
 from services.allocations.servicer import AllocationServicer
@@ -55,6 +56,7 @@ from services.fleet.reachability import Reachability
 from services.fleet.reconciler import NodeReconciler
 from services.fleet.servicer import AgentServicer
 from services.health.config import HealthConfig
+from services.health.controller import ACTOR as HEALTH_ACTOR
 from services.health.controller import NodeHealth
 from services.health.slow_gpus import SlowGpuSweep
 from services.interceptors import ControlPlaneInterceptor
@@ -214,6 +216,7 @@ class ControlPlane:
         self.reachability: Reachability | None = None
         # The slow-GPU sweep the fleet leader runs; a sweep can also be run on demand.
         self.slow_gpus: SlowGpuSweep | None = None
+        self.degraded: DegradedSweep | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -329,7 +332,10 @@ class ControlPlane:
         metrics = Metrics(store, samples, maintenance_seconds=config.metrics_maintenance_seconds)
         reconciler, node_health = NodeReconciler(store, directives, fleet), NodeHealth(store, config.health)
         self.slow_gpus = SlowGpuSweep(store, metrics.outliers, config.health)
-        leader = FleetLeader(store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus)
+        self.degraded = DegradedSweep(store, interval_s=config.health.resync_s, actor=HEALTH_ACTOR)
+        leader = FleetLeader(
+            store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus, self.degraded
+        )
         self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)

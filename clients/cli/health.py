@@ -1,5 +1,5 @@
-"""``gpucloud health ...``: the health controller's decisions across the fleet, and pausing and
-resuming its removals per pool (operator). A node's own decisions are among its events:
+"""``gpucloud health ...``: the health controller's decisions across the fleet, pausing and
+resuming its removals per pool, and sizing each pool's spares (operator). A node's own decisions are among its events:
 ``gpucloud nodes events NODE``."""
 
 from __future__ import annotations
@@ -55,6 +55,32 @@ def health_pools(ctx: typer.Context, json_out: JsonFlag = False) -> None:
     """Every pool's setting: automated, or paused since when, by whom and why."""
     pools = call(ctx, lambda client: client.get_health_automation())
     render.show_one(pools, json_out, render.health_automation_table(pools, "Health automation"))
+
+
+@health.command("spares")
+def health_spares(
+    ctx: typer.Context,
+    gpu_model: Annotated[str, typer.Argument(help="The pool to set: a GPU model. Omitted: list every pool.")] = "",
+    spares: Annotated[int | None, typer.Argument(help="Free nodes creates must leave for replacements.")] = None,
+    json_out: JsonFlag = False,
+) -> None:
+    """Every pool's spares (free nodes creates leave for the health controller's replacements),
+    or, given a model and a count, set that pool's."""
+    if not gpu_model:
+        pools = call(ctx, lambda client: client.list_spare_pools())
+        render.show_one(pools, json_out, render.spare_pools_table(pools, "Spare pools"))
+        return
+    if spares is None:
+        render.fail("give the number of spares to keep, as in: gpucloud health spares H100 4")
+        raise typer.Exit(EXIT_USAGE)
+    count = spares
+    call_and_show(
+        ctx,
+        lambda client: client.set_spare_pool(gpu_model, count),
+        json_out,
+        render.spare_pools_table,
+        "Spare pool",
+    )
 
 
 @health.command("events")

@@ -262,6 +262,17 @@ def health_automation_table(items: Sequence[models.HealthAutomation], title: str
     )
 
 
+def spare_pools_table(items: Sequence[models.SparePool], title: str) -> Table:
+    """Pools and their spares: model, spares held back, free nodes, who set it and when."""
+    return table(
+        title,
+        ["MODEL", "SPARES", "FREE", "SET", "BY"],
+        items,
+        lambda p: [p.gpu_model, str(p.spares), str(p.free_nodes), when(p.updated), p.actor or "-"],
+        right=("SPARES", "FREE"),
+    )
+
+
 def isolation_table(items: Sequence[models.IsolationViolation], title: str) -> Table:
     """Isolation violations: node, kind, state, holder, partitions reported, what is wrong."""
     return table(
@@ -326,8 +337,9 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
         ],
     )
     notes = [
-        f"{a.allocation_id}: {made.removed_node_id} -> {made.spare_node_id or 'no spare'} at {when(made.time)}"
-        f" ({made.reason})"
+        f"{a.allocation_id}: {made.removed_node_id} -> {made.spare_node_id or 'no spare yet'} at {when(made.time)}"
+        + (f", the spare from {when(made.spare_time)}" if made.spare_time not in (None, made.time) else "")
+        + f" ({made.reason})"
         for a in items
         for made in a.replacements
     ] + [f"{a.allocation_id}: {a.degraded_reason}" for a in items if a.degraded_reason]

@@ -26,9 +26,9 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from functools import partial
 
-from services.allocations import idempotency, placement
+from services.allocations import idempotency, placement, spares
 from services.allocations import repository as repo
-from services.allocations.placement import Candidate
+from services.allocations.placement import Candidate, Policy
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.set_based import cancel_many, create_many
@@ -127,16 +127,24 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
             result_id=allocation_id,
             now_us=now_us(),
         )
-    chosen = yield from place(request.gpu_model, request.node_count, locking=locking)
+    # The pool's spares, locked on PostgreSQL until this create commits (spares.py).
+    keep = yield from spares.reserve(request.gpu_model, locking=locking)
+    chosen = yield from place(request.gpu_model, request.node_count, locking=locking, keep=keep)
     if chosen is None:
         available = yield from nodes_repo.count_free(request.gpu_model)
+        held_back = f", {keep} of them held back as spares" if keep else ""
         raise ResourceExhausted(
             reason="INSUFFICIENT_CAPACITY",
             message=(
-                f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free; "
+                f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free{held_back}; "
                 "nothing was allocated"
             ),
-            metadata={"gpu_model": request.gpu_model, "requested": str(request.node_count), "free": str(available)},
+            metadata={
+                "gpu_model": request.gpu_model,
+                "requested": str(request.node_count),
+                "free": str(available),
+                "spares": str(keep),
+            },
         )
     # Stamped now that the chosen nodes are locked: a release of one of them that committed
     # while this create waited (for the key, for a lock) is earlier than this hand-over.
@@ -149,17 +157,25 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
 
 
 def place(
-    gpu_model: GpuModel, count: int, *, locking: bool, excluding: AbstractSet[str] = frozenset()
+    gpu_model: GpuModel,
+    count: int,
+    *,
+    locking: bool,
+    keep: int = 0,
+    policy: Policy | None = None,
+    excluding: AbstractSet[str] = frozenset(),
 ) -> Tx[list[str] | None]:
-    """The ``count`` nodes the placement policy chose among every free node of the model but
-    ``excluding``, locked on PostgreSQL; None when it finds no fit. A create places with it, and
-    so does a replacement (replacement.py) choosing a spare."""
+    """The ``count`` nodes ``policy`` (``placement.POLICY`` unless given) chose among every
+    free node of the model but ``excluding``, leaving ``keep`` free, locked on PostgreSQL; None
+    when it finds no fit. A create places with it, and so does a replacement (replacement.py)
+    choosing a spare."""
+    policy = policy or placement.POLICY
     candidates = yield from _candidates(gpu_model, excluding)
     if not locking:
         # SQLite: the writer holds the one write lock, so what was read stays free.
-        return placement.choose(placement.POLICY, candidates, count)
+        return placement.choose(policy, candidates, count, keep=keep)
     yield from savepoint("placement")
-    chosen, contended = yield from _lock_choice(candidates, count, skip_locked=True)
+    chosen, contended = yield from _lock_choice(candidates, count, policy, keep, skip_locked=True)
     if chosen is not None or not contended:
         return chosen
     # SKIP LOCKED also passed over nodes a concurrent transaction holds and may yet release:
@@ -168,7 +184,7 @@ def place(
     # deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with no node held,
     # for nodes locked in fabric order in one statement, forms no cycle.
     candidates = yield from _candidates(gpu_model, excluding)
-    chosen, _ = yield from _lock_choice(candidates, count, skip_locked=False)
+    chosen, _ = yield from _lock_choice(candidates, count, policy, keep, skip_locked=False)
     return chosen
 
 
@@ -177,7 +193,9 @@ def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Can
     return [c for c in free if c.node_id not in excluding] if excluding else list(free)
 
 
-def _lock_choice(candidates: list[Candidate], count: int, *, skip_locked: bool) -> Tx[tuple[list[str] | None, bool]]:
+def _lock_choice(
+    candidates: list[Candidate], count: int, policy: Policy, keep: int, *, skip_locked: bool
+) -> Tx[tuple[list[str] | None, bool]]:
     """Lock the policy's choice (PostgreSQL); while some chosen node was taken meanwhile,
     give back what was locked and choose again without it.
 
@@ -190,7 +208,8 @@ def _lock_choice(candidates: list[Candidate], count: int, *, skip_locked: bool) 
     rounds = _SKIPPING_ROUNDS if skip_locked else _WAITING_ROUNDS
     for _ in range(rounds):
         left = [c for c in candidates if c.node_id not in lost] if lost else candidates
-        chosen = placement.choose(placement.POLICY, left, count)
+        # A node lost to another transaction was taken, so it no longer counts as free.
+        chosen = placement.choose(policy, left, count, keep=keep)
         if chosen is None:
             return None, bool(lost)
         locked = yield from nodes_repo.lock_free(chosen, skip_locked=skip_locked)

@@ -1,9 +1,11 @@
-"""The protobuf forms of allocations and their states, shared by AllocationService and the Operations service."""
+"""The protobuf forms of allocations and their states, shared by AllocationService and the Operations
+service; and of the spare pools they leave free (NodeService)."""
 
 from __future__ import annotations
 
-from gpucloud.v1 import allocation_pb2
+from gpucloud.v1 import allocation_pb2, node_pb2
 from services.allocations.repository import AllocationView
+from services.allocations.spares import SparePool
 from services.allocations.states import AllocationState
 from services.nodes.inventory import GpuModel
 from services.nodes.proto import GPU_MODEL_TO_PROTO
@@ -33,8 +35,20 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
                 spare_node_id=made.spare_node_id or "",
                 reason=made.reason,
                 time=timestamp(made.at_us),
+                spare_time=timestamp(made.spare_us),
             )
             for made in view.replacements
         ],
         degraded_reason=view.degraded_reason,
+    )
+
+
+def spare_pool_to_proto(pool: SparePool) -> node_pb2.SparePool:
+    """The API form of a pool's spares."""
+    return node_pb2.SparePool(
+        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(pool.gpu_model)],
+        spares=pool.spares,
+        free_nodes=pool.free,
+        actor=pool.actor,
+        update_time=timestamp(pool.updated_us),
     )

@@ -10,21 +10,25 @@ that one transaction:
 - the node moves on RELEASE (DRAINING -> SCRUBBING): its agent scrubs it, and since the drain
   is pending it then leaves service (QUARANTINED), never READY;
 - a spare takes the node's place in the allocation's order: a free node of the same GPU model
-  that the allocation never held, chosen by the placement policy among every free node, as a
-  create chooses (so on PostgreSQL it is locked the same way); it moves READY -> ALLOCATED and
-  is billed from now;
+  that the allocation never held, the nearest in the fabric to the node it replaces (the same
+  leaf switch, then rack, then zone), locked on PostgreSQL as a create locks its choice; it
+  moves READY -> ALLOCATED and is billed from now. The pool's reserved spares (spares.py) are
+  there for this: creates leave them, a replacement may take any free node;
 - the replacement is recorded with the evidence, and the allocation shows it. With no spare
-  free the allocation runs on fewer nodes and says it is degraded, and why.
-
-A spare is any free node of the pool: the operator sizes the pool's headroom (docs/health.md
-has the arithmetic); a separately reserved spare pool is not modelled.
+  free the allocation runs on fewer nodes and says it is degraded, and why, until ``top_up``
+  (run by the leader's sweep, degraded.py) gives it a spare once a node of the model frees.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Set as AbstractSet
+
+from services.allocations import placement
 from services.allocations import repository as repo
 from services.allocations.commands import place
-from services.allocations.repository import Replacement
+from services.allocations.placement import Candidate
+from services.allocations.repository import Allocation, Holding, Replacement
 from services.allocations.states import AllocationState
 from services.clock import now_us
 from services.nodes import repository as nodes_repo
@@ -61,26 +65,62 @@ def replace(node: Node, reason: str, *, actor: str, locking: bool, fault_us: int
     yield from repo.take_node(allocation_id, node.node_id, now_us=now)
     # Never a node the allocation held before: its usage event ids (allocation/GPU/kind) are taken.
     excluding = yield from repo.ever_assigned(allocation_id)
-    chosen = yield from place(GpuModel(held.allocation.gpu_model), 1, locking=locking, excluding=excluding)
-    spare = None if chosen is None else chosen[0]
-    moves = [
-        nodes_repo.Move(
-            node.node_id,
-            NodeState(node.state),
-            NodeEvent.RELEASE,
-            reason=f"taken from {allocation_id}" + (f", {spare} replaces it" if spare else ", no spare free"),
-        )
-    ]
-    if spare is not None:
-        moves.append(
-            nodes_repo.Move(
-                spare, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation_id}: spare for {node.node_id}"
-            )
-        )
-    yield from nodes_repo.apply_many(moves, reason="", actor=actor, now_us=now)
-    if spare is not None:
-        yield from repo.assign(held, spare, now_us=now)
-        yield from usage.record(UsageKind.START, [allocation_id], at_us=now, node_ids=[spare])
-    made = Replacement(node.node_id, spare, held.position, reason, now)
+    spare = yield from _spare(held.allocation, node, held.position, excluding, actor=actor, locking=locking, now=now)
+    release = nodes_repo.Move(
+        node.node_id,
+        NodeState(node.state),
+        NodeEvent.RELEASE,
+        reason=f"taken from {allocation_id}" + (f", {spare} replaces it" if spare else ", no spare free"),
+    )
+    yield from nodes_repo.apply_many([release], reason="", actor=actor, now_us=now)
+    made = Replacement(node.node_id, spare, held.position, reason, now, None if spare is None else now)
     yield from repo.insert_replacement(allocation_id, made)
     return made
+
+
+def top_up(allocation_id: str, *, actor: str, locking: bool) -> Tx[list[Replacement]]:
+    """Give the allocation a spare for each node removed with none free then, while free nodes
+    last, as one transaction; the replacements filled. Nothing for an allocation no longer
+    ACTIVE (a cancel, which locks the allocation first, as this does, has released it)."""
+    row = yield from repo.get_row(allocation_id, tenant_id=None, locking=locking)
+    if row.state != AllocationState.ACTIVE.value:
+        return []
+    made = (yield from repo.replacements([allocation_id])).get(allocation_id, ())
+    excluding = yield from repo.ever_assigned(allocation_id)
+    filled = []
+    for waiting in (r for r in made if r.spare_node_id is None):
+        removed = yield from nodes_repo.get_row(waiting.removed_node_id)
+        now = now_us()
+        spare = yield from _spare(row, removed, waiting.position, excluding, actor=actor, locking=locking, now=now)
+        if spare is None:
+            break
+        excluding.add(spare)
+        yield from repo.fill_replacement(allocation_id, removed.node_id, spare, now_us=now)
+        filled.append(dataclasses.replace(waiting, spare_node_id=spare, spare_us=now))
+    return filled
+
+
+def _spare(
+    allocation: Allocation,
+    removed: Node,
+    position: int,
+    excluding: AbstractSet[str],
+    *,
+    actor: str,
+    locking: bool,
+    now: int,
+) -> Tx[str | None]:
+    """Place a spare for ``removed`` at ``position`` of the allocation, the free node nearest it
+    in the fabric but those ``excluding``, billed from ``now``; None when none is free."""
+    near = placement.nearest_to(Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id))
+    chosen = yield from place(GpuModel(allocation.gpu_model), 1, locking=locking, policy=near, excluding=excluding)
+    if chosen is None:
+        return None
+    [spare] = chosen
+    allocate = nodes_repo.Move(
+        spare, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation.allocation_id}: spare for {removed.node_id}"
+    )
+    yield from nodes_repo.apply_many([allocate], reason="", actor=actor, now_us=now)
+    yield from repo.assign(Holding(allocation, position, now), spare, now_us=now)
+    yield from usage.record(UsageKind.START, [allocation.allocation_id], at_us=now, node_ids=[spare])
+    return spare

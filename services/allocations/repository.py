@@ -37,13 +37,14 @@ class Allocation:
 @dataclass(frozen=True, slots=True)
 class Replacement:
     """A node the health controller took from an allocation at ``at_us``, and the spare that
-    took its place in the allocation's order (None: no spare was free)."""
+    took its place in the allocation's order at ``spare_us`` (None: no spare free yet)."""
 
     removed_node_id: str
     spare_node_id: str | None
     position: int
     reason: str
     at_us: int
+    spare_us: int | None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +66,7 @@ class AllocationView:
         removed = ", ".join(r.removed_node_id for r in unfilled) or "a node"
         return (
             f"degraded: {missing} of {self.row.node_count} node(s) missing; {removed} removed by the health"
-            f" controller and no spare {self.row.gpu_model} node was free"
+            f" controller and no spare {self.row.gpu_model} node free yet (one takes its place once free)"
         )
 
 
@@ -139,14 +140,21 @@ def replacements(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[Replacemen
     """The replacements made under each of the allocations, oldest first."""
     ids, params = expand("id", allocation_ids)
     result = yield Sql(
-        "SELECT allocation_id, removed_node_id, spare_node_id, position, reason, at_us FROM replacements"
+        "SELECT allocation_id, removed_node_id, spare_node_id, position, reason, at_us, spare_us FROM replacements"
         f" WHERE allocation_id IN ({ids}) ORDER BY allocation_id, at_us, position",
         params,
     )
     found: dict[str, list[Replacement]] = {}
-    for allocation_id, removed, spare, position, reason, at_us in result.rows:
+    for allocation_id, removed, spare, position, reason, at_us, spare_us in result.rows:
         found.setdefault(str(allocation_id), []).append(
-            Replacement(str(removed), None if spare is None else str(spare), int(position), str(reason), int(at_us))
+            Replacement(
+                str(removed),
+                None if spare is None else str(spare),
+                int(position),
+                str(reason),
+                int(at_us),
+                None if spare_us is None else int(spare_us),
+            )
         )
     return {allocation_id: tuple(made) for allocation_id, made in found.items()}
 
@@ -190,8 +198,8 @@ def assign(held: Holding, node_id: str, *, now_us: int) -> Tx[None]:
 def insert_replacement(allocation_id: str, made: Replacement) -> Tx[None]:
     """Record a replacement under the allocation."""
     yield Sql(
-        "INSERT INTO replacements (allocation_id, removed_node_id, spare_node_id, position, reason, at_us)"
-        " VALUES (:id, :removed, :spare, :position, :reason, :at)",
+        "INSERT INTO replacements (allocation_id, removed_node_id, spare_node_id, position, reason, at_us, spare_us)"
+        " VALUES (:id, :removed, :spare, :position, :reason, :at, :spare_at)",
         {
             "id": allocation_id,
             "removed": made.removed_node_id,
@@ -199,8 +207,29 @@ def insert_replacement(allocation_id: str, made: Replacement) -> Tx[None]:
             "position": made.position,
             "reason": made.reason,
             "at": made.at_us,
+            "spare_at": made.spare_us,
         },
     )
+
+
+def fill_replacement(allocation_id: str, removed_node_id: str, spare_node_id: str, *, now_us: int) -> Tx[None]:
+    """Record the spare that took the removed node's place late, once one was free."""
+    yield Sql(
+        "UPDATE replacements SET spare_node_id = :spare, spare_us = :now"
+        " WHERE allocation_id = :id AND removed_node_id = :removed AND spare_node_id IS NULL",
+        {"id": allocation_id, "removed": removed_node_id, "spare": spare_node_id, "now": now_us},
+    )
+
+
+def degraded() -> Tx[list[str]]:
+    """The ACTIVE allocations with a removed node no spare has replaced yet, oldest removal first."""
+    result = yield Sql(
+        "SELECT r.allocation_id, MIN(r.at_us) FROM replacements r"
+        " JOIN allocations a ON a.allocation_id = r.allocation_id"
+        " WHERE r.spare_node_id IS NULL AND a.state = :active GROUP BY r.allocation_id ORDER BY 2, 1",
+        {"active": AllocationState.ACTIVE.value},
+    )
+    return [str(row[0]) for row in result.rows]
 
 
 def ever_assigned(allocation_id: str) -> Tx[set[str]]:

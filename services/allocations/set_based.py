@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from services.allocations import placement
+from services.allocations import placement, spares
 from services.allocations import repository as repo
 from services.allocations.placement import Candidate
 from services.allocations.repository import Allocation, AllocationView
@@ -61,16 +61,19 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     # Every free node of each model the prefix asks for: the policy chooses among them all,
     # each create among those the creates before it left.
     pools: dict[GpuModel, list[Candidate]] = {}
+    keep: dict[GpuModel, int] = {}
     for model in dict.fromkeys(create.request.gpu_model for create in plain):
         pools[model] = list(map(Candidate._make, (yield from nodes_repo.free_nodes(model))))
+        keep[model] = yield from spares.reserve(model, locking=False)
     placed: list[tuple[PendingCreate, Sequence[str]]] = []
     for create in plain:
-        pool = pools[create.request.gpu_model]
-        chosen = placement.choose(placement.POLICY, pool, create.request.node_count)
+        model = create.request.gpu_model
+        pool = pools[model]
+        chosen = placement.choose(placement.POLICY, pool, create.request.node_count, keep=keep[model])
         if chosen is None:
             break  # alone, it is refused with the count free at its place
         given = set(chosen)
-        pools[create.request.gpu_model] = [c for c in pool if c.node_id not in given]
+        pools[model] = [c for c in pool if c.node_id not in given]
         placed.append((create, chosen))
     if not placed:
         return []

@@ -1,11 +1,12 @@
 """What the replica holding the ``node-reconciler`` lease runs: the reconciler's controller, the
-health controller, the reachability sweep and the slow-GPU sweep, started afresh each time this
-replica becomes the leader."""
+health controller, the reachability sweep, the slow-GPU sweep and the degraded-allocation sweep,
+started afresh each time this replica becomes the leader."""
 
 from __future__ import annotations
 
 import asyncio
 
+from services.allocations.degraded import DegradedSweep
 from services.clock import now_us
 from services.control.controller import Controller
 from services.control.lease import LeaderElector, holder_id
@@ -32,6 +33,7 @@ class FleetLeader:
         health: NodeHealth,
         health_config: HealthConfig,
         slow_gpus: SlowGpuSweep,
+        degraded: DegradedSweep,
     ) -> None:
         self._reconciler = reconciler
         self._reachability = reachability
@@ -39,6 +41,7 @@ class FleetLeader:
         self._health = health
         self._health_config = health_config
         self._slow_gpus = slow_gpus
+        self._degraded = degraded
         self._controller: Controller[str] | None = None
         self._health_controller: Controller[str] | None = None
         reachability.on_strike = self.notify_health
@@ -98,6 +101,7 @@ class FleetLeader:
                 group.create_task(health.run(), name="health")
                 group.create_task(self._reachability.run(leading_since_us=leading_since), name="reachability")
                 group.create_task(self._slow_gpus.run(self.notify_health), name="slow-gpus")
+                group.create_task(self._degraded.run(), name="degraded-allocations")
         finally:
             self._controller = self._health_controller = None
             controller.shut_down()

@@ -7,6 +7,8 @@ from typing import Any
 import grpc
 
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
+from services.allocations import spares
+from services.allocations.proto import spare_pool_to_proto
 from services.auth.principal import current_principal
 from services.fabric.commands import audit_isolation
 from services.fabric.proto import audit_to_proto
@@ -27,6 +29,8 @@ from services.validation import Violations
 Context = grpc.aio.ServicerContext[Any, Any]
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(NODE_STATE_FROM_PROTO)
+# A pool's spares: more than any fleet has nodes is a typo.
+MAX_SPARES = 100_000
 
 
 def _node_id_and_reason(request: Any) -> tuple[str, str]:
@@ -179,6 +183,28 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         """Every pool's setting, by GPU model."""
         pools = await health_commands.automations(self._store)
         return node_pb2.GetHealthAutomationResponse(pools=[automation_to_proto(pool) for pool in pools])
+
+    async def SetSparePool(
+        self, request: node_pb2.SetSparePoolRequest, context: Context
+    ) -> node_pb2.SetSparePoolResponse:
+        """Set how many free nodes of one pool creates must leave for replacements."""
+        v = Violations()
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        if not 0 <= request.spares <= MAX_SPARES:
+            v.add("spares", f"must be 0 to {MAX_SPARES:,}, not {request.spares}")
+        v.raise_if_any()
+        pool = await spares.set_spares(
+            self._store, current_principal(), GPU_MODEL_FROM_PROTO[request.gpu_model], request.spares
+        )
+        return node_pb2.SetSparePoolResponse(pool=spare_pool_to_proto(pool))
+
+    async def ListSparePools(
+        self, request: node_pb2.ListSparePoolsRequest, context: Context
+    ) -> node_pb2.ListSparePoolsResponse:
+        """Every pool's spares and free nodes, by GPU model."""
+        return node_pb2.ListSparePoolsResponse(
+            pools=[spare_pool_to_proto(pool) for pool in await spares.pools(self._store)]
+        )
 
     async def ListHealthEvents(
         self, request: node_pb2.ListHealthEventsRequest, context: Context

@@ -148,6 +148,18 @@ class HealthAutomationRow(SQLModel, table=True):
     updated_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
+class SparePoolRow(SQLModel, table=True):
+    """How many free nodes of one GPU model creates must leave for replacements; a model
+    without a row keeps none."""
+
+    __tablename__ = "spare_pools"
+
+    gpu_model: str = Field(primary_key=True, max_length=16)
+    spares: int
+    actor: str = Field(max_length=96)
+    updated_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 class ActionResultRow(SQLModel, table=True):
     """An action's result as the node's agent reported it: burn-in figures or a scrub report, as JSON.
 
@@ -234,7 +246,7 @@ class AssignmentRow(SQLModel, table=True):
 
 class ReplacementRow(SQLModel, table=True):
     """A node the health controller took from an allocation, and the spare that took its place
-    (NULL: none was free, and the allocation runs degraded)."""
+    (NULL: none was free yet, and the allocation runs degraded)."""
 
     __tablename__ = "replacements"
 
@@ -244,6 +256,8 @@ class ReplacementRow(SQLModel, table=True):
     position: int
     reason: str = Field(max_length=512)
     at_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    # When the spare took the place: at_us, or later for an allocation topped up once a node freed.
+    spare_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class IdempotencyKeyRow(SQLModel, table=True):

@@ -2,7 +2,8 @@
 bus takes its node out of service with the evidence in its events, and so does correctable ECC
 rising report after report; an application's XID only tells the tenant; a pool losing many
 nodes at once keeps all but its hourly limit in service; a node under an allocation is replaced
-by a spare; a GPU slow against the fleet median, sweep after sweep, drains its node."""
+by a spare, one that creates left free when the operator reserved spares, or once a node frees
+up when none was free; a GPU slow against the fleet median, sweep after sweep, drains its node."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from pathlib import Path
 
 import pytest
 
-from clients import Allocation, AsyncClient, InvalidArgumentError, PermissionDeniedError
+from clients import (
+    Allocation,
+    AsyncClient,
+    InvalidArgumentError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+)
 from clients.agent.control import Fault
 from clients.agent.fleet import SimulatedFleet
 from services.health.config import HealthConfig
@@ -331,6 +338,58 @@ async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp
         assert by_node[made.spare_node_id] == [("START", made.time)] * 8
 
 
+async def test_creates_leave_the_pools_spares_and_a_replacement_takes_one(tmp_path: Path, database_url: str) -> None:
+    async with ready_fleet(tmp_path, database_url, 4) as (plane, fleet, operator):
+        tenant = await operator.create_tenant("acme")
+        assert [(p.gpu_model, p.spares, p.updated) for p in await operator.list_spare_pools()][:2] == [
+            ("A100", 0, None),
+            ("H100", 0, None),
+        ]
+        pool = await operator.set_spare_pool("H100", 1)
+        assert (pool.gpu_model, pool.spares, pool.free_nodes) == ("H100", 1, 4)
+        assert pool.actor.startswith("operator:")
+        # Setting it again changes nothing, not even its time.
+        assert await operator.set_spare_pool("H100", 1) == pool
+
+        # Four nodes are free, one of them is the pool's spare: a create of four is refused.
+        with pytest.raises(ResourceExhaustedError) as refused:
+            await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme")
+        assert "4 READY H100 node(s) requested, 4 free, 1 of them held back as spares" in str(refused.value)
+        before = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
+        with pytest.raises(ResourceExhaustedError):
+            await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+        [h100] = [p for p in await operator.list_spare_pools() if p.gpu_model == "H100"]
+        assert (h100.spares, h100.free_nodes) == (1, 1)
+        [spare] = {f"sim-{i:04d}" for i in range(4)} - set(before.node_ids)
+
+        # The spare is there for the health controller: a node off the bus is replaced by it.
+        faulty = before.node_ids[1]
+        fault_time(fleet, faulty, gpu=5, code=79)
+        after = await once_replaced(operator, before.allocation_id)
+        assert after.node_ids == (before.node_ids[0], spare, before.node_ids[2])
+        assert after.degraded_reason == ""
+
+        # Operators only; a count out of range names its field.
+        async with plane.client(tenant.token) as acme:
+            with pytest.raises(PermissionDeniedError):
+                await acme.set_spare_pool("H100", 2)
+        with pytest.raises(InvalidArgumentError) as bad:
+            await operator.set_spare_pool("H100", -1)
+        assert list(bad.value.field_violations) == ["spares"]
+
+        # The same, as an operator reads and sets it on the command line.
+        connect = ["--addr", plane.address, "--token", plane.operator_token]
+        code, output = await asyncio.to_thread(gpucloud, *connect, "health", "spares", "H100", "2", "--json")
+        assert code == 0, output
+        assert (document(output)["spares"], document(output)["free_nodes"]) == (2, 0)
+        code, output = await asyncio.to_thread(gpucloud, *connect, "health", "spares")
+        assert code == 0, output
+        cells = [line.replace("│", " ").split() for line in output.splitlines()]
+        assert [row[:3] for row in cells if row[:1] == ["H100"]] == [["H100", "2", "0"]], output
+        code, output = await asyncio.to_thread(gpucloud, *connect, "health", "spares", "H100")
+        assert code == 2, output
+
+
 async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: Path, database_url: str) -> None:
     async with ready_fleet(tmp_path, database_url, 3) as (_, fleet, operator):
         await operator.create_tenant("acme")
@@ -342,7 +401,7 @@ async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: P
         assert (made.removed_node_id, made.spare_node_id) == (faulty, None)
         assert after.node_ids == before.node_ids[1:]
         assert after.degraded_reason.startswith("degraded: 1 of 3 node(s) missing;")
-        assert f"{faulty} removed by the health controller and no spare H100 node was free" in after.degraded_reason
+        assert f"{faulty} removed by the health controller and no spare H100 node free yet" in after.degraded_reason
 
         # Cancelled, it releases the nodes it still holds; the faulty one is not among them.
         operation = await operator.cancel_allocation(before.allocation_id)
@@ -356,6 +415,45 @@ async def test_with_no_spare_free_the_allocation_says_it_is_degraded(tmp_path: P
         assert stops == sorted(
             [(faulty, raised)] * 8 + [(node, cancelled.cancel_time) for node in before.node_ids[1:]] * 8
         )
+
+
+async def test_a_degraded_allocation_gets_a_spare_once_a_node_frees_up(tmp_path: Path, database_url: str) -> None:
+    async with ready_fleet(tmp_path, database_url, 4) as (_, fleet, operator):
+        await operator.create_tenant("acme")
+        short = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
+        other = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+        [freed] = other.node_ids
+        faulty = short.node_ids[1]
+        fault_time(fleet, faulty, gpu=3, code=79)
+        degraded = await once_replaced(operator, short.allocation_id)
+        assert degraded.degraded_reason.startswith("degraded: 1 of 3 node(s) missing;")
+        [waiting] = degraded.replacements
+        assert (waiting.spare_node_id, waiting.spare_time) == (None, None)
+
+        # The other allocation's node is scrubbed and freed; the sweep gives it to the short one,
+        # in the faulty node's place, billed from then.
+        await operator.cancel_allocation(other.allocation_id)
+
+        async def topped_up() -> bool:
+            return (await operator.get_allocation(short.allocation_id)).degraded_reason == ""
+
+        await until(topped_up, timeout=30)
+        after = await operator.get_allocation(short.allocation_id)
+        assert after.node_ids == (short.node_ids[0], freed, short.node_ids[2])
+        [made] = after.replacements
+        assert (made.removed_node_id, made.spare_node_id, made.time) == (faulty, freed, waiting.time)
+        assert made.spare_time is not None
+        assert waiting.time is not None
+        assert made.spare_time > waiting.time
+        usage = (await operator.list_usage_events(tenant_id="acme", page_size=1000)).items
+        starts = [
+            (e.node_id, e.event_time) for e in usage if e.kind == "START" and e.allocation_id == short.allocation_id
+        ]
+        assert sorted(starts) == sorted(
+            [(node, short.create_time) for node in short.node_ids] * 8 + [(freed, made.spare_time)] * 8
+        )
+        [allocate] = [e for e in (await operator.list_node_events(freed)).items if e.event == "ALLOCATE"][-1:]
+        assert allocate.reason == f"{short.allocation_id}: spare for {faulty}"
 
 
 async def test_a_slow_gpu_is_a_fleet_median_outlier_and_sweep_after_sweep_drains_its_node(

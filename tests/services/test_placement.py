@@ -1,5 +1,6 @@
 """Placement policies: first fit (all or nothing, in fabric order, independent of input order),
-and the check every policy's choice passes before it is allocated."""
+the spare choice nearest a replaced node, and the check every policy's choice passes before it is
+allocated, spares held back."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from services.allocations.placement import POLICY, Candidate, PolicyError, choose, first_fit
+from services.allocations.placement import POLICY, Candidate, PolicyError, choose, first_fit, nearest_to
 
 
 def _key(c: Candidate) -> tuple[str, str, str, str]:
@@ -117,3 +118,31 @@ def test_a_policy_choice_passes_through_as_given() -> None:
     assert choose(lambda candidates, count: ["n3", "n1"], _FOUR, 2) == ["n3", "n1"]
     assert choose(lambda candidates, count: None, _FOUR, 2) is None
     assert choose(first_fit, _FOUR, 2) == ["n0", "n1"]
+
+
+def test_a_choice_that_would_take_the_spares_is_refused_whichever_policy_chose() -> None:
+    """``keep`` free candidates stay behind: five free with two kept places three, not four."""
+    candidates = [Candidate(node_id=f"n{i}", zone="z", rack="r", leaf_switch="l") for i in range(5)]
+    assert choose(first_fit, candidates, 3, keep=2) == ["n0", "n1", "n2"]
+    assert choose(first_fit, candidates, 4, keep=2) is None
+    assert choose(nearest_to(candidates[4]), candidates, 4, keep=2) is None
+    assert choose(first_fit, candidates, 5) == [c.node_id for c in candidates]
+
+
+def test_nearest_takes_the_same_leaf_switch_then_rack_then_zone_then_anywhere() -> None:
+    """A spare for a node comes from under its leaf switch first, then its rack, then its
+    zone; fabric order among equals, whatever the input order."""
+    anchor = Candidate(zone="z1", rack="r2", leaf_switch="l2", node_id="gone")
+    far = Candidate(zone="z0", rack="r0", leaf_switch="l0", node_id="a-far")
+    zone = Candidate(zone="z1", rack="r9", leaf_switch="l9", node_id="b-zone")
+    rack = Candidate(zone="z1", rack="r2", leaf_switch="l3", node_id="c-rack")
+    leaf = [Candidate(zone="z1", rack="r3", leaf_switch="l2", node_id=f"d-leaf-{i}") for i in (2, 1)]
+    candidates = [far, zone, rack, *leaf]
+    near = nearest_to(anchor)
+    assert near(candidates, 2) == ["d-leaf-1", "d-leaf-2"]
+    assert near(candidates, 3) == ["d-leaf-1", "d-leaf-2", "c-rack"]
+    assert near(candidates, 5) == ["d-leaf-1", "d-leaf-2", "c-rack", "b-zone", "a-far"]
+    assert near([far, zone], 1) == ["b-zone"]
+    assert near(candidates, 6) is None
+    # First fit would have taken the far node: it is first in fabric order.
+    assert first_fit(candidates, 1) == ["a-far"]

@@ -27,35 +27,35 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpucloud.v1 import node_pb2 as gpucloud_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgpucloud/v1/allocation.proto\x12\x0bgpucloud.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\x94\x03\n\nAllocation\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12(\n\tgpu_model\x18\x03 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x04 \x01(\x05\x12+\n\x05state\x18\x05 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x10\n\x08node_ids\x18\x06 \x03(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63\x61ncel_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0creplacements\x18\n \x03(\x0b\x32\x1c.gpucloud.v1.NodeReplacement\x12\x17\n\x0f\x64\x65graded_reason\x18\x0b \x01(\t\"{\n\x0fNodeReplacement\x12\x17\n\x0fremoved_node_id\x18\x01 \x01(\t\x12\x15\n\rspare_node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xef\x01\n\x18\x43\x61ncelAllocationMetadata\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x30\n\x0crequest_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bnodes_total\x18\x05 \x01(\x05\x12\x16\n\x0enodes_released\x18\x06 \x01(\x05\"~\n\x17\x43reateAllocationRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"G\n\x18\x43reateAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"-\n\x14GetAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"D\n\x15GetAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"\x7f\n\x16ListAllocationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\"`\n\x17ListAllocationsResponse\x12,\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x17\x43\x61ncelAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t*\x91\x01\n\x0f\x41llocationState\x12 \n\x1c\x41LLOCATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41LLOCATION_STATE_ACTIVE\x10\x01\x12\x1f\n\x1b\x41LLOCATION_STATE_CANCELLING\x10\x02\x12\x1e\n\x1a\x41LLOCATION_STATE_CANCELLED\x10\x03\x32\x83\x03\n\x11\x41llocationService\x12_\n\x10\x43reateAllocation\x12$.gpucloud.v1.CreateAllocationRequest\x1a%.gpucloud.v1.CreateAllocationResponse\x12V\n\rGetAllocation\x12!.gpucloud.v1.GetAllocationRequest\x1a\".gpucloud.v1.GetAllocationResponse\x12\\\n\x0fListAllocations\x12#.gpucloud.v1.ListAllocationsRequest\x1a$.gpucloud.v1.ListAllocationsResponse\x12W\n\x10\x43\x61ncelAllocation\x12$.gpucloud.v1.CancelAllocationRequest\x1a\x1d.google.longrunning.Operationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgpucloud/v1/allocation.proto\x12\x0bgpucloud.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\x94\x03\n\nAllocation\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12(\n\tgpu_model\x18\x03 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x04 \x01(\x05\x12+\n\x05state\x18\x05 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x10\n\x08node_ids\x18\x06 \x03(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63\x61ncel_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0creplacements\x18\n \x03(\x0b\x32\x1c.gpucloud.v1.NodeReplacement\x12\x17\n\x0f\x64\x65graded_reason\x18\x0b \x01(\t\"\xab\x01\n\x0fNodeReplacement\x12\x17\n\x0fremoved_node_id\x18\x01 \x01(\t\x12\x15\n\rspare_node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nspare_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xef\x01\n\x18\x43\x61ncelAllocationMetadata\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x30\n\x0crequest_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bnodes_total\x18\x05 \x01(\x05\x12\x16\n\x0enodes_released\x18\x06 \x01(\x05\"~\n\x17\x43reateAllocationRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\"G\n\x18\x43reateAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"-\n\x14GetAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"D\n\x15GetAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"\x7f\n\x16ListAllocationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\"`\n\x17ListAllocationsResponse\x12,\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x17\x43\x61ncelAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t*\x91\x01\n\x0f\x41llocationState\x12 \n\x1c\x41LLOCATION_STATE_UNSPECIFIED\x10\x00\x12\x1b\n\x17\x41LLOCATION_STATE_ACTIVE\x10\x01\x12\x1f\n\x1b\x41LLOCATION_STATE_CANCELLING\x10\x02\x12\x1e\n\x1a\x41LLOCATION_STATE_CANCELLED\x10\x03\x32\x83\x03\n\x11\x41llocationService\x12_\n\x10\x43reateAllocation\x12$.gpucloud.v1.CreateAllocationRequest\x1a%.gpucloud.v1.CreateAllocationResponse\x12V\n\rGetAllocation\x12!.gpucloud.v1.GetAllocationRequest\x1a\".gpucloud.v1.GetAllocationResponse\x12\\\n\x0fListAllocations\x12#.gpucloud.v1.ListAllocationsRequest\x1a$.gpucloud.v1.ListAllocationsResponse\x12W\n\x10\x43\x61ncelAllocation\x12$.gpucloud.v1.CancelAllocationRequest\x1a\x1d.google.longrunning.Operationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'gpucloud.v1.allocation_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_ALLOCATIONSTATE']._serialized_start=1509
-  _globals['_ALLOCATIONSTATE']._serialized_end=1654
+  _globals['_ALLOCATIONSTATE']._serialized_start=1558
+  _globals['_ALLOCATIONSTATE']._serialized_end=1703
   _globals['_ALLOCATION']._serialized_start=140
   _globals['_ALLOCATION']._serialized_end=544
-  _globals['_NODEREPLACEMENT']._serialized_start=546
-  _globals['_NODEREPLACEMENT']._serialized_end=669
-  _globals['_CANCELALLOCATIONMETADATA']._serialized_start=672
-  _globals['_CANCELALLOCATIONMETADATA']._serialized_end=911
-  _globals['_CREATEALLOCATIONREQUEST']._serialized_start=913
-  _globals['_CREATEALLOCATIONREQUEST']._serialized_end=1039
-  _globals['_CREATEALLOCATIONRESPONSE']._serialized_start=1041
-  _globals['_CREATEALLOCATIONRESPONSE']._serialized_end=1112
-  _globals['_GETALLOCATIONREQUEST']._serialized_start=1114
-  _globals['_GETALLOCATIONREQUEST']._serialized_end=1159
-  _globals['_GETALLOCATIONRESPONSE']._serialized_start=1161
-  _globals['_GETALLOCATIONRESPONSE']._serialized_end=1229
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=1231
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=1358
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=1360
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=1456
-  _globals['_CANCELALLOCATIONREQUEST']._serialized_start=1458
-  _globals['_CANCELALLOCATIONREQUEST']._serialized_end=1506
-  _globals['_ALLOCATIONSERVICE']._serialized_start=1657
-  _globals['_ALLOCATIONSERVICE']._serialized_end=2044
+  _globals['_NODEREPLACEMENT']._serialized_start=547
+  _globals['_NODEREPLACEMENT']._serialized_end=718
+  _globals['_CANCELALLOCATIONMETADATA']._serialized_start=721
+  _globals['_CANCELALLOCATIONMETADATA']._serialized_end=960
+  _globals['_CREATEALLOCATIONREQUEST']._serialized_start=962
+  _globals['_CREATEALLOCATIONREQUEST']._serialized_end=1088
+  _globals['_CREATEALLOCATIONRESPONSE']._serialized_start=1090
+  _globals['_CREATEALLOCATIONRESPONSE']._serialized_end=1161
+  _globals['_GETALLOCATIONREQUEST']._serialized_start=1163
+  _globals['_GETALLOCATIONREQUEST']._serialized_end=1208
+  _globals['_GETALLOCATIONRESPONSE']._serialized_start=1210
+  _globals['_GETALLOCATIONRESPONSE']._serialized_end=1278
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=1280
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=1407
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=1409
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=1505
+  _globals['_CANCELALLOCATIONREQUEST']._serialized_start=1507
+  _globals['_CANCELALLOCATIONREQUEST']._serialized_end=1555
+  _globals['_ALLOCATIONSERVICE']._serialized_start=1706
+  _globals['_ALLOCATIONSERVICE']._serialized_end=2093
 # @@protoc_insertion_point(module_scope)

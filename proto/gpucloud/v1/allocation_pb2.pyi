@@ -125,13 +125,22 @@ class NodeReplacement(_message.Message):
     SPARE_NODE_ID_FIELD_NUMBER: _builtins.int
     REASON_FIELD_NUMBER: _builtins.int
     TIME_FIELD_NUMBER: _builtins.int
+    SPARE_TIME_FIELD_NUMBER: _builtins.int
     removed_node_id: _builtins.str
     spare_node_id: _builtins.str
-    """Empty when no spare was free: the allocation is degraded."""
+    """Empty while no spare has been free: the allocation is degraded."""
     reason: _builtins.str
     """The decision with its evidence: the signal, the strikes and window, the rule."""
     @_builtins.property
-    def time(self) -> _timestamp_pb2.Timestamp: ...
+    def time(self) -> _timestamp_pb2.Timestamp:
+        """When the node was taken."""
+
+    @_builtins.property
+    def spare_time(self) -> _timestamp_pb2.Timestamp:
+        """When the spare took its place, from which it is billed: the same as time, or later for
+        an allocation that waited for a node of its model to free up. Unset while degraded.
+        """
+
     def __init__(
         self,
         *,
@@ -139,10 +148,11 @@ class NodeReplacement(_message.Message):
         spare_node_id: _builtins.str = ...,
         reason: _builtins.str = ...,
         time: _timestamp_pb2.Timestamp | None = ...,
+        spare_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["time", b"time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spare_time", b"spare_time", "time", b"time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "removed_node_id", b"removed_node_id", "spare_node_id", b"spare_node_id", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "removed_node_id", b"removed_node_id", "spare_node_id", b"spare_node_id", "spare_time", b"spare_time", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -549,6 +549,124 @@ class GetHealthAutomationResponse(_message.Message):
 Global___GetHealthAutomationResponse: _TypeAlias = GetHealthAutomationResponse  # noqa: Y015
 
 @_typing.final
+class SparePool(_message.Message):
+    """The free nodes of a pool (one GPU model) that creates leave for replacements."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    SPARES_FIELD_NUMBER: _builtins.int
+    FREE_NODES_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    spares: _builtins.int
+    """How many free nodes creates must leave."""
+    free_nodes: _builtins.int
+    """READY, placeable nodes of the model now, spares included."""
+    actor: _builtins.str
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp:
+        """Unset for a pool never set."""
+
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        spares: _builtins.int = ...,
+        free_nodes: _builtins.int = ...,
+        actor: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "free_nodes", b"free_nodes", "gpu_model", b"gpu_model", "spares", b"spares", "update_time", b"update_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SparePool: _TypeAlias = SparePool  # noqa: Y015
+
+@_typing.final
+class SetSparePoolRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    SPARES_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    spares: _builtins.int
+    """0 to 100,000."""
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        spares: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_model", b"gpu_model", "spares", b"spares"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSparePoolRequest: _TypeAlias = SetSparePoolRequest  # noqa: Y015
+
+@_typing.final
+class SetSparePoolResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pool(self) -> Global___SparePool: ...
+    def __init__(
+        self,
+        *,
+        pool: Global___SparePool | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["pool", b"pool"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pool", b"pool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetSparePoolResponse: _TypeAlias = SetSparePoolResponse  # noqa: Y015
+
+@_typing.final
+class ListSparePoolsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSparePoolsRequest: _TypeAlias = ListSparePoolsRequest  # noqa: Y015
+
+@_typing.final
+class ListSparePoolsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___SparePool]:
+        """One per GPU model, in the enum's order."""
+
+    def __init__(
+        self,
+        *,
+        pools: _abc.Iterable[Global___SparePool] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pools", b"pools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListSparePoolsResponse: _TypeAlias = ListSparePoolsResponse  # noqa: Y015
+
+@_typing.final
 class RegisterNodeRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -110,6 +110,16 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.FromString,
                 _registered_method=True)
+        self.SetSparePool = channel.unary_unary(
+                '/gpucloud.v1.NodeService/SetSparePool',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.SetSparePoolRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.SetSparePoolResponse.FromString,
+                _registered_method=True)
+        self.ListSparePools = channel.unary_unary(
+                '/gpucloud.v1.NodeService/ListSparePools',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -225,6 +235,22 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetSparePool(self, request, context):
+        """Sets a pool's spares: how many of its free nodes creates must leave, for the health
+        controller's replacements. A create that would take them is RESOURCE_EXHAUSTED; a
+        replacement may take any free node. Setting what is set already changes nothing.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSparePools(self, request, context):
+        """Every pool's spares and its free nodes now; a pool never set keeps none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -302,6 +328,16 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.AuditIsolation,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.SerializeToString,
+            ),
+            'SetSparePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetSparePool,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.SetSparePoolRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.SetSparePoolResponse.SerializeToString,
+            ),
+            'ListSparePools': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSparePools,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -710,6 +746,60 @@ class NodeService:
             '/gpucloud.v1.NodeService/AuditIsolation',
             gpucloud_dot_v1_dot_node__pb2.AuditIsolationRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.AuditIsolationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetSparePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/SetSparePool',
+            gpucloud_dot_v1_dot_node__pb2.SetSparePoolRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.SetSparePoolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSparePools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/ListSparePools',
+            gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

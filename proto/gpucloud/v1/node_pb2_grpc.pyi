@@ -55,6 +55,13 @@ class NodeServiceStub:
     node belongs to, and lists every violation. Nodes whose agent never reported are not
     checked. Operators only.
     """
+    SetSparePool: _aio.UnaryUnaryMultiCallable[_node_pb2.SetSparePoolRequest, _node_pb2.SetSparePoolResponse]
+    """Sets a pool's spares: how many of its free nodes creates must leave, for the health
+    controller's replacements. A create that would take them is RESOURCE_EXHAUSTED; a
+    replacement may take any free node. Setting what is set already changes nothing.
+    """
+    ListSparePools: _aio.UnaryUnaryMultiCallable[_node_pb2.ListSparePoolsRequest, _node_pb2.ListSparePoolsResponse]
+    """Every pool's spares and its free nodes now; a pool never set keeps none."""
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator (and, later, agent) view of the fleet."""
@@ -187,5 +194,24 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         node belongs to, and lists every violation. Nodes whose agent never reported are not
         checked. Operators only.
         """
+
+    @_abc_1.abstractmethod
+    def SetSparePool(
+        self,
+        request: _node_pb2.SetSparePoolRequest,
+        context: _aio.ServicerContext[_node_pb2.SetSparePoolRequest, _abc.Awaitable[_node_pb2.SetSparePoolResponse]],
+    ) -> _abc.Awaitable[_node_pb2.SetSparePoolResponse]:
+        """Sets a pool's spares: how many of its free nodes creates must leave, for the health
+        controller's replacements. A create that would take them is RESOURCE_EXHAUSTED; a
+        replacement may take any free node. Setting what is set already changes nothing.
+        """
+
+    @_abc_1.abstractmethod
+    def ListSparePools(
+        self,
+        request: _node_pb2.ListSparePoolsRequest,
+        context: _aio.ServicerContext[_node_pb2.ListSparePoolsRequest, _abc.Awaitable[_node_pb2.ListSparePoolsResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ListSparePoolsResponse]:
+        """Every pool's spares and its free nodes now; a pool never set keeps none."""
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _aio.Server) -> None: ...

@@ -384,6 +384,25 @@ async def test_tenant_service_bad_input(world: World) -> None:
 # NodeService ---------------------------------------------------------------------------------
 
 
+async def test_spare_pool_bad_input(world: World) -> None:
+    """SetSparePool names an unknown pool or a count out of range, and sets nothing."""
+    n = "node"
+
+    def request(gpu_model: int = 2, spares: int = 1) -> node_pb2.SetSparePoolRequest:
+        return node_pb2.SetSparePoolRequest(gpu_model=_as_gpu_model(gpu_model), spares=spares)
+
+    await check_cases(
+        world,
+        [
+            invalid("model unspecified", n, "SetSparePool", request(0), "gpu_model"),
+            invalid("model unknown", n, "SetSparePool", request(99), "gpu_model"),
+            invalid("negative", n, "SetSparePool", request(spares=-1), "spares"),
+            invalid("over 100,000", n, "SetSparePool", request(spares=100_001), "spares"),
+            invalid("both", n, "SetSparePool", request(99, -5), "gpu_model", "spares"),
+        ],
+    )
+
+
 async def test_health_automation_and_events_bad_input(world: World) -> None:
     """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing;
     ListHealthEvents names a time a Timestamp cannot hold."""

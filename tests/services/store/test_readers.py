@@ -90,11 +90,13 @@ async def test_close_waits_for_reads_in_flight(sqlite_file: str) -> None:
 
     read = asyncio.ensure_future(readers.query(slow()))
     await asyncio.to_thread(started.wait, 5)
-    closing = asyncio.ensure_future(readers.close())
-    ended: list[str] = []
-    read.add_done_callback(lambda _: ended.append("read"))
-    closing.add_done_callback(lambda _: ended.append("close"))
+
+    async def close() -> bool:
+        """Close; whether the read had ended by the time close returned."""
+        await readers.close()
+        return read.done()
+
+    closing = asyncio.ensure_future(close())
     release.set()
+    assert await closing
     assert await read == []
-    await closing
-    assert ended == ["read", "close"]

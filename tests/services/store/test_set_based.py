@@ -291,7 +291,7 @@ EXPECTED_CREATES: list[Outcome] = [
         "ResourceExhausted",
         "INSUFFICIENT_CAPACITY",
         "6 READY H100 node(s) requested, 4 free; nothing was allocated",
-        (("free", "4"), ("gpu_model", "H100"), ("requested", "6")),
+        (("free", "4"), ("gpu_model", "H100"), ("requested", "6"), ("spares", "0")),
     ),
     ok("A10", "globex", "H100", ("h02", "h04", "h06")),
     ok("A11", "acme", "H100", ("h08",)),
