@@ -16,6 +16,7 @@ import structlog
 from clients.agent.control import GPUS_PER_NODE, ControlLineError, ControlTail, Fault, Injection, format_line
 from clients.agent.fabric import SimulatedFabric
 from clients.agent.inventory import ThrottleReason
+from clients.agent.journal import Journal, journal_path
 from clients.agent.runner import (
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER,
@@ -98,7 +99,8 @@ class SimulatedFleet:
     beats every ``interval_s`` (jittered by ``jitter``) and shares ``stats`` and one bound of
     ``max_in_flight`` calls. ``seed`` fixes every node's GPUs, figures and jitter. ``control_path``,
     when given, is a control file whose lines appended after the fleet was made are applied
-    every ``control_poll_s``.
+    every ``control_poll_s``. ``journal_dir``, when given, holds each node's journal of
+    undelivered XID events (``journal_path``), which a fleet started again over it replays.
     """
 
     def __init__(
@@ -118,6 +120,7 @@ class SimulatedFleet:
         control_path: Path | None = None,
         control_poll_s: float = DEFAULT_CONTROL_POLL_S,
         telemetry: bool = True,
+        journal_dir: Path | None = None,
     ) -> None:
         check_timing(interval_s, jitter)
         if max_in_flight < 1:
@@ -155,6 +158,7 @@ class SimulatedFleet:
                 telemetry=telemetry,
                 stats=self.stats,
                 seed=seed,
+                journal=Journal(None if journal_dir is None else journal_path(journal_dir, node_id)),
             )
             self.nodes[node_id] = SimulatedNode(identity, gpus, work, agent, fabric)
 

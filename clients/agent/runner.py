@@ -19,7 +19,7 @@ import math
 import random
 import time
 from collections import Counter, OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -28,7 +28,8 @@ import structlog
 
 from clients.agent.backend import GpuBackend
 from clients.agent.fabric import Fabric, UnmanagedFabric
-from clients.agent.inventory import GpuInfo, GpuSample, XidEvent
+from clients.agent.inventory import GpuInfo, GpuSample
+from clients.agent.journal import Entry, Journal
 from clients.agent.work import NodeWork
 from gpucloud.v1 import agent_pb2, agent_pb2_grpc, metrics_pb2, metrics_pb2_grpc, node_pb2
 
@@ -131,25 +132,20 @@ def gpu_messages(inventory: Iterable[GpuInfo]) -> list[node_pb2.Gpu]:
 
 
 def node_status(
-    samples: Iterable[GpuSample],
-    xid_codes: Mapping[int, Sequence[int]],
-    gpus: int = GPUS_PER_NODE,
-    partitions: Sequence[int] = (),
-    xid_times_ms: Mapping[int, Sequence[int]] | None = None,
+    samples: Iterable[GpuSample], xids: Iterable[Entry] = (), gpus: int = GPUS_PER_NODE, partitions: Sequence[int] = ()
 ) -> agent_pb2.NodeStatus:
-    """GPUs ``0..gpus-1`` as the samples show them (one missing from them is not present) with
-    the XID codes given per index (and when each was raised, if given), and the node's fabric
-    partitions."""
+    """GPUs ``0..gpus-1`` as the samples show them (one missing from them is not present), with
+    the journal's XID entries on their GPUs (each with its time and number), and the node's
+    fabric partitions."""
     by_index = {sample.index: sample for sample in samples}
-    times = xid_times_ms or {}
-    statuses = []
-    for index in range(gpus):
-        status = agent_pb2.GpuStatus(
-            index=index,
-            present=index in by_index,
-            xid_codes=xid_codes.get(index, ()),
-            xid_times_ms=times.get(index, ()),
-        )
+    statuses = [agent_pb2.GpuStatus(index=index, present=index in by_index) for index in range(gpus)]
+    for entry in xids:
+        if 0 <= entry.gpu < gpus:
+            status = statuses[entry.gpu]
+            status.xid_codes.append(entry.code)
+            status.xid_times_ms.append(entry.time_ms)
+            status.xid_seqs.append(entry.seq)
+    for index, status in enumerate(statuses):
         sample = by_index.get(index)
         if sample is not None:
             status.throttle_reasons.extend(sorted(reason.value for reason in sample.throttle_reasons or ()))
@@ -158,7 +154,6 @@ def node_status(
             if sample.remapped_rows is not None:
                 status.remapped_rows_pending = sample.remapped_rows.pending
                 status.remapped_rows_failure = sample.remapped_rows.failure
-        statuses.append(status)
     return agent_pb2.NodeStatus(gpus=statuses, partition_keys=sorted(partitions))
 
 
@@ -171,37 +166,29 @@ def node_samples(node_id: str, samples: Sequence[GpuSample]) -> metrics_pb2.Node
 
 
 class StatusTracker:
-    """Which status to report and when: XID codes gather until a report carrying them is sent,
-    and a status is due when it differs from the last one sent (counters included), when
-    results are pending, or when none was sent since ``reset``."""
+    """Which status to report and when: every status carries the journal's undelivered XID
+    events, and a status is due when it differs from the last one the control plane stored
+    (counters included), or when none was stored yet."""
 
-    def __init__(self, gpus: int = GPUS_PER_NODE) -> None:
+    def __init__(self, journal: Journal | None = None, gpus: int = GPUS_PER_NODE) -> None:
         self._gpus = gpus
-        # The XID codes not delivered yet and when each was raised: kept through an outage of
-        # the control plane, so that a fault counts from when it happened.
-        self._xids: dict[int, list[int]] = {}
-        self._xid_times: dict[int, list[int]] = {}
+        # The XID events not delivered yet: kept through an outage of the control plane, and in
+        # a file through a restart of the agent, so that a fault counts from when it happened.
+        self.journal = journal if journal is not None else Journal()
         self._last_sent: agent_pb2.NodeStatus | None = None
 
-    def observe(
-        self, samples: Iterable[GpuSample], events: Iterable[XidEvent], partitions: Sequence[int] = ()
-    ) -> agent_pb2.NodeStatus:
-        """The status now, with every XID code gathered since the last report sent."""
-        for event in events:
-            if 0 <= event.index < self._gpus:
-                self._xids.setdefault(event.index, []).append(event.code)
-                self._xid_times.setdefault(event.index, []).append(event.timestamp_ms)
-        return node_status(samples, self._xids, self._gpus, partitions, self._xid_times)
+    def observe(self, samples: Iterable[GpuSample], partitions: Sequence[int] = ()) -> agent_pb2.NodeStatus:
+        """The status now, with every XID event the journal has not delivered."""
+        return node_status(samples, self.journal.pending, self._gpus, partitions)
 
     def changed(self, status: agent_pb2.NodeStatus) -> bool:
         """Whether ``status`` differs from the last one the control plane stored (or none was)."""
         return self._last_sent is None or status != self._last_sent
 
-    def sent(self, status: agent_pb2.NodeStatus) -> None:
-        """``status`` reached the control plane: its XID codes are delivered."""
+    def sent(self, status: agent_pb2.NodeStatus) -> int:
+        """``status`` reached the control plane; the last journal number it delivered (0: none)."""
         self._last_sent = status
-        self._xids.clear()
-        self._xid_times.clear()
+        return max((seq for gpu in status.gpus for seq in gpu.xid_seqs), default=0)
 
 
 class ActionBook:
@@ -363,7 +350,8 @@ class NodeAgent:
     ``registrations`` too, which a fleet makes smaller, so that thousands of agents starting at
     once never queue the registered ones' heartbeats and reports behind their registrations.
     ``telemetry=False`` sends no samples to MetricsService (a benchmark of the control loop
-    alone). ``seed`` fixes the jitter; None draws it.
+    alone). ``seed`` fixes the jitter; None draws it. ``journal`` keeps the XID events until
+    they are delivered (journal.py); without one they are kept in memory.
     """
 
     def __init__(
@@ -383,6 +371,7 @@ class NodeAgent:
         telemetry: bool = True,
         stats: AgentStats | None = None,
         seed: int | None = None,
+        journal: Journal | None = None,
     ) -> None:
         check_timing(interval_s, jitter)
         if not (math.isfinite(rpc_timeout_s) and rpc_timeout_s > 0):
@@ -403,7 +392,7 @@ class NodeAgent:
         self._random = random.Random() if seed is None else random.Random(f"agent/{identity.node_id}/{seed}")
         self._override_s: float | None = None
         self._book = ActionBook()
-        self._status = StatusTracker()
+        self._status = StatusTracker(journal)
         self._faults = LinkFaults()
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._failing: set[str] = set()
@@ -507,7 +496,7 @@ class NodeAgent:
 
     async def _register(self, agents: agent_pb2_grpc.AgentServiceStub) -> None:
         identity = self.identity
-        status = self._status.observe(self._backend.sample(), self._backend.xid_events(), self._fabric.partitions())
+        status = await self._observe(self._backend.sample())
         request = agent_pb2.RegisterAgentRequest(
             node_id=identity.node_id,
             gpu_model=identity.gpu_model_value,
@@ -534,7 +523,7 @@ class NodeAgent:
                 self._ok("RegisterAgent")
                 self.stats.registrations += 1
                 self._node = response.node
-                self._status.sent(status)
+                await self._delivered(status)
                 self._follow(response.instructions)
                 self._registered.set()
                 log.debug("agent_registered", node=identity.node_id, state=node_pb2.NodeState.Name(response.node.state))
@@ -590,7 +579,7 @@ class NodeAgent:
             self._failed("Connect", error)
 
     async def _report(self, agents: agent_pb2_grpc.AgentServiceStub, samples: Sequence[GpuSample]) -> None:
-        status = self._status.observe(samples, self._backend.xid_events(), self._fabric.partitions())
+        status = await self._observe(samples)
         results = self._book.results()
         changed = self._status.changed(status)
         if not (changed or results):
@@ -609,8 +598,22 @@ class NodeAgent:
         self.stats.reports_sent += 1
         self._ok("ReportStatus")
         if changed:
-            self._status.sent(status)
+            await self._delivered(status)
         self._follow(response.instructions)
+
+    async def _observe(self, samples: Sequence[GpuSample]) -> agent_pb2.NodeStatus:
+        """The status to report: the XID events the driver raised since the last look go into
+        the journal first (on disk before any report carries them)."""
+        events = self._backend.xid_events()
+        if events:
+            await asyncio.to_thread(self._status.journal.record, events)
+        return self._status.observe(samples, self._fabric.partitions())
+
+    async def _delivered(self, status: agent_pb2.NodeStatus) -> None:
+        """``status`` was stored: the journal entries it carried are delivered."""
+        through = self._status.sent(status)
+        if through:
+            await asyncio.to_thread(self._status.journal.delivered, through)
 
     async def _telemetry(self, metrics: metrics_pb2_grpc.MetricsServiceStub, samples: Sequence[GpuSample]) -> None:
         batch = node_samples(self.identity.node_id, samples)

@@ -15,6 +15,7 @@ import typer
 from clients.agent.backend import NoGpuFound
 from clients.agent.control import ControlLineError, Fault, Injection, append, format_line
 from clients.agent.fleet import DEFAULT_MAX_IN_FLIGHT, SimulatedFleet, UnknownNode
+from clients.agent.journal import Journal, JournalCorrupt, journal_path
 from clients.agent.runner import (
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER,
@@ -33,12 +34,18 @@ from clients.errors import GpucloudError
 OPERATOR_TOKEN_FILE = "operator.token"
 # The control file a simulated fleet watches, under the data directory.
 CONTROL_FILE = Path("agents") / "inject.jsonl"
+# Each node's journal of the XID events its agent has not delivered, under the data directory.
+JOURNAL_DIR = Path("agents") / "journal"
 DEFAULT_DATA_DIR = Path("./data")
 
 agent = typer.Typer(help="Node agents: this machine's, a simulated fleet, and faults injected into it.")
 
 DataDir = Annotated[
-    Path, typer.Option(help=f"The data directory; the control file defaults to <data dir>/{CONTROL_FILE}.")
+    Path,
+    typer.Option(
+        help=f"The data directory: agents keep their journals in <data dir>/{JOURNAL_DIR}; the control file"
+        f" defaults to <data dir>/{CONTROL_FILE}."
+    ),
 ]
 ControlFile = Annotated[
     Path | None, typer.Option("--control", help=f"The control file (default: <data dir>/{CONTROL_FILE}).")
@@ -119,7 +126,7 @@ def agent_run(
         identity = NodeIdentity(node_id, gpu_model, zone, rack, leaf_switch)
     except ValueError as error:
         _usage(f"--gpu-model {gpu_model}: {str(error).removeprefix('gpu_model: ')}")
-    _run_real(ctx, identity, token, interval, jitter, max_in_flight)
+    _run_real(ctx, identity, token, interval, jitter, max_in_flight, data_dir)
 
 
 def _typed(ctx: typer.Context, name: str) -> bool:
@@ -153,7 +160,13 @@ def _configure_logging() -> None:
 
 
 def _run_real(
-    ctx: typer.Context, identity: NodeIdentity, token: str, interval: float, jitter: float, max_in_flight: int
+    ctx: typer.Context,
+    identity: NodeIdentity,
+    token: str,
+    interval: float,
+    jitter: float,
+    max_in_flight: int,
+    data_dir: Path,
 ) -> None:
     address = _address(ctx)
     from clients.agent.nvml import NvmlBackend
@@ -164,6 +177,12 @@ def _run_real(
         render.fail(str(error))
         raise typer.Exit(EXIT_ERROR) from None
     _configure_logging()
+    try:
+        journal = Journal(journal_path(data_dir / JOURNAL_DIR, identity.node_id))
+    except (OSError, JournalCorrupt) as error:
+        backend.close()
+        render.fail(f"the agent's journal: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
     node_agent = NodeAgent(
         address,
         identity,
@@ -173,6 +192,7 @@ def _run_real(
         interval_s=interval,
         jitter=jitter,
         semaphore=asyncio.Semaphore(max_in_flight),
+        journal=journal,
     )
     _say(
         f"agent of node {identity.node_id} ({len(backend.inventory())} GPUs) reporting to {address}"
@@ -220,9 +240,20 @@ def _run_simulated(
 ) -> None:
     address = _address(ctx)
     operator_token = _operator_token(ctx, data_dir)
-    fleet = SimulatedFleet(
-        address, count, interval_s=interval, jitter=jitter, max_in_flight=max_in_flight, seed=seed, control_path=control
-    )
+    try:
+        fleet = SimulatedFleet(
+            address,
+            count,
+            interval_s=interval,
+            jitter=jitter,
+            max_in_flight=max_in_flight,
+            seed=seed,
+            control_path=control,
+            journal_dir=data_dir / JOURNAL_DIR,
+        )
+    except (OSError, JournalCorrupt) as error:
+        render.fail(f"the agents' journals: {error}")
+        raise typer.Exit(EXIT_ERROR) from None
     for entry in slow:
         node, _, factor = entry.partition("=")
         try:

@@ -26,6 +26,8 @@ RESULT_FIELD = {ActionKind.BURN_IN: "burn_in", ActionKind.SCRUB: "scrub"}
 
 MAX_RESULTS = 8
 MAX_LIST = 32
+# An XID's journal number is stored negated in health_observations.seq, a 32-bit integer.
+MAX_JOURNAL_SEQ = 2**31 - 1
 GPU_TEXT_LIMITS = {"name": 96, "serial": 64, "driver_version": 32, "vbios_version": 32, "inforom_version": 32}
 
 
@@ -82,10 +84,7 @@ def checked_status(v: Violations, status: agent_pb2.NodeStatus) -> str:
             v.add(path, f"at most {MAX_LIST} throttle reasons and {MAX_LIST} XID codes")
         for j, reason in enumerate(gpu.throttle_reasons):
             v.text(f"{path}.throttle_reasons[{j}]", reason, max_length=64, required=True)
-        if any(code < 0 for code in gpu.xid_codes):
-            v.add(f"{path}.xid_codes", "must not be negative")
-        if gpu.xid_times_ms and len(gpu.xid_times_ms) != len(gpu.xid_codes):
-            v.add(f"{path}.xid_times_ms", "must give one time for each of xid_codes, or none")
+        _check_xids(v, path, gpu)
         if gpu.ecc_corrected_total < 0 or gpu.ecc_uncorrected_total < 0:
             v.add(path, "ECC counts must not be negative")
     keys = list(status.partition_keys)
@@ -94,6 +93,18 @@ def checked_status(v: Violations, status: agent_pb2.NodeStatus) -> str:
     elif len(set(keys)) != len(keys) or not all(0 < key <= DEFAULT_PARTITION_KEY for key in keys):
         v.add("status.partition_keys", f"must be distinct partition keys 1-{DEFAULT_PARTITION_KEY}")
     return json_format.MessageToJson(status, sort_keys=True, indent=None)
+
+
+def _check_xids(v: Violations, path: str, gpu: agent_pb2.GpuStatus) -> None:
+    """A GPU's XID codes, with a time and a journal number for each or for none."""
+    if any(code < 0 for code in gpu.xid_codes):
+        v.add(f"{path}.xid_codes", "must not be negative")
+    if gpu.xid_times_ms and len(gpu.xid_times_ms) != len(gpu.xid_codes):
+        v.add(f"{path}.xid_times_ms", "must give one time for each of xid_codes, or none")
+    if gpu.xid_seqs and len(gpu.xid_seqs) != len(gpu.xid_codes):
+        v.add(f"{path}.xid_seqs", "must give one number for each of xid_codes, or none")
+    elif not all(0 < seq <= MAX_JOURNAL_SEQ for seq in gpu.xid_seqs):
+        v.add(f"{path}.xid_seqs", f"must be journal sequence numbers 1-{MAX_JOURNAL_SEQ:,}")
 
 
 def checked_results(v: Violations, results: list[agent_pb2.ActionResult]) -> list[ResultRecord]:
@@ -137,6 +148,7 @@ def gpu_readings(status: agent_pb2.NodeStatus) -> list[GpuReading]:
             frozenset(gpu.throttle_reasons),
             tuple(gpu.xid_codes),
             tuple(gpu.xid_times_ms),
+            tuple(gpu.xid_seqs),
             gpu.ecc_corrected_total,
             gpu.ecc_uncorrected_total,
             gpu.remapped_rows_pending,

@@ -128,11 +128,13 @@ POLICY: tuple[Rule, ...] = (
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One bad signal seen on a node at ``at_s`` (seconds, any epoch the caller keeps), on
-    ``gpu`` (None: the node as a whole)."""
+    ``gpu`` (None: the node as a whole); ``journal_seq`` is the number the node's agent journal
+    gave it (an XID), by which a replay of it is known (None: not journaled)."""
 
     signal: str
     at_s: float
     gpu: int | None = None
+    journal_seq: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

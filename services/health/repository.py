@@ -21,15 +21,23 @@ SETTLING = (NodeEvent.DRAIN.value, NodeEvent.HEALTH.value)
 
 def record(node_id: str, strikes: Sequence[Observation]) -> Tx[None]:
     """Store the strikes one status (or sweep) of ``node_id`` carried, each at its own time. A
-    status sent again (an agent retrying a report whose answer it lost) stores nothing twice."""
+    status sent again (an agent retrying a report whose answer it lost) stores nothing twice,
+    and neither does an XID its agent's journal replays (the same time and journal number).
+
+    A strike is known by (node, time, seq). A journaled XID's seq is its journal number,
+    negated; any other strike's is its place among the strikes of its status at that instant
+    (0, 1, ...), which a resent status gives alike. The signs keep the two apart; a journal
+    that starts again at 1 (its file lost) does so at later times."""
     if not strikes:
         return
     rows = []
     seqs: dict[int, int] = {}
     for strike in strikes:
         at_us = round(strike.at_s * 1e6)
-        # Numbered among the strikes at the same instant: a resent status numbers them alike.
-        seq = seqs[at_us] = seqs.get(at_us, -1) + 1
+        if strike.journal_seq is not None:
+            seq = -strike.journal_seq
+        else:
+            seq = seqs[at_us] = seqs.get(at_us, -1) + 1
         rows.append({"node_id": node_id, "at_us": at_us, "seq": seq, "gpu": strike.gpu, "signal": strike.signal})
     yield Sql(
         "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal)"

@@ -7,7 +7,8 @@ into strikes: a GPU off the bus, each XID code, thermal or power throttling, a c
 rose, a remap pending or failed. Counters count only when they rise between two statuses: a
 first status says nothing of when its totals accumulated. An XID code counts from when the
 driver raised it, as the agent timed it (within the last day, not after the status arrived);
-every other strike from the status's arrival. Pure, like the policy.
+every other strike from the status's arrival; an XID keeps the number the agent's journal gave
+it, so that a replay of it is stored once. Pure, like the policy.
 """
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ class GpuReading:
     xid_codes: tuple[int, ...] = ()
     # When each of ``xid_codes`` was raised (ms since the epoch), when the agent said.
     xid_times_ms: tuple[int, ...] = ()
+    # The agent journal's number of each of ``xid_codes``, when the agent said.
+    xid_seqs: tuple[int, ...] = ()
     ecc_corrected_total: int = 0
     ecc_uncorrected_total: int = 0
     remapped_rows_pending: bool = False
@@ -62,9 +65,10 @@ def observations(
         if not gpu.present:
             signals.append(OFF_BUS)
         times = gpu.xid_times_ms if len(gpu.xid_times_ms) == len(gpu.xid_codes) else ()
+        seqs = gpu.xid_seqs if len(gpu.xid_seqs) == len(gpu.xid_codes) else ()
         for i, code in enumerate(gpu.xid_codes):
             raised_s = min(at_s, max(at_s - XID_BACKDATE_S, times[i] / 1000)) if times else at_s
-            found.append(Observation(signal_of_xid(code), raised_s, index))
+            found.append(Observation(signal_of_xid(code), raised_s, index, seqs[i] if seqs else None))
         if gpu.throttle_reasons & THERMAL_REASONS:
             signals.append(THROTTLE_THERMAL)
         if gpu.throttle_reasons & POWER_REASONS:

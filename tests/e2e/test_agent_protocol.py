@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
@@ -15,6 +16,7 @@ from gpucloud.v1 import agent_pb2, node_pb2
 from services.fleet.config import FleetConfig
 from tests.conftest import RunningControlPlane, running_control_plane, until
 from tests.e2e.agent_wire import FAST, WireAgent, burn_in, scrub
+from tests.e2e.test_health import strikes
 
 
 @pytest.fixture
@@ -178,3 +180,35 @@ async def test_a_burn_in_with_no_result_times_out(tmp_path: Path, database_url: 
 
 async def _is(operator: AsyncClient, node_id: str, state: str) -> bool:
     return await state_of(operator, node_id) == state
+
+
+async def test_a_journaled_xid_sent_again_counts_once(plane: RunningControlPlane, operator: AsyncClient) -> None:
+    """An XID resent with its journal number and time (a replay) is one strike however often it
+    comes, in later statuses too; another XID at the same millisecond, numbered on, is another."""
+    async with await WireAgent.minted(operator, plane.address, "node-a") as agent:
+        await agent.register()
+        at_ms = round(time.time() * 1000) - 60_000
+
+        def status(*xids: tuple[int, int]) -> agent_pb2.NodeStatus:
+            gpu = agent_pb2.GpuStatus(
+                index=3,
+                present=True,
+                xid_codes=[code for code, _ in xids],
+                xid_times_ms=[at_ms] * len(xids),
+                xid_seqs=[seq for _, seq in xids],
+            )
+            return agent_pb2.NodeStatus(gpus=[gpu])
+
+        await agent.report(status=status((13, 1)))
+        await agent.report(status=status((13, 1)))  # its answer was lost: sent again
+        await agent.report(status=status((13, 1), (31, 2)))  # replayed after a restart, with a new one
+        await agent.report(status=status((13, 3)))  # the same code at the same millisecond, numbered on
+        assert sorted(await strikes(plane, "node-a")) == [(3, "xid:13"), (3, "xid:13"), (3, "xid:31")]
+
+        # Numbers must match the codes one for one, and be journal numbers.
+        for bad in ([1, 2], [0], [2**31]):
+            gpu = agent_pb2.GpuStatus(index=3, present=True, xid_codes=[13], xid_times_ms=[at_ms], xid_seqs=bad)
+            with pytest.raises(grpc.aio.AioRpcError) as refused:
+                await agent.report(status=agent_pb2.NodeStatus(gpus=[gpu]))
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+            assert "status.gpus[0].xid_seqs" in (refused.value.details() or "")

@@ -1,8 +1,8 @@
 """Billing through an outage of the control plane: a GPU falls off the bus while the control
-plane is down (SIGKILL); its agent keeps the XID with the time the driver raised it and
-reports it once the control plane is back, so the node is taken from its allocation and its
-GPUs stop billing at the fault, not at the restart; every other GPU bills exactly, nothing
-twice and nothing missing."""
+plane is down (SIGKILL); its agent keeps the XID with the time the driver raised it, in its
+journal on disk, and reports it once the control plane is back (restarted itself meanwhile or
+not), so the node is taken from its allocation and its GPUs stop billing at the fault, not at
+the restart; every other GPU bills exactly, nothing twice and nothing missing."""
 
 from __future__ import annotations
 
@@ -13,9 +13,12 @@ from datetime import datetime
 from decimal import Decimal
 from pathlib import Path
 
+import pytest
+
 from accounting.model import datetime_to_us, us_to_seconds
 from clients import AsyncClient
 from clients.agent.fleet import SimulatedFleet
+from clients.agent.journal import Journal, journal_path
 from tests.conftest import free_port, until
 from tests.e2e.test_billing_crash import RATES, Server, reaped, start_server
 from tests.e2e.test_health import fault_time, once_replaced
@@ -30,7 +33,13 @@ def seconds(start: datetime | None, end: datetime | None) -> Decimal:
     return us_to_seconds(datetime_to_us(end) - datetime_to_us(start))
 
 
-async def test_a_fault_during_an_outage_stops_billing_when_it_happened(tmp_path: Path, database_url: str) -> None:
+@pytest.mark.parametrize("agents_restart", [False, True], ids=["agents-run-on", "agents-restart"])
+async def test_a_fault_during_an_outage_stops_billing_when_it_happened(
+    tmp_path: Path, database_url: str, agents_restart: bool
+) -> None:
+    """The agents run on through the outage, keeping the XID; or they stop too, after the fault,
+    and agents started afresh (their simulated GPUs know nothing of it) replay it from the
+    journals on disk."""
     data_dir, log = tmp_path / "data", tmp_path / "serve.log"
     rates = tmp_path / "rates.json"
     rates.write_text(json.dumps(RATES))
@@ -41,9 +50,22 @@ async def test_a_fault_during_an_outage_stops_billing_when_it_happened(tmp_path:
             data_dir, database_url, rates, log, scrub_seconds=0.1, extra=OPTIONS, address=address
         )
         servers.append(first)
-        fleet = SimulatedFleet(
-            address, 4, interval_s=0.3, seed=3, burn_in_seconds=0.05, scrub_seconds=0.05, telemetry=False
-        )
+        journals = tmp_path / "journals"
+
+        def simulated_fleet(tokens: dict[str, str] | None = None) -> SimulatedFleet:
+            return SimulatedFleet(
+                address,
+                4,
+                tokens=tokens,
+                interval_s=0.3,
+                seed=3,
+                burn_in_seconds=0.05,
+                scrub_seconds=0.05,
+                telemetry=False,
+                journal_dir=journals,
+            )
+
+        fleet = simulated_fleet()
         await fleet.mint_tokens(first.token)
         running = asyncio.create_task(fleet.run())
         try:
@@ -67,6 +89,12 @@ async def test_a_fault_during_an_outage_stops_billing_when_it_happened(tmp_path:
                 return fleet.stats.reports_failed > failed_before
 
             await until(tried_to_report, timeout=30)
+            if agents_restart:
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+                assert [e.code for e in Journal(journal_path(journals, faulty)).pending] == [79]
+                fleet = simulated_fleet(fleet.tokens)
+                running = asyncio.create_task(fleet.run())
 
             second = await start_server(
                 data_dir, database_url, rates, log, scrub_seconds=0.1, extra=OPTIONS, address=address

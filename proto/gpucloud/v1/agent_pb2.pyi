@@ -451,6 +451,7 @@ class GpuStatus(_message.Message):
     REMAPPED_ROWS_PENDING_FIELD_NUMBER: _builtins.int
     REMAPPED_ROWS_FAILURE_FIELD_NUMBER: _builtins.int
     XID_TIMES_MS_FIELD_NUMBER: _builtins.int
+    XID_SEQS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     present: _builtins.bool
     """False when the GPU has fallen off the bus (NVML no longer reaches it)."""
@@ -475,6 +476,14 @@ class GpuStatus(_message.Message):
         than the arrival.
         """
 
+    @_builtins.property
+    def xid_seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """The agent journal's sequence number of each of xid_codes (same order): 1 to 2,147,483,647,
+        rising with each event the node's journal records, kept across the agent's restarts. A
+        code sent again with its time and number (a replay after reconnecting, or a report whose
+        answer was lost) counts once. Without numbers, a code counts once per status.
+        """
+
     def __init__(
         self,
         *,
@@ -487,10 +496,11 @@ class GpuStatus(_message.Message):
         remapped_rows_pending: _builtins.bool = ...,
         remapped_rows_failure: _builtins.bool = ...,
         xid_times_ms: _abc.Iterable[_builtins.int] | None = ...,
+        xid_seqs: _abc.Iterable[_builtins.int] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecc_corrected_total", b"ecc_corrected_total", "ecc_uncorrected_total", b"ecc_uncorrected_total", "index", b"index", "present", b"present", "remapped_rows_failure", b"remapped_rows_failure", "remapped_rows_pending", b"remapped_rows_pending", "throttle_reasons", b"throttle_reasons", "xid_codes", b"xid_codes", "xid_times_ms", b"xid_times_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ecc_corrected_total", b"ecc_corrected_total", "ecc_uncorrected_total", b"ecc_uncorrected_total", "index", b"index", "present", b"present", "remapped_rows_failure", b"remapped_rows_failure", "remapped_rows_pending", b"remapped_rows_pending", "throttle_reasons", b"throttle_reasons", "xid_codes", b"xid_codes", "xid_seqs", b"xid_seqs", "xid_times_ms", b"xid_times_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

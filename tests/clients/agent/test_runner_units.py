@@ -18,6 +18,7 @@ import pytest
 from clients.agent import GpuSample, RemappedRows, ThrottleReason, XidEvent
 from clients.agent.control import ControlLineError, Fault, Injection, append
 from clients.agent.fleet import SimulatedFleet, UnknownNode, layout
+from clients.agent.journal import Entry
 from clients.agent.runner import (
     REMEMBERED_ACTIONS,
     ActionBook,
@@ -102,10 +103,12 @@ def test_a_gpu_missing_from_the_sample_is_not_present() -> None:
     samples = [
         sample(i, ecc=i, reasons=frozenset({ThrottleReason.SW_POWER_CAP, ThrottleReason.GPU_IDLE})) for i in range(7)
     ]
-    status = node_status(samples, {2: [48, 63]})
+    status = node_status(samples, [Entry(4, 2, 48, AT_MS), Entry(5, 2, 63, AT_MS + 1), Entry(6, 9, 13, AT_MS)])
     assert [gpu.index for gpu in status.gpus] == list(range(8))
     assert [gpu.present for gpu in status.gpus] == [True] * 7 + [False]
     assert list(status.gpus[2].xid_codes) == [48, 63]
+    assert list(status.gpus[2].xid_times_ms) == [AT_MS, AT_MS + 1]
+    assert list(status.gpus[2].xid_seqs) == [4, 5]  # and GPU 9, which the node lacks, is left out
     assert list(status.gpus[1].throttle_reasons) == ["gpu_idle", "sw_power_cap"]
     assert status.gpus[3].ecc_corrected_total == 3
     assert status.gpus[5].remapped_rows_pending
@@ -133,23 +136,27 @@ def test_an_identity_with_an_unknown_model_is_refused() -> None:
 def test_a_status_is_news_first_then_only_when_it_changes() -> None:
     tracker = StatusTracker()
     samples = [sample(i) for i in range(8)]
-    status = tracker.observe(samples, [])
+    status = tracker.observe(samples)
     assert tracker.changed(status)
-    tracker.sent(status)
-    assert not tracker.changed(tracker.observe(samples, []))
+    assert tracker.sent(status) == 0  # it carried no journal entry
+    assert not tracker.changed(tracker.observe(samples))
     counted = [sample(i, ecc=1 if i == 4 else 0) for i in range(8)]
-    assert tracker.changed(tracker.observe(counted, []))  # counters count
-    assert tracker.changed(tracker.observe(samples[:7], []))  # a GPU gone
+    assert tracker.changed(tracker.observe(counted))  # counters count
+    assert tracker.changed(tracker.observe(samples[:7]))  # a GPU gone
 
 
-def test_xid_codes_gather_until_a_status_carrying_them_is_sent() -> None:
+def test_xid_codes_go_in_every_status_until_one_carrying_them_is_stored() -> None:
     tracker = StatusTracker()
     samples = [sample(i) for i in range(8)]
-    tracker.observe(samples, [XidEvent(index=1, code=79, timestamp_ms=AT_MS)])
-    status = tracker.observe(samples, [XidEvent(index=1, code=48, timestamp_ms=AT_MS), XidEvent(9, 13, AT_MS)])
-    assert list(status.gpus[1].xid_codes) == [79, 48]  # not sent yet: both, and index 9 ignored
-    tracker.sent(status)
-    after = tracker.observe(samples, [])
+    tracker.journal.record([XidEvent(index=1, code=79, timestamp_ms=AT_MS)])
+    tracker.observe(samples)
+    tracker.journal.record([XidEvent(index=1, code=48, timestamp_ms=AT_MS + 5)])
+    status = tracker.observe(samples)
+    assert list(status.gpus[1].xid_codes) == [79, 48]  # not delivered yet: both
+    assert list(status.gpus[1].xid_seqs) == [1, 2]
+    assert tracker.sent(status) == 2
+    tracker.journal.delivered(2)
+    after = tracker.observe(samples)
     assert list(after.gpus[1].xid_codes) == []
     assert tracker.changed(after)  # "no XID since" is news too
 

@@ -1,0 +1,84 @@
+"""The agent's journal on real files: numbers that run on across restarts, entries kept until
+delivered, a torn last line dropped, and any other bad line refused with its place."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from clients.agent import XidEvent
+from clients.agent.journal import Entry, Journal, JournalCorrupt, journal_path
+
+AT_MS = 1_767_225_600_000
+
+
+def xid(gpu: int, code: int, offset_ms: int = 0) -> XidEvent:
+    return XidEvent(index=gpu, code=code, timestamp_ms=AT_MS + offset_ms)
+
+
+def test_entries_are_numbered_and_kept_in_the_file_until_delivered(tmp_path: Path) -> None:
+    path = journal_path(tmp_path / "journal", "sim-0001")
+    journal = Journal(path)
+    assert not path.exists()  # nothing recorded, no file
+    assert journal.record([xid(2, 79), xid(5, 48, 3)]) == [Entry(1, 2, 79, AT_MS), Entry(2, 5, 48, AT_MS + 3)]
+    assert journal.record([xid(2, 13, 9)]) == [Entry(3, 2, 13, AT_MS + 9)]
+
+    # The agent stops: a new one over the same file finds every entry, in order.
+    again = Journal(path)
+    assert again.pending == journal.pending
+    assert [entry.seq for entry in again.pending] == [1, 2, 3]
+
+    again.delivered(2)
+    assert again.pending == (Entry(3, 2, 13, AT_MS + 9),)
+    assert Journal(path).pending == again.pending
+    again.delivered(3)
+    assert len(again.pending) == 0
+
+    # Numbers run on after a restart with everything delivered: a replay is never mistaken
+    # for a new event, nor a new event for a replay.
+    restarted = Journal(path)
+    assert (restarted.pending, restarted.last_seq) == ((), 3)
+    assert restarted.record([xid(0, 31)]) == [Entry(4, 0, 31, AT_MS)]
+    assert path.read_text().count("\n") == 2  # the header and the one undelivered entry
+
+
+def test_delivering_what_was_delivered_changes_nothing(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, "n")
+    journal = Journal(path)
+    journal.record([xid(1, 79)])
+    journal.delivered(1)
+    written = path.stat().st_mtime_ns, path.read_text()
+    journal.delivered(1)
+    journal.delivered(0)
+    assert (path.stat().st_mtime_ns, path.read_text()) == written
+
+
+def test_a_torn_last_line_is_dropped_and_the_file_mended(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, "n")
+    Journal(path).record([xid(1, 79), xid(1, 48)])
+    text = path.read_text()
+    path.write_text(text[: len(text) - 7])  # stopped in the middle of the second entry
+    journal = Journal(path)
+    assert journal.pending == (Entry(1, 1, 79, AT_MS),)
+    journal.record([xid(3, 13)])
+    # The new entry is on a line of its own, not glued to the torn one.
+    assert Journal(path).pending == (Entry(1, 1, 79, AT_MS), Entry(2, 3, 13, AT_MS))
+
+
+def test_a_bad_line_before_the_last_is_refused_with_its_place(tmp_path: Path) -> None:
+    path = journal_path(tmp_path, "n")
+    Journal(path).record([xid(1, 79), xid(1, 48)])
+    lines = path.read_text().splitlines(keepends=True)
+    path.write_text(lines[0] + "not json\n" + "".join(lines[1:]))
+    with pytest.raises(JournalCorrupt) as refused:
+        Journal(path)
+    assert refused.value.line == 2
+    assert str(refused.value).startswith(f"{path}:2: not a journal line")
+
+
+def test_a_journal_without_a_file_numbers_and_keeps_in_memory() -> None:
+    journal = Journal()
+    journal.record([xid(0, 79), xid(1, 79)])
+    journal.delivered(1)
+    assert journal.pending == (Entry(2, 1, 79, AT_MS),)
