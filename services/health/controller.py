@@ -97,7 +97,8 @@ class NodeHealth:
             )
             return await self._hold(seen, decision, why, latest_us, loud=True)
         locking = self._store.dialect == "postgresql"
-        moved = await self._store.transact(partial(_drain, seen, decision, locking=locking, fault_us=latest_us))
+        fault_us = round(decision.at_s * 1e6)
+        moved = await self._store.transact(partial(_drain, seen, decision, locking=locking, fault_us=fault_us))
         if moved is None:
             return Outcome(requeue_after_s=0.0)  # moved meanwhile: look at what it is now
         state, replaced = moved
@@ -143,8 +144,8 @@ def _drain(
     seen: NodeHealthView, decision: Decision, *, locking: bool, fault_us: int
 ) -> Tx[tuple[NodeState, Replacement | None] | None]:
     """DRAIN the node if it is still as ``seen``, and for DRAIN_NOW and worse take it from its
-    allocation with a spare in its place, billed until ``fault_us`` (the latest strike); its new
-    state and the replacement made, or None (nothing written).
+    allocation with a spare in its place, billed until ``fault_us`` (the fault: the decision's
+    last strike counted); its new state and the replacement made, or None (nothing written).
 
     On PostgreSQL the allocation holding the node is locked before the node, the order a
     cancel and the releaser lock them in: the other order deadlocked with a cancel."""

@@ -139,12 +139,15 @@ class Observation:
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The action called for, the rule that fired, and the evidence."""
+    """The action called for, the rule that fired, and the evidence; ``at_s`` is when the last
+    strike the rule counted was seen, the fault's time (a tenant stops paying for a node taken
+    from it from then, not from some later strike of another signal)."""
 
     action: Action
     rule: Rule
     strikes: int
     gpu: int | None
+    at_s: float
 
     @property
     def evidence(self) -> str:
@@ -185,20 +188,20 @@ def decide(observations: Iterable[Observation], now_s: float, policy: Sequence[R
         for (signal, gpu), times in counts.items():
             if signal != rule.signal:
                 continue
-            strikes = _strikes(times, now_s - rule.window_s, rule.spacing_s)
+            strikes, last_s = _strikes(times, now_s - rule.window_s, rule.spacing_s)
             if strikes < rule.strikes:
                 continue
-            decision = Decision(rule.action, rule, strikes, gpu)
+            decision = Decision(rule.action, rule, strikes, gpu, last_s)
             if best is None or (decision.action, decision.strikes) > (best.action, best.strikes):
                 best = decision
     return best
 
 
-def _strikes(times: Sequence[float], since_s: float, spacing_s: float) -> int:
+def _strikes(times: Sequence[float], since_s: float, spacing_s: float) -> tuple[int, float]:
     """How many of the ascending ``times`` at or after ``since_s`` count, each at least
-    ``spacing_s`` after the last one counted."""
+    ``spacing_s`` after the last one counted; and the last one counted."""
     counted, last = 0, -math.inf
     for at in times:
         if at >= since_s and at - last >= spacing_s:
             counted, last = counted + 1, at
-    return counted
+    return counted, last

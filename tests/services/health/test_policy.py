@@ -9,6 +9,7 @@ from services.health.policy import (
     CHECK_FAILED,
     DAY_S,
     HOUR_S,
+    MISSED_HEARTBEATS,
     OFF_BUS,
     XID_APPLICATION,
     XID_NEEDS_RESET,
@@ -66,6 +67,18 @@ def test_strikes_are_counted_per_gpu() -> None:
     one_gpu = decide(seen(xid(31), 60, 2 * HOUR_S, 5 * HOUR_S, gpu=4), NOW)
     assert one_gpu is not None
     assert (one_gpu.action, one_gpu.gpu) == (Action.DRAIN_AFTER_JOB, 4)
+
+
+def test_the_fault_is_when_the_rule_s_own_last_strike_was_seen() -> None:
+    """A GPU off the bus 10 minutes ago, and the node missing beats since (its agent down): the
+    decision is the XID's, and so is its time, not the later strike of another signal's."""
+    strikes = [*seen(xid(79), 600, gpu=2), *seen(MISSED_HEARTBEATS, 60, gpu=None)]
+    decision = decide(strikes, NOW)
+    assert decision is not None
+    assert (decision.action, decision.gpu, decision.at_s) == (Action.REPAIR, 2, NOW - 600)
+    third = decide(seen(xid(31), 60, 2 * HOUR_S, 5 * HOUR_S, gpu=4), NOW)
+    assert third is not None
+    assert third.at_s == NOW - 60  # the strike that completed the count
 
 
 def test_a_job_faulting_on_every_retry_is_one_strike_not_three() -> None:
