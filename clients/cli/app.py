@@ -15,6 +15,7 @@ from clients.cli import agent as agent_verbs
 from clients.cli import allocations as allocations_verbs
 from clients.cli import audit as audit_verbs
 from clients.cli import billing as billing_verbs
+from clients.cli import exercises as exercises_verbs
 from clients.cli import health as health_verbs
 from clients.cli import metrics as metrics_verbs
 from clients.cli import nodes as nodes_verbs
@@ -45,6 +46,7 @@ app.add_typer(operations_verbs.operations, name="operations")
 app.add_typer(billing_verbs.usage, name="usage")
 app.add_typer(metrics_verbs.metrics, name="metrics")
 app.add_typer(agent_verbs.agent, name="agent")
+app.add_typer(exercises_verbs.exercises, name="exercises")
 
 
 @app.callback()

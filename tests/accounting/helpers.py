@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import os
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -26,7 +24,6 @@ from accounting import (
     compute_invoices,
 )
 from accounting.model import datetime_to_us
-from accounting.pricing import price
 
 HOUR_US = 3600 * 1_000_000
 P0 = datetime_to_us(datetime(2025, 6, 1, tzinfo=UTC))
@@ -39,23 +36,19 @@ RATES = Rates(
     },
 )
 
-# Exercise 3 (docs/exercises.md): GPUCLOUD_FACTS_IMPL=some.module puts a candidate's
-# ``compute_facts`` (the interface of accounting/reference.py) where the reference stands.
-CANDIDATE = os.environ.get("GPUCLOUD_FACTS_IMPL")
-REFERENCE = CANDIDATE or "reference"
+REFERENCE = "reference"
 both_engines = pytest.mark.parametrize("engine", ["duckdb", REFERENCE])
 
 
 def compute(
     engine: str, events: Sequence[UsageEvent], rates: Rates, period: Period, outages: Sequence[Outage] = ()
 ) -> InvoiceRun:
-    """``compute_invoices`` with the engine named "duckdb", "reference", or a candidate module."""
+    """``compute_invoices`` with the engine named "duckdb" or "reference"."""
     if engine == "duckdb":
         return compute_invoices(events, rates, period, outages, engine="duckdb")
     if engine == "reference":
         return compute_invoices(events, rates, period, outages, engine="reference")
-    candidate = importlib.import_module(engine)
-    return price(candidate.compute_facts(events, rates, period, tuple(outages)), rates, period)
+    raise ValueError(f"no engine {engine!r}")
 
 
 def at(hours: float) -> int:

@@ -1,8 +1,4 @@
-"""The DuckDB engine equals the pure-Python reference on random logs, and both reconcile.
-
-With GPUCLOUD_FACTS_IMPL set (exercise 3), a candidate's ``compute_facts`` stands in for the
-reference, and these properties compare it with DuckDB.
-"""
+"""The DuckDB engine equals the pure-Python reference on random logs, and both reconcile."""
 
 from __future__ import annotations
 

@@ -1,28 +1,18 @@
 """The interval algebra against a brute-force oracle that counts every time unit.
 
-Also the test suite of the interview exercise in docs/exercises.md: set
-GPUCLOUD_INTERVALS_IMPL=some.module to run it against a candidate's implementation.
+The interview exercise on the same functions (``gpucloud exercises check interval-union``) has
+a suite of its own in exercises/interval_union/, which runs against a candidate's file too.
 """
 
 from __future__ import annotations
 
-import importlib
 import itertools
-import os
 from collections import Counter
-from typing import TYPE_CHECKING
 
 from hypothesis import given
 from hypothesis import strategies as st
 
-if TYPE_CHECKING:
-    # A candidate's implementation is held to the reference's interface.
-    from accounting.intervals import Interval, clip, excess_over, intersect, overlap, subtract, total, union
-else:
-    _impl = importlib.import_module(os.environ.get("GPUCLOUD_INTERVALS_IMPL", "accounting.intervals"))
-    Interval = _impl.Interval
-    clip, excess_over, intersect, overlap = _impl.clip, _impl.excess_over, _impl.intersect, _impl.overlap
-    subtract, total, union = _impl.subtract, _impl.total, _impl.union
+from accounting.intervals import Interval, clip, excess_over, intersect, overlap, subtract, total, union
 
 HORIZON = 60
 intervals = st.lists(

@@ -1,0 +1,77 @@
+"""The catalog, ``list``, ``show`` and ``start``: every exercise complete on disk, and the
+starter holding nothing of the answer."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from clients.cli.app import app
+from exercises import catalog
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def gpucloud(*args: str | Path) -> Result:
+    return CliRunner().invoke(app, [str(a) for a in args], env={"COLUMNS": "200"})
+
+
+@pytest.mark.parametrize("exercise", catalog.EXERCISES, ids=lambda e: e.id)
+def test_every_exercise_has_its_files(exercise: catalog.Exercise) -> None:
+    # The prompt, and how the reference does it (which ``start`` does not write).
+    assert sorted(p.stem for p in exercise.folder.glob("*.md")) == ["README", "reference"]
+    assert exercise.starter.is_file()
+    assert exercise.suite.is_file()
+
+
+@pytest.mark.parametrize("exercise", catalog.EXERCISES, ids=lambda e: e.id)
+def test_the_starter_declares_every_function_and_answers_none(exercise: catalog.Exercise) -> None:
+    starter = exercise.starter.read_text()
+    declared = [name for name in exercise.functions if f"def {name}(" in starter]
+    assert declared == list(exercise.functions)
+    assert starter.count("raise NotImplementedError") == len(exercise.functions)
+
+
+def test_list_names_each_exercise_and_what_is_coming() -> None:
+    result = gpucloud("exercises", "list", "--json")
+    listed = json.loads(result.stdout)
+    assert [e["id"] for e in listed["exercises"]] == [e.id for e in catalog.EXERCISES]
+    assert listed["exercises"][0]["reference"] == ["accounting.intervals"]
+    assert [c["id"] for c in listed["coming"]] == ["bounded-fan-out", "allocation-policies"]
+    assert result.exit_code == 0
+
+
+def test_list_as_a_table() -> None:
+    result = gpucloud("exercises", "list")
+    assert "interval-union" in result.stdout
+    assert "services.nodes.transitions, services.health.policy" in result.stdout
+    assert result.exit_code == 0
+
+
+def test_show_renders_the_prompt() -> None:
+    result = gpucloud("exercises", "show", "node-health")
+    assert "The node state machine and health strikes" in result.stdout
+    assert "The trap" in result.stdout
+    assert result.exit_code == 0
+
+
+def test_start_writes_the_starter_and_the_prompt_and_never_overwrites(tmp_path: Path) -> None:
+    first = gpucloud("exercises", "start", "usage-billing", tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "billing.py"]
+    assert (tmp_path / "billing.py").read_text() == catalog.find("usage-billing").starter.read_text()
+    assert first.exit_code == 0
+    again = gpucloud("exercises", "start", "usage-billing", tmp_path)
+    assert "already exist" in again.stderr
+    assert again.exit_code == 1
+
+
+def test_the_docs_map_each_exercise_to_its_question_and_module() -> None:
+    text = (ROOT / "docs" / "exercises.md").read_text()
+    missing = [
+        (e.id, module) for e in catalog.EXERCISES for module in e.reference if e.id not in text or module not in text
+    ]
+    missing += [(c.id, "coming") for c in catalog.COMING if c.id not in text]
+    assert missing == []
