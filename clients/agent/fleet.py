@@ -31,6 +31,7 @@ from clients.agent.runner import (
 from clients.agent.simulated import SimulatedGpus
 from clients.agent.work import DEFAULT_BURN_IN_SECONDS, DEFAULT_SCRUB_SECONDS, SimulatedWork
 from clients.async_client import AsyncClient
+from clients.fan_out import fan_out
 
 log = structlog.get_logger(__name__)
 
@@ -169,19 +170,16 @@ class SimulatedFleet:
 
     async def mint_tokens(self, operator_token: str) -> dict[str, str]:
         """Mint an agent token for every node without one (CreateAgentToken, at most
-        ``max_in_flight`` at a time), keep them in memory and return them all. A failure is raised
-        once every mint has ended; the tokens minted stay with their nodes."""
+        ``max_in_flight`` at a time), keep them in memory and return them all. The first failure
+        (a wrong operator token, say) stops the rest and is raised; the tokens minted before it
+        stay with their nodes."""
         missing = [node.agent for node in self.nodes.values() if not node.agent.token]
         async with AsyncClient(self.address, operator_token) as client:
 
             async def mint(agent: NodeAgent) -> None:
-                async with self._semaphore:
-                    agent.token = (await client.create_agent_token(agent.identity.node_id)).token
+                agent.token = (await client.create_agent_token(agent.identity.node_id)).token
 
-            outcomes = await asyncio.gather(*(mint(agent) for agent in missing), return_exceptions=True)
-        for outcome in outcomes:
-            if isinstance(outcome, BaseException):
-                raise outcome
+            await fan_out(missing, mint, limit=self._max_in_flight)
         return self.tokens
 
     async def run(self) -> None:
