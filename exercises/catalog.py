@@ -95,6 +95,37 @@ EXERCISES: tuple[Exercise, ...] = (
         functions=("next_state", "decide"),
         answer_file="node_health.py",
     ),
+    Exercise(
+        id="idempotent-api",
+        title="Request ids, cancel as an operation, a cursor that survives inserts",
+        difficulty="medium",
+        topic="API design",
+        question="An idempotent create, a cancel that returns one operation, and keyset pagination under inserts.",
+        reference=("services.allocations.commands", "services.paging", "exercises.idempotent_api.adapter"),
+        functions=(
+            "AllocationService.create",
+            "AllocationService.cancel",
+            "AllocationService.get_operation",
+            "AllocationService.list_page",
+        ),
+        answer_file="allocations.py",
+    ),
+    Exercise(
+        id="metrics-store",
+        title="A segment metrics store: seal, skip, retain",
+        difficulty="medium",
+        topic="storage",
+        question="Seal the head into immutable segments, skip segments by time range, retain by whole file.",
+        reference=("tsdb", "exercises.metrics_store.adapter"),
+        functions=(
+            "MetricsStore.append",
+            "MetricsStore.seal",
+            "MetricsStore.segments",
+            "MetricsStore.query",
+            "MetricsStore.enforce_retention",
+        ),
+        answer_file="metrics_store.py",
+    ),
 )
 
 COMING: tuple[Coming, ...] = (

@@ -83,7 +83,10 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    _write(session.config)
+    try:
+        harness.finish()
+    finally:
+        _write(session.config)
 
 
 def _needed(item: pytest.Item) -> tuple[str, ...]:
@@ -128,7 +131,7 @@ def _unwritten(excinfo: pytest.ExceptionInfo[BaseException]) -> str:
     tb = excinfo.tb
     while tb.tb_next is not None:
         tb = tb.tb_next
-    return tb.tb_frame.f_code.co_name
+    return tb.tb_frame.f_code.co_qualname
 
 
 def _write(config: pytest.Config) -> None:

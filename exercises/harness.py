@@ -3,7 +3,9 @@ the known mistakes whose hints a failing case prints.
 
 A suite never imports the reference or the candidate itself: it calls ``under_test()`` and reads
 names from it when a case runs, so a name the candidate has not written yet fails only the cases
-that need it (``exercises/conftest.py`` reports those as "not implemented yet").
+that need it (``exercises/conftest.py`` reports those as "not implemented yet"). An interface
+that is a class names its methods as ``Class.method``, and a suite wraps each object it makes
+with ``guarded`` so that a method still raising NotImplementedError reads the same way.
 """
 
 from __future__ import annotations
@@ -38,14 +40,26 @@ class Missing(NotWritten):
 
 
 def _innermost(error: BaseException) -> str:
-    """The function that raised ``error``: the last frame of its traceback."""
+    """The function that raised ``error``, as ``needs`` names it (``union``, ``Store.query``):
+    the last frame of its traceback."""
     tb = error.__traceback__
     while tb is not None and tb.tb_next is not None:
         tb = tb.tb_next
-    return "?" if tb is None else tb.tb_frame.f_code.co_name
+    return "?" if tb is None else tb.tb_frame.f_code.co_qualname
 
 
 def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
+    if inspect.iscoroutinefunction(function):
+
+        @functools.wraps(function)
+        async def wait(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await function(*args, **kwargs)
+            except NotImplementedError as error:
+                raise NotWritten(_innermost(error)) from error
+
+        return wait
+
     @functools.wraps(function)
     def call(*args: Any, **kwargs: Any) -> Any:
         try:
@@ -56,6 +70,30 @@ def _guarded(function: Callable[..., Any]) -> Callable[..., Any]:
     return call
 
 
+class _Guarded:
+    """An object of the implementation whose methods raise NotWritten where they raise
+    NotImplementedError; every other attribute is the object's own."""
+
+    def __init__(self, wrapped: object) -> None:
+        self._wrapped = wrapped
+
+    def __getattr__(self, name: str) -> Any:
+        value = getattr(self._wrapped, name)
+        return _guarded(value) if inspect.ismethod(value) else value
+
+    def __repr__(self) -> str:
+        return repr(self._wrapped)
+
+
+def guarded(instance: object) -> Any:
+    """``instance`` (an object of a class of the implementation, such as the service a suite
+    made) with each of its methods reporting "not implemented yet" as a function does."""
+    return _Guarded(instance)
+
+
+_ABSENT = object()
+
+
 class Implementation:
     """The names of one implementation: a candidate's file, or the reference modules in turn."""
 
@@ -64,8 +102,16 @@ class Implementation:
         self._modules = tuple(modules)
 
     def defines(self, name: str) -> bool:
-        """Whether any of the modules defines ``name``."""
-        return any(hasattr(module, name) for module in self._modules)
+        """Whether any of the modules defines ``name``: a function, or ``Class.method``."""
+        for module in self._modules:
+            value: object = module
+            for part in name.split("."):
+                value = getattr(value, part, _ABSENT)
+                if value is _ABSENT:
+                    break
+            else:
+                return True
+        return False
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("_"):
@@ -115,6 +161,21 @@ def load_file(path: Path) -> Implementation:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return Implementation(str(path), [module])
+
+
+_at_finish: list[Callable[[], None]] = []
+
+
+def at_finish(stop: Callable[[], None]) -> None:
+    """Call ``stop`` once the suite has run, before the process starts to exit: a reference that
+    started something (a control plane) stops it there, while its threads can still run."""
+    _at_finish.append(stop)
+
+
+def finish() -> None:
+    """Call what ``at_finish`` was given, the latest first (the conftest does, at the session's end)."""
+    while _at_finish:
+        _at_finish.pop()()
 
 
 def needs(*functions: str) -> pytest.MarkDecorator:

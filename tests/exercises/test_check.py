@@ -152,3 +152,45 @@ def test_impl_without_an_exercise_is_a_usage_error(tmp_path: Path) -> None:
     result = gpucloud("exercises", "check", "--impl", tmp_path)
     assert "--impl needs the exercise it answers" in result.stderr
     assert result.exit_code == 2
+
+
+@pytest.mark.parametrize("exercise", catalog.EXERCISES, ids=lambda e: e.id)
+def test_a_starter_as_it_is_is_not_implemented_yet(exercise: catalog.Exercise, tmp_path: Path) -> None:
+    started = gpucloud("exercises", "start", exercise.id, tmp_path)
+    assert started.exit_code == 0, started.output
+    code, report = check(exercise.id, "--impl", tmp_path)
+    assert set(outcomes(report).values()) == {"not implemented yet"}
+    # Named as the catalog names them: a method as Class.method.
+    assert {case["missing"] for case in report["cases"]} <= set(exercise.functions)
+    assert code == 1
+
+
+BASES = [e for e in catalog.EXERCISES if (e.folder / "wrong" / "_base.py").is_file()]
+
+
+@pytest.mark.parametrize("exercise", BASES, ids=lambda e: e.id)
+def test_the_answer_the_known_wrong_ones_change_passes(exercise: catalog.Exercise) -> None:
+    # Each known-wrong answer changes one rule of it: the suite rejects them for that rule alone.
+    code, report = check(exercise.id, "--impl", exercise.folder / "wrong" / "_base.py")
+    assert set(outcomes(report).values()) == {"passed"}
+    assert code == 0
+
+
+def test_a_class_grows_one_method_at_a_time(tmp_path: Path) -> None:
+    answer = tmp_path / "metrics_store.py"
+    answer.write_text(
+        "from exercises.metrics_store.wrong import _base\n"
+        "from exercises.metrics_store.wrong._base import OutOfOrder, Result, Segment\n\n"
+        "__all__ = ['MetricsStore', 'OutOfOrder', 'Result', 'Segment']\n\n\n"
+        "class MetricsStore(_base.MetricsStore):\n"
+        "    def query(self, series: str, start_ms: int, end_ms: int) -> Result:\n"
+        "        raise NotImplementedError\n\n"
+        "    def enforce_retention(self, now_ms: int) -> list[Segment]:\n"
+        "        raise NotImplementedError\n"
+    )
+    _, report = check("metrics-store", "--impl", answer)
+    written = {"MetricsStore.append", "MetricsStore.seal", "MetricsStore.segments"}
+    by_case = {c["name"]: (c["outcome"], c.get("missing")) for c in report["cases"] if set(c["functions"]) <= written}
+    assert by_case == {"test_seal_cuts_one_segment_per_window": ("passed", None)}
+    missing = {c.get("missing") for c in report["cases"] if not set(c["functions"]) <= written}
+    assert missing == {"MetricsStore.query", "MetricsStore.enforce_retention"}
