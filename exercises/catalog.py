@@ -126,15 +126,19 @@ EXERCISES: tuple[Exercise, ...] = (
         ),
         answer_file="metrics_store.py",
     ),
+    Exercise(
+        id="bounded-fan-out",
+        title="Bounded fan-out over 10,000 shards",
+        difficulty="medium",
+        topic="concurrency",
+        question="A limit, a deadline, cancellation on first failure, results in order, no leaked task.",
+        reference=("clients.fan_out",),
+        functions=("fan_out",),
+        answer_file="fan_out.py",
+    ),
 )
 
 COMING: tuple[Coming, ...] = (
-    Coming(
-        id="bounded-fan-out",
-        title="Bounded fan-out over 10,000 shards",
-        question="A limit, a deadline, cancellation on first failure, results in order, no leaked task.",
-        awaits="a callable bounded fan-out in services/control/ (the Controller is a work-queue pool, not one)",
-    ),
     Coming(
         id="allocation-policies",
         title="Allocation policies and fragmentation",

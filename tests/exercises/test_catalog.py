@@ -47,7 +47,7 @@ def test_list_names_each_exercise_and_what_is_coming() -> None:
     listed = json.loads(result.stdout)
     assert [e["id"] for e in listed["exercises"]] == [e.id for e in catalog.EXERCISES]
     assert listed["exercises"][0]["reference"] == ["accounting.intervals"]
-    assert [c["id"] for c in listed["coming"]] == ["bounded-fan-out", "allocation-policies"]
+    assert [c["id"] for c in listed["coming"]] == ["allocation-policies"]
     assert result.exit_code == 0
 
 

@@ -1,0 +1,29 @@
+"""The deadline applied to each call: every call ends in time, yet 10,000 of them, ``limit`` at
+a time, run far past the deadline the caller gave the whole fan-out."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Sequence
+
+from exercises.bounded_fan_out.wrong._base import R, T, supervise
+
+__all__ = ["fan_out"]
+
+
+async def fan_out(
+    items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
+) -> list[R]:
+    """Wrong: ``asyncio.timeout(deadline_s)`` around each call instead of around them all."""
+    if limit < 1:
+        raise ValueError(f"limit must be 1 or more, not {limit}")
+    results: dict[int, R] = {}
+    indexes = iter(range(len(items)))
+
+    async def worker() -> None:
+        for index in indexes:
+            async with asyncio.timeout(deadline_s):
+                results[index] = await work(items[index])
+
+    await supervise([asyncio.create_task(worker()) for _ in range(min(limit, len(items)))], None)
+    return [results[index] for index in range(len(items))]
