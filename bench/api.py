@@ -82,7 +82,7 @@ def _without_database() -> None:
     def view(allocation_id: str, state: str) -> AllocationView:
         return AllocationView(Allocation(allocation_id, "bench", "H100", 1, state, created_us=1), ("bench-0000",))
 
-    async def create(store: object, request: object) -> Created:
+    async def create(store: object, request: object, policies: object = None) -> Created:
         return Created(view(new_id("alloc"), "ACTIVE"), replayed=False)
 
     async def cancel(store: object, principal: object, allocation_id: str) -> tuple[Operation, AllocationView]:

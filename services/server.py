@@ -40,6 +40,7 @@ from gpucloud.v1 import (
 )
 from services.allocations.degraded import DegradedSweep
 from services.allocations.janitor import KeyJanitor
+from services.allocations.placement import Policies
 from services.allocations.releaser import Releaser
 from services.allocations.servicer import AllocationServicer
 from services.auth.authenticator import Authenticator
@@ -173,6 +174,8 @@ class ServerConfig:
     fleet: FleetConfig = field(default_factory=FleetConfig)
     # The health controller's safety limits (services/health/config.py).
     health: HealthConfig = field(default_factory=HealthConfig)
+    # The placement policy of each pool's creates (services/allocations/placement.py).
+    placement: Policies = field(default_factory=Policies)
 
     def call_limits(self) -> CallLimits:
         """The bounds on concurrent calls; ValueError for one under 1."""
@@ -340,7 +343,7 @@ class ControlPlane:
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
-            AllocationServicer(store, page_tokens, wake_releaser), server
+            AllocationServicer(store, page_tokens, wake_releaser, config.placement), server
         )
         operation_watch = OperationWatch(store, builder, operations_changed)
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)

@@ -44,10 +44,15 @@ def test_api_guide_lists_exactly_the_error_reasons_in_the_code() -> None:
 
 def _serve_defaults() -> dict[str, str | None]:
     """Each option of ``gpucloud serve`` and its default as the docs write it; None where the
-    default is not a value (SQLite in the data directory, the built-in rate card)."""
+    default is not a value (SQLite in the data directory, the built-in rate card, a policy per
+    pool)."""
     command = typer.main.get_command(app)
     assert isinstance(command, typer.core.TyperGroup)
-    config_defaults = {field.name: field.default for field in dataclasses.fields(ServerConfig)}
+    # A field made by a factory (the placement policies) has no single value to state.
+    config_defaults = {
+        field.name: None if field.default is dataclasses.MISSING else field.default
+        for field in dataclasses.fields(ServerConfig)
+    }
     defaults: dict[str, str | None] = {}
     for param in command.commands["serve"].params:
         name = param.opts[0]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-OURS = frozenset({"accounting", "clients", "exercises", "gpucloud", "services", "tsdb"})
+OURS = frozenset({"accounting", "clients", "exercises", "gpucloud", "scheduling", "services", "tsdb"})
 # The CLI modules that start a control plane in-process (`gpucloud serve`, `gpucloud demo`):
 # the only ones in clients/ that may import services.
 STARTS_SERVICES = frozenset({"clients/cli/app.py", "clients/cli/serve.py", "clients/cli/demo.py"})
@@ -38,10 +38,10 @@ def _modules(package: str) -> list[Path]:
 def _allowed(path: Path) -> frozenset[str]:
     relative = path.relative_to(ROOT).as_posix()
     package = relative.partition("/")[0]
-    if package in ("accounting", "tsdb"):
+    if package in ("accounting", "tsdb", "scheduling"):
         return frozenset()  # libraries the services use: nothing of ours
     if package == "services":
-        return frozenset({"gpucloud", "accounting", "tsdb"})
+        return frozenset({"gpucloud", "accounting", "tsdb", "scheduling"})
     if package == "exercises":
         # The suites run against the project's own modules, whichever room they are in.
         return OURS - {"exercises"}
@@ -54,7 +54,7 @@ def _allowed(path: Path) -> frozenset[str]:
     return frozenset({"gpucloud"})  # the Python client: the generated API only
 
 
-@pytest.mark.parametrize("package", ["accounting", "tsdb", "services", "clients", "exercises"])
+@pytest.mark.parametrize("package", ["accounting", "tsdb", "scheduling", "services", "clients", "exercises"])
 def test_package_imports_follow_the_one_way_flow(package: str) -> None:
     assert len(_modules(package)) > 3  # a wrong ROOT would find nothing and pass
     offending = {
@@ -75,7 +75,7 @@ def test_the_check_sees_lazy_and_dotted_imports(tmp_path: Path) -> None:
     assert _our_imports(module, "tsdb") == {"services", "clients"}
 
 
-LIBRARIES = ("accounting", "tsdb")
+LIBRARIES = ("accounting", "tsdb", "scheduling")
 
 
 def _deep_imports(path: Path) -> set[str]:

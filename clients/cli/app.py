@@ -121,6 +121,13 @@ def serve(
     slow_gpu_k: Annotated[
         float | None, typer.Option(help="Spreads below its peers' median that make a GPU slow (default 5).")
     ] = None,
+    placement: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="MODEL=POLICY: the placement policy of a pool's creates (first-fit, best-fit, worst-fit, fgd,"
+            " fgd-refined; default first-fit). Repeat for each model."
+        ),
+    ] = None,
     log_level: Annotated[LogLevel, typer.Option(case_sensitive=False, help="Least severe level logged.")] = (
         LogLevel.INFO
     ),
@@ -141,6 +148,7 @@ def serve(
             raise typer.Exit(2)
     from accounting import InputError
     from clients.cli.serve import serve as run_server
+    from services.allocations.placement import Policies, UnknownPolicy
     from services.fleet.config import FleetConfig, UnusableFleetConfig
     from services.health.config import HealthConfig, UnusableHealthConfig
     from services.server import ServerConfig, StartError
@@ -161,7 +169,8 @@ def serve(
     try:
         fleet = FleetConfig(**{name: value for name, value in timings.items() if value is not None})
         health = HealthConfig(**{name: value for name, value in health_settings.items() if value is not None})
-    except (UnusableFleetConfig, UnusableHealthConfig) as error:
+        policies = Policies(_placement_option(placement or []))
+    except (UnusableFleetConfig, UnusableHealthConfig, UnknownPolicy) as error:
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
 
@@ -183,6 +192,7 @@ def serve(
         grace_seconds=grace_seconds,
         fleet=fleet,
         health=health,
+        placement=policies,
     )
     # Only the bounds given: the others keep the server's defaults, stated once, in ServerConfig.
     config = dataclasses.replace(config, **{name: bound for name, bound in bounds.items() if bound is not None})
@@ -194,6 +204,19 @@ def serve(
     except StartError as error:  # port taken, database unreachable: one line, not a traceback
         typer.echo(f"error: {error}", err=True)
         raise typer.Exit(2) from None
+
+
+def _placement_option(given: list[str]) -> dict[str, str]:
+    """``--placement`` values as {model: policy}; a value without ``=`` is UnknownPolicy's kind of mistake."""
+    from services.allocations.placement import UnknownPolicy
+
+    chosen: dict[str, str] = {}
+    for value in given:
+        model, sep, policy = value.partition("=")
+        if not sep or not model or not policy:
+            raise UnknownPolicy(f"--placement {value!r}: give MODEL=POLICY, as in H100=best-fit")
+        chosen[model] = policy
+    return chosen
 
 
 @app.command()

@@ -26,9 +26,10 @@ from __future__ import annotations
 from collections.abc import Set as AbstractSet
 from functools import partial
 
-from services.allocations import idempotency, placement, spares
+import scheduling
+from services.allocations import idempotency, spares
 from services.allocations import repository as repo
-from services.allocations.placement import Candidate, Policy
+from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.set_based import cancel_many, create_many
@@ -72,14 +73,16 @@ def resolve_tenant(principal: Principal, requested: str) -> str:
     return requested
 
 
-async def create(store: Database, request: AllocationRequest) -> Created:
+async def create(store: Database, request: AllocationRequest, policies: Policies = DEFAULT_POLICIES) -> Created:
     """Place the request's nodes and record the allocation, all or nothing, in one transaction.
 
     A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY) when
     too few nodes are free; NOT_FOUND for an unknown tenant; INVALID_ARGUMENT (IDEMPOTENCY_KEY_REUSED) for a
     key first used with another request; ABORTED after losing every attempt to concurrent transactions
     (IDEMPOTENCY_KEY_IN_USE while a duplicate holds the key, otherwise PLACEMENT_CONTENDED).
+    The nodes are those the policy ``policies`` names for the model's pool chooses.
     """
+    policy = policies.of(request.gpu_model.value)
     fingerprint = idempotency.fingerprint(
         CREATE_METHOD,
         {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
@@ -89,11 +92,10 @@ async def create(store: Database, request: AllocationRequest) -> Created:
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
         # On SQLite, the plain creates of one group run together (set_based.py).
-        set_based = None if locking else SetBased(create_many, PendingCreate(request, fingerprint, allocation_id))
+        pending = PendingCreate(request, fingerprint, allocation_id, policy)
+        set_based = None if locking else SetBased(create_many, pending)
         try:
-            return await store.transact(
-                partial(_create, request, fingerprint, allocation_id, locking=locking), set_based
-            )
+            return await store.transact(partial(_create, pending, locking=locking), set_based)
         except (Conflict, Aborted) as error:
             # Lost a race (a key, a node, a deadlock) to a concurrent transaction: look again.
             lost = error
@@ -107,7 +109,13 @@ async def create(store: Database, request: AllocationRequest) -> Created:
     )
 
 
-def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *, locking: bool) -> Tx[Created]:
+def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
+    request, fingerprint, allocation_id, policy = (
+        pending.request,
+        pending.fingerprint,
+        pending.allocation_id,
+        pending.policy,
+    )
     if request.request_id:
         key = yield from repo.idempotency_key(request.tenant_id, CREATE_METHOD, request.request_id)
         if key is not None:
@@ -129,7 +137,9 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
         )
     # The pool's spares, locked on PostgreSQL until this create commits (spares.py).
     keep = yield from spares.reserve(request.gpu_model, locking=locking)
-    chosen = yield from place(request.gpu_model, request.node_count, locking=locking, keep=keep)
+    chosen = yield from place(
+        request.gpu_model, request.node_count, policy=policy, tenant=request.tenant_id, locking=locking, keep=keep
+    )
     if chosen is None:
         available = yield from nodes_repo.count_free(request.gpu_model)
         held_back = f", {keep} of them held back as spares" if keep else ""
@@ -152,7 +162,6 @@ def _create(request: AllocationRequest, fingerprint: str, allocation_id: str, *,
     # On SQLite transactions run one at a time, so the key can wait for a placement (claimed
     # in record_creates): a refusal then has written nothing, and its group needs no second
     # pass (store/writer.py).
-    pending = PendingCreate(request, fingerprint, allocation_id)
     return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
 
 
@@ -160,22 +169,21 @@ def place(
     gpu_model: GpuModel,
     count: int,
     *,
+    policy: scheduling.Policy,
+    tenant: str,
     locking: bool,
     keep: int = 0,
-    policy: Policy | None = None,
     excluding: AbstractSet[str] = frozenset(),
 ) -> Tx[list[str] | None]:
-    """The ``count`` nodes ``policy`` (``placement.POLICY`` unless given) chose among every
-    free node of the model but ``excluding``, leaving ``keep`` free, locked on PostgreSQL; None
-    when it finds no fit. A create places with it, and so does a replacement (replacement.py)
-    choosing a spare."""
-    policy = policy or placement.POLICY
-    candidates = yield from _candidates(gpu_model, excluding)
+    """The ``count`` nodes ``policy`` chose for ``tenant`` among every free node of the model
+    but ``excluding``, leaving ``keep`` free, locked on PostgreSQL; None when it finds no fit.
+    A create places with it, and so does a replacement (replacement.py) choosing a spare."""
+    pool = Pool((yield from _candidates(gpu_model, excluding)))
     if not locking:
         # SQLite: the writer holds the one write lock, so what was read stays free.
-        return placement.choose(policy, candidates, count, keep=keep)
+        return pool.choose(policy, count, tenant=tenant, keep=keep)
     yield from savepoint("placement")
-    chosen, contended = yield from _lock_choice(candidates, count, policy, keep, skip_locked=True)
+    chosen, contended = yield from _lock_choice(pool, count, policy, tenant, keep, skip_locked=True)
     if chosen is not None or not contended:
         return chosen
     # SKIP LOCKED also passed over nodes a concurrent transaction holds and may yet release:
@@ -183,8 +191,8 @@ def place(
     # nodes it locked: two creates each holding some nodes while waiting for the other's
     # deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with no node held,
     # for nodes locked in fabric order in one statement, forms no cycle.
-    candidates = yield from _candidates(gpu_model, excluding)
-    chosen, _ = yield from _lock_choice(candidates, count, policy, keep, skip_locked=False)
+    pool = Pool((yield from _candidates(gpu_model, excluding)))
+    chosen, _ = yield from _lock_choice(pool, count, policy, tenant, keep, skip_locked=False)
     return chosen
 
 
@@ -194,7 +202,7 @@ def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Can
 
 
 def _lock_choice(
-    candidates: list[Candidate], count: int, policy: Policy, keep: int, *, skip_locked: bool
+    pool: Pool, count: int, policy: scheduling.Policy, tenant: str, keep: int, *, skip_locked: bool
 ) -> Tx[tuple[list[str] | None, bool]]:
     """Lock the policy's choice (PostgreSQL); while some chosen node was taken meanwhile,
     give back what was locked and choose again without it.
@@ -207,9 +215,7 @@ def _lock_choice(
     lost: set[str] = set()
     rounds = _SKIPPING_ROUNDS if skip_locked else _WAITING_ROUNDS
     for _ in range(rounds):
-        left = [c for c in candidates if c.node_id not in lost] if lost else candidates
-        # A node lost to another transaction was taken, so it no longer counts as free.
-        chosen = placement.choose(policy, left, count, keep=keep)
+        chosen = pool.choose(policy, count, tenant=tenant, keep=keep)
         if chosen is None:
             return None, bool(lost)
         locked = yield from nodes_repo.lock_free(chosen, skip_locked=skip_locked)
@@ -219,7 +225,10 @@ def _lock_choice(
             # Give these back before locking another choice: holding them while waiting for
             # nodes earlier in fabric order could close a cycle with another create.
             yield from rollback_to("placement")
-        lost.update(node for node in chosen if node not in locked)
+        # A node lost to another transaction was taken: the pool no longer counts it free.
+        missing = [node for node in chosen if node not in locked]
+        pool.take(missing)
+        lost.update(missing)
     if skip_locked:
         return None, True
     raise Aborted(

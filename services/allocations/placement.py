@@ -1,29 +1,45 @@
-"""Choosing nodes for an allocation: pure functions over candidates, no I/O.
+"""Choosing nodes for an allocation: the scheduling package's policies over the free nodes the
+store supplies. No I/O.
 
-A policy is given every placeable node of the model (READY, neither cordoned nor unreachable) and chooses ``count``
-of them, all or nothing: either ``count`` node ids or None. The store only supplies the
-candidates and, on PostgreSQL, locks what the policy chose; it never cuts the list itself.
+The store reads every placeable node of a model (READY, neither cordoned nor unreachable) as a
+``Candidate``; ``Pool`` turns them into the scheduling package's cluster (a fabric block per
+leaf switch) and a policy chooses ``count`` of them, all or nothing: either ``count`` node ids
+or None. The store never cuts the list itself, and on PostgreSQL locks what was chosen. A
+SQLite group's creates are placed in one pool, in queue order, each taking its nodes before the
+next chooses (set_based.py): the same rule each would meet alone.
 
-``POLICY`` is the one creates use: first fit in (zone, rack, leaf switch, node id) order, which
-is deterministic, packs allocations onto neighbouring nodes, and is the baseline that
-topology-aware policies replace. It is one for the whole process: the creates of one SQLite
-group are placed together (set_based.py), in queue order, by the same rule each would meet alone.
-A replacement chooses its spare with ``nearest_to`` the node it replaces.
+Which policy a pool's creates use is configuration (``Policies``, ``gpucloud serve
+--placement MODEL=POLICY``): first fit by default, in (zone, rack, leaf switch, node id) order,
+which is deterministic and packs allocations onto neighbouring nodes. A replacement chooses its
+spare with ``nearest_to`` the node it replaces.
 
-``choose`` also holds the pool's spares back (spares.py): it refuses a choice that would leave
-fewer free nodes than the reserve, whichever policy chose.
+``Pool.choose`` also holds the pool's spares back (spares.py): it refuses a choice that would
+leave fewer free nodes than the reserve, whichever policy chose, and checks that the policy
+answered ``count`` distinct free nodes.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import NamedTuple
+
+import numpy as np
+
+import scheduling
+from scheduling import Cluster, NodeSpec, Placement, WholeNodes
+from services.nodes.inventory import GpuModel
+
+# The pool's nodes as the cluster model needs them: whole-node placement weighs no CPU, memory
+# or GPU count, every candidate being idle and of the pool's one model.
+_POOL_MODEL = "pool"
+_NODE_GPUS = 8
+
+DEFAULT_POLICY = "first-fit"
 
 
 class Candidate(NamedTuple):
-    """A free node placement may choose, by its place in the fabric: candidates compare in
-    fabric order (zone, rack, leaf switch, then node id)."""
+    """A free node placement may choose, by its place in the fabric."""
 
     zone: str
     rack: str
@@ -31,60 +47,109 @@ class Candidate(NamedTuple):
     node_id: str
 
 
-# Chooses ``count`` of the candidates (their node ids, in the order the allocation lists
-# them), or None when it finds no fit.
-Policy = Callable[[Sequence[Candidate], int], list[str] | None]
-
-
 class PolicyError(ValueError):
-    """A policy answered something other than ``count`` distinct ids of its candidates."""
+    """A policy answered something other than ``count`` distinct free nodes of its pool."""
 
 
-def first_fit(candidates: Sequence[Candidate], count: int) -> list[str] | None:
-    """The first ``count`` candidates in fabric order, or None when there are too few."""
-    if count <= 0:
-        raise ValueError("count must be positive")
-    if len(candidates) < count:
-        return None
-    # Documented equal to sorted(...)[:count], without sorting the rest; a candidate's own
-    # order is fabric order, compared without a key function.
-    return [c.node_id for c in heapq.nsmallest(count, candidates)]
+class UnknownPolicy(ValueError):
+    """A policy name the scheduling package does not have, or one given for an unknown model."""
 
 
-POLICY: Policy = first_fit
+class Pool:
+    """The free nodes of one GPU model, from which choices are taken as they are made."""
 
+    def __init__(self, candidates: Iterable[Candidate]) -> None:
+        self._cluster = Cluster(
+            NodeSpec(
+                c.node_id,
+                _POOL_MODEL,
+                _NODE_GPUS,
+                0,
+                0,
+                zone=c.zone,
+                block=c.leaf_switch,
+                rack=c.rack,
+                leaf_switch=c.leaf_switch,
+            )
+            for c in candidates
+        )
+        # The ids still free, for checking a policy's answer without a pass over the arrays.
+        self._free_ids = set(self._cluster.index)
 
-def nearest_to(anchor: Candidate) -> Policy:
-    """A policy choosing the candidates nearest ``anchor`` in the fabric: under its leaf switch,
-    then in its rack, then in its zone, then anywhere; fabric order among equals. A spare
-    near the node it replaces keeps the allocation's traffic on the switches it used."""
+    @property
+    def free(self) -> int:
+        """How many of the pool's nodes are still free."""
+        return len(self._free_ids)
 
-    def distance(c: Candidate) -> int:
-        if c.zone != anchor.zone:
-            return 3
-        if c.leaf_switch == anchor.leaf_switch:
-            return 0
-        return 1 if c.rack == anchor.rack else 2
-
-    def nearest(candidates: Sequence[Candidate], count: int) -> list[str] | None:
+    def choose(self, policy: scheduling.Policy, count: int, *, tenant: str, keep: int = 0) -> list[str] | None:
+        """``policy``'s choice of ``count`` free nodes for ``tenant`` that leaves at least
+        ``keep`` free (the pool's spares), or None. Checked: a node outside the pool (another
+        model's, one taken) or a node twice would be allocated as it stands."""
         if count <= 0:
             raise ValueError("count must be positive")
-        if len(candidates) < count:
+        if self.free - keep < count:
             return None
-        return [c.node_id for c in heapq.nsmallest(count, candidates, key=lambda c: (distance(c), c))]
+        placed = policy(self._cluster, WholeNodes(tenant=tenant, count=count))
+        if placed is None:
+            return None
+        chosen = list(placed.nodes)
+        if len(chosen) != count or len(set(chosen)) != count or not self._free_ids.issuperset(chosen):
+            raise PolicyError(f"a placement policy chose {chosen!r} for {count} node(s) among its free nodes")
+        return chosen
+
+    def take(self, node_ids: Sequence[str]) -> None:
+        """``node_ids`` are no longer free (chosen by this pool, or taken by another transaction)."""
+        taken = [n for n in node_ids if n in self._free_ids]
+        if taken:
+            scheduling.apply(self._cluster, Placement(WholeNodes(tenant=_POOL_MODEL, count=len(taken)), tuple(taken)))
+            self._free_ids.difference_update(taken)
+
+
+def nearest_to(anchor: Candidate) -> scheduling.Policy:
+    """A policy choosing the free nodes nearest ``anchor`` in the fabric: under its leaf switch,
+    then in its rack, then in its zone, then anywhere; fabric order among equals. A spare near
+    the node it replaces keeps the allocation's traffic on the switches it used."""
+
+    def distance(node: NodeSpec) -> int:
+        if node.zone != anchor.zone:
+            return 3
+        if node.leaf_switch == anchor.leaf_switch:
+            return 0
+        return 1 if node.rack == anchor.rack else 2
+
+    def nearest(cluster: Cluster, request: scheduling.Request) -> Placement | None:
+        if not isinstance(request, WholeNodes):
+            return None
+        idle = [int(i) for i in np.flatnonzero(cluster.idle())]
+        if len(idle) < request.count:
+            return None
+        idle.sort(key=lambda i: (distance(cluster.nodes[i]), int(cluster.rank[i])))
+        return Placement(request, tuple(cluster.nodes[i].node_id for i in idle[: request.count]))
 
     return nearest
 
 
-def choose(policy: Policy, candidates: Sequence[Candidate], count: int, *, keep: int = 0) -> list[str] | None:
-    """``policy``'s choice of ``count`` candidates that leaves at least ``keep`` of them free
-    (the pool's spares), or None. Checked: a node outside the candidates (another model's, one
-    taken) or a node twice would be allocated as it stands, so it is refused here."""
-    if len(candidates) - keep < count:
-        return None
-    chosen = policy(candidates, count)
-    if chosen is None:
-        return None
-    if len(chosen) != count or len(set(chosen)) != count or not set(chosen) <= {c.node_id for c in candidates}:
-        raise PolicyError(f"a placement policy chose {chosen!r} for {count} node(s) among its candidates")
-    return chosen
+@dataclass(frozen=True)
+class Policies:
+    """The placement policy of each pool (GPU model), by the scheduling package's names;
+    ``default`` for a pool not named."""
+
+    by_model: Mapping[str, str] = field(default_factory=dict)
+    default: str = DEFAULT_POLICY
+
+    def __post_init__(self) -> None:
+        known = ", ".join(scheduling.POLICIES)
+        models = {model.value for model in GpuModel}
+        for model, name in [*self.by_model.items(), ("", self.default)]:
+            if model and model not in models:
+                raise UnknownPolicy(f"no GPU model {model!r}; known are {', '.join(sorted(models))}")
+            if name not in scheduling.POLICIES:
+                where = f" for {model}" if model else ""
+                raise UnknownPolicy(f"no placement policy {name!r}{where}; known are {known}")
+
+    def of(self, gpu_model: str) -> scheduling.Policy:
+        """The policy ``gpu_model``'s creates place with."""
+        return scheduling.POLICIES[self.by_model.get(gpu_model, self.default)]
+
+
+DEFAULT_POLICIES = Policies()

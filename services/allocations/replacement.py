@@ -113,7 +113,14 @@ def _spare(
     """Place a spare for ``removed`` at ``position`` of the allocation, the free node nearest it
     in the fabric but those ``excluding``, billed from ``now``; None when none is free."""
     near = placement.nearest_to(Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id))
-    chosen = yield from place(GpuModel(allocation.gpu_model), 1, locking=locking, policy=near, excluding=excluding)
+    chosen = yield from place(
+        GpuModel(allocation.gpu_model),
+        1,
+        policy=near,
+        tenant=allocation.tenant_id,
+        locking=locking,
+        excluding=excluding,
+    )
     if chosen is None:
         return None
     [spare] = chosen

@@ -10,6 +10,7 @@ from google.longrunning import operations_pb2
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
 from services.allocations import commands
 from services.allocations.commands import resolve_tenant
+from services.allocations.placement import DEFAULT_POLICIES, Policies
 from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
@@ -34,10 +35,13 @@ REPLAYED = (("idempotent-replayed", "true"),)
 class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
 
-    def __init__(self, store: Database, page_tokens: PageTokens, wake_releaser: Notifier) -> None:
+    def __init__(
+        self, store: Database, page_tokens: PageTokens, wake_releaser: Notifier, policies: Policies = DEFAULT_POLICIES
+    ) -> None:
         self._store = store
         self._tokens = page_tokens
         self._wake_releaser = wake_releaser
+        self._policies = policies
 
     async def CreateAllocation(
         self, request: allocation_pb2.CreateAllocationRequest, context: Context
@@ -58,7 +62,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             request_id=request.request_id,
             actor=principal.actor,
         )
-        view, replayed = await commands.create(self._store, allocation_request)
+        view, replayed = await commands.create(self._store, allocation_request, self._policies)
         if replayed:
             context.set_trailing_metadata(REPLAYED)
         return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))

@@ -3,7 +3,8 @@
 Under load the SQLite writer commits dozens of creates and cancels together, and each of
 them alone runs seven to nine statements. Run as a set, the creates of a group read their
 candidates with one query per GPU model (the placement policy chooses for each create, in
-queue order, among the nodes the creates before it left) and write each table with one
+queue order, among the nodes the creates before it left: one pool, each choice taken from it
+before the next) and write each table with one
 statement, and so do the cancels: the Python and SQLite's own work per statement, which
 cost more than the rows they write, are paid once per group instead of once per request.
 
@@ -29,9 +30,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-from services.allocations import placement, spares
 from services.allocations import repository as repo
-from services.allocations.placement import Candidate
+from services.allocations import spares
+from services.allocations.placement import Candidate, Pool
 from services.allocations.repository import Allocation, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, Created
 from services.allocations.states import AllocationState
@@ -60,20 +61,19 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     )
     # Every free node of each model the prefix asks for: the policy chooses among them all,
     # each create among those the creates before it left.
-    pools: dict[GpuModel, list[Candidate]] = {}
+    pools: dict[GpuModel, Pool] = {}
     keep: dict[GpuModel, int] = {}
     for model in dict.fromkeys(create.request.gpu_model for create in plain):
-        pools[model] = list(map(Candidate._make, (yield from nodes_repo.free_nodes(model))))
+        pools[model] = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(model))))
         keep[model] = yield from spares.reserve(model, locking=False)
     placed: list[tuple[PendingCreate, Sequence[str]]] = []
     for create in plain:
-        model = create.request.gpu_model
-        pool = pools[model]
-        chosen = placement.choose(placement.POLICY, pool, create.request.node_count, keep=keep[model])
+        request = create.request
+        pool = pools[request.gpu_model]
+        chosen = pool.choose(create.policy, request.node_count, tenant=request.tenant_id, keep=keep[request.gpu_model])
         if chosen is None:
             break  # alone, it is refused with the count free at its place
-        given = set(chosen)
-        pools[model] = [c for c in pool if c.node_id not in given]
+        pool.take(chosen)
         placed.append((create, chosen))
     if not placed:
         return []

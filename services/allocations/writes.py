@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import scheduling
 from services.allocations import repository as repo
 from services.allocations.repository import Allocation, AllocationView, HeldNode, KeyClaim
 from services.allocations.requests import CREATE_METHOD, AllocationRequest, Created, cancel_operation
@@ -27,11 +28,13 @@ from services.usage.repository import UsageKind
 
 @dataclass(frozen=True, slots=True)
 class PendingCreate:
-    """One create: the request, its fingerprint and the id it will get."""
+    """One create: the request, its fingerprint, the id it will get, and the placement policy
+    of its pool."""
 
     request: AllocationRequest
     fingerprint: str
     allocation_id: str
+    policy: scheduling.Policy
 
 
 @dataclass(frozen=True, slots=True)

@@ -325,22 +325,24 @@ def test_serve_refuses_a_bound_under_one_in_one_line(tmp_path: Path) -> None:
         assert "Traceback" not in output
 
 
-def test_serve_refuses_health_limits_that_cannot_work_naming_the_option(tmp_path: Path) -> None:
+def test_serve_refuses_health_limits_and_placements_that_cannot_work_naming_the_option(tmp_path: Path) -> None:
     cases = [
         ("--health-removal-share", "1.5", "removal_share_per_hour (--health-removal-share) must be within 0-1"),
         ("--health-removals-per-hour", "-1", "removals_per_hour (--health-removals-per-hour) must be >= 0"),
         ("--health-removals-per-leaf", "-2", "removals_per_leaf_hour (--health-removals-per-leaf) must be >= 0"),
         ("--slow-gpu-k", "nan", "slow_gpu_k (--slow-gpu-k) must be a number > 0"),
+        ("--placement", "H100=tightest", "no placement policy 'tightest' for H100; known are first-fit, best-fit"),
+        ("--placement", "H100", "--placement 'H100': give MODEL=POLICY, as in H100=best-fit"),
     ]
     with concurrent.futures.ThreadPoolExecutor(len(cases)) as pool:
         results = list(
             pool.map(
-                lambda case: serve("--data-dir", str(tmp_path / case[0]), "--listen", "127.0.0.1:0", *case[:2]),
+                lambda case: serve("--data-dir", str(tmp_path / case[1]), "--listen", "127.0.0.1:0", *case[:2]),
                 cases,
             )
         )
-    for (option, _, message), (code, output) in zip(cases, results, strict=True):
+    for (option, value, message), (code, output) in zip(cases, results, strict=True):
         assert code == 2, (option, output)
         assert output.startswith(f"error: {message}"), output
         assert output.count("\n") == 1, output
-        assert not (tmp_path / option).exists()
+        assert not (tmp_path / value).exists()
