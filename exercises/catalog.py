@@ -15,7 +15,8 @@ HERE = Path(__file__).resolve().parent
 @dataclass(frozen=True)
 class Exercise:
     """One exercise: ``id`` as typed on the command line, the folder holding it, and the
-    ``reference`` modules whose names together form the interface (the first is the one to read)."""
+    ``reference`` modules whose names together form the interface, each name taken from the first
+    module that defines it (so an adapter whose names the package also uses comes first)."""
 
     id: str
     title: str
@@ -136,16 +137,20 @@ EXERCISES: tuple[Exercise, ...] = (
         functions=("fan_out",),
         answer_file="fan_out.py",
     ),
-)
-
-COMING: tuple[Coming, ...] = (
-    Coming(
+    Exercise(
         id="allocation-policies",
         title="Allocation policies and fragmentation",
-        question="First, best and worst fit, and the largest free block, on a replayed job stream.",
-        awaits="the policy interface of scheduling/",
+        difficulty="medium",
+        topic="scheduling",
+        question="First, best and worst fit, a gang inside one block, the largest free block, on a replayed stream.",
+        # The adapter first: scheduling has functions of the same names, over a Cluster.
+        reference=("exercises.allocation_policies.adapter", "scheduling"),
+        functions=("first_fit", "best_fit", "worst_fit", "place_gang", "largest_free_block"),
+        answer_file="allocation.py",
     ),
 )
+
+COMING: tuple[Coming, ...] = ()
 
 
 class UnknownExercise(LookupError):

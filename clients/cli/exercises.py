@@ -42,7 +42,8 @@ def _exercise(exercise_id: str) -> catalog.Exercise:
 
 @exercises.command("list")
 def exercises_list(json_out: JsonFlag = False) -> None:
-    """Every exercise: id, title, difficulty, topic and the module it runs against; and those coming."""
+    """Every exercise: id, title, difficulty, topic and the module it runs against; and those
+    coming, when there are any."""
     if json_out:
         render.print_json(
             {
@@ -72,9 +73,10 @@ def exercises_list(json_out: JsonFlag = False) -> None:
             lambda e: [e.id, e.title, e.difficulty, e.topic, ", ".join(e.reference)],
         )
     )
-    render.console.print(
-        render.table("Coming", ["ID", "TITLE", "AWAITS"], catalog.COMING, lambda c: [c.id, c.title, c.awaits])
-    )
+    if catalog.COMING:
+        render.console.print(
+            render.table("Coming", ["ID", "TITLE", "AWAITS"], catalog.COMING, lambda c: [c.id, c.title, c.awaits])
+        )
 
 
 @exercises.command("show")
