@@ -6,9 +6,9 @@ replayed by the method of the FGD paper (Weng et al., "Beware of Fragmentation",
     uv run python bench/openb.py --seeds 2 --policies best-fit,fgd --plot /tmp/openb.png
     uv run python bench/openb.py --latency-nodes 10000            # also time decisions on a 10,000-node fleet
 
-Options: --pods FILE and --nodes FILE (CSV in the openb format), --seeds N, --policies a,b
-(names from scheduling.POLICIES), --plot PATH (PNG of allocation rate against arrived workload),
---latency-nodes N (0: skip the latency table).
+Options: --pods FILE and --nodes FILE (CSV in the openb format), --seeds N (from --first-seed,
+0 by default), --policies a,b (names from scheduling.POLICIES), --plot PATH (PNG of allocation
+rate against arrived workload), --latency-nodes N (0: skip the latency table).
 
 What is measured: for each seed, every task of the trace plus tasks drawn from it at random
 (with replacement, by the seed) until the GPU demand drawn would pass 130% of the cluster's GPU
@@ -245,6 +245,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pods", type=Path, default=DATA / "openb_pod_list_default.csv")
     parser.add_argument("--nodes", type=Path, default=DATA / "openb_node_list_gpu_node.csv")
     parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument(
+        "--first-seed", type=int, default=0, help="seeds run from this one: 10 for seeds no policy was tuned on"
+    )
     parser.add_argument("--policies", default=",".join(POLICIES))
     parser.add_argument("--plot", type=Path, default=None)
     parser.add_argument("--latency-nodes", type=int, default=0)
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
         f" task shapes: {len(mix.shapes)}, {len(typical(mix).shapes)} of them typical"
     )
     runs: dict[str, list[Run]] = {name: [] for name in policies}
-    for seed in range(args.seeds):
+    for seed in range(args.first_seed, args.first_seed + args.seeds):
         tasks = arrivals(trace, capacity, seed)
         for name in policies:
             runs[name].append(replay(nodes, mix, tasks, POLICIES[name]))
