@@ -70,6 +70,8 @@ class Journal:
         self.path = path
         self._last_seq = 0
         self._pending: list[Entry] = []
+        # Whether the file lacks entries the memory has (a write failed).
+        self._behind = False
         if path is not None and path.exists():
             self._last_seq, self._pending, torn = _read(path)
             if torn:
@@ -87,29 +89,41 @@ class Journal:
         return self._last_seq
 
     def record(self, events: Iterable[XidEvent]) -> list[Entry]:
-        """Number ``events`` and keep them until delivered; the entries, once on disk."""
+        """Number ``events`` and keep them until delivered; the entries. They are kept in memory
+        first: a write that fails (a full disk) raises ``OSError`` having lost nothing the agent
+        still runs with, and the file catches up at the next write that succeeds."""
         entries = []
         for event in events:
             self._last_seq += 1
             entries.append(Entry(self._last_seq, event.index, event.code, event.timestamp_ms))
-        if entries and self.path is not None:
-            if not self.path.exists():
-                # The header first: a journal always says where its numbers stand.
-                _replace(self.path, self._last_seq - len(entries), [])
-            with self.path.open("a", encoding="utf-8") as file:
-                file.writelines(entry.line() for entry in entries)
-                file.flush()
-                os.fsync(file.fileno())
+        if not entries:
+            return entries
         self._pending += entries
+        if self.path is not None:
+            if self._behind or not self.path.exists():
+                # Rewritten whole: after a failed write, or to put the header first (a journal
+                # always says where its numbers stand).
+                self._behind = True
+                _replace(self.path, self._last_seq, self._pending)
+                self._behind = False
+            else:
+                self._behind = True
+                with self.path.open("a", encoding="utf-8") as file:
+                    file.writelines(entry.line() for entry in entries)
+                    file.flush()
+                    os.fsync(file.fileno())
+                self._behind = False
         return entries
 
-    def delivered(self, through_seq: int) -> None:
-        """The control plane has the entries numbered up to ``through_seq``: drop them."""
-        left = [entry for entry in self._pending if entry.seq > through_seq]
+    def delivered(self, seqs: Iterable[int]) -> None:
+        """The control plane has the entries numbered ``seqs``: drop them."""
+        done = set(seqs)
+        left = [entry for entry in self._pending if entry.seq not in done]
         if len(left) == len(self._pending):
             return
         if self.path is not None:
             _replace(self.path, self._last_seq, left)
+            self._behind = False
         self._pending = left
 
 

@@ -131,6 +131,10 @@ def gpu_messages(inventory: Iterable[GpuInfo]) -> list[node_pb2.Gpu]:
     ]
 
 
+# XID codes one status carries per GPU: the control plane refuses more (AgentService, GpuStatus).
+XIDS_PER_GPU = 32
+
+
 def node_status(
     samples: Iterable[GpuSample], xids: Iterable[Entry] = (), gpus: int = GPUS_PER_NODE, partitions: Sequence[int] = ()
 ) -> agent_pb2.NodeStatus:
@@ -140,7 +144,9 @@ def node_status(
     by_index = {sample.index: sample for sample in samples}
     statuses = [agent_pb2.GpuStatus(index=index, present=index in by_index) for index in range(gpus)]
     for entry in xids:
-        if 0 <= entry.gpu < gpus:
+        # The oldest first, at most as many a GPU as a status may carry: a backlog drains over
+        # several reports rather than being refused whole, again and again.
+        if 0 <= entry.gpu < gpus and len(statuses[entry.gpu].xid_codes) < XIDS_PER_GPU:
             status = statuses[entry.gpu]
             status.xid_codes.append(entry.code)
             status.xid_times_ms.append(entry.time_ms)
@@ -185,10 +191,10 @@ class StatusTracker:
         """Whether ``status`` differs from the last one the control plane stored (or none was)."""
         return self._last_sent is None or status != self._last_sent
 
-    def sent(self, status: agent_pb2.NodeStatus) -> int:
-        """``status`` reached the control plane; the last journal number it delivered (0: none)."""
+    def sent(self, status: agent_pb2.NodeStatus) -> set[int]:
+        """``status`` reached the control plane; the journal numbers it delivered."""
         self._last_sent = status
-        return max((seq for gpu in status.gpus for seq in gpu.xid_seqs), default=0)
+        return {seq for gpu in status.gpus for seq in gpu.xid_seqs}
 
 
 class ActionBook:
@@ -603,17 +609,24 @@ class NodeAgent:
 
     async def _observe(self, samples: Sequence[GpuSample]) -> agent_pb2.NodeStatus:
         """The status to report: the XID events the driver raised since the last look go into
-        the journal first (on disk before any report carries them)."""
-        events = self._backend.xid_events()
+        the journal first (on disk before any report carries them). Events of a GPU the node
+        does not have are dropped here: no status could carry them."""
+        events = [event for event in self._backend.xid_events() if 0 <= event.index < GPUS_PER_NODE]
         if events:
-            await asyncio.to_thread(self._status.journal.record, events)
+            try:
+                await asyncio.to_thread(self._status.journal.record, events)
+            except OSError as error:  # kept in memory: reported all the same, not yet durable
+                log.warning("agent_journal_write_failed", node=self.identity.node_id, error=str(error))
         return self._status.observe(samples, self._fabric.partitions())
 
     async def _delivered(self, status: agent_pb2.NodeStatus) -> None:
         """``status`` was stored: the journal entries it carried are delivered."""
-        through = self._status.sent(status)
-        if through:
-            await asyncio.to_thread(self._status.journal.delivered, through)
+        seqs = self._status.sent(status)
+        if seqs:
+            try:
+                await asyncio.to_thread(self._status.journal.delivered, seqs)
+            except OSError as error:  # still pending, so sent again: a replay counts once
+                log.warning("agent_journal_write_failed", node=self.identity.node_id, error=str(error))
 
     async def _telemetry(self, metrics: metrics_pb2_grpc.MetricsServiceStub, samples: Sequence[GpuSample]) -> None:
         batch = node_samples(self.identity.node_id, samples)

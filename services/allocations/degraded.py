@@ -44,18 +44,27 @@ class DegradedSweep:
                 log.exception("degraded_sweep_failed")
 
     async def sweep(self) -> dict[str, list[Replacement]]:
-        """One sweep: each degraded allocation given what spares are free, oldest removal first;
-        the replacements filled, by allocation."""
+        """One sweep: each degraded allocation given what spares are free, oldest removal first,
+        a spare a transaction; the replacements filled, by allocation. One that fails is logged
+        and the sweep goes on to the next: one allocation never holds up the others."""
         locking = self._store.dialect == "postgresql"
         filled: dict[str, list[Replacement]] = {}
         for allocation_id in await self._store.query(repo.degraded()):
-            made = await self._store.transact(partial(top_up, allocation_id, actor=self._actor, locking=locking))
-            if made:
-                filled[allocation_id] = made
-                log.info(
-                    "allocation_topped_up",
-                    allocation_id=allocation_id,
-                    spares=[r.spare_node_id for r in made],
-                    removed=[r.removed_node_id for r in made],
-                )
+            try:
+                while (
+                    made := await self._store.transact(
+                        partial(top_up, allocation_id, actor=self._actor, locking=locking)
+                    )
+                ) is not None:
+                    filled.setdefault(allocation_id, []).append(made)
+                    log.info(
+                        "allocation_topped_up",
+                        allocation_id=allocation_id,
+                        spare=made.spare_node_id,
+                        removed=made.removed_node_id,
+                    )
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("allocation_top_up_failed", allocation_id=allocation_id)
         return filled

@@ -65,7 +65,8 @@ def replace(node: Node, reason: str, *, actor: str, locking: bool, fault_us: int
     yield from repo.take_node(allocation_id, node.node_id, now_us=now)
     # Never a node the allocation held before: its usage event ids (allocation/GPU/kind) are taken.
     excluding = yield from repo.ever_assigned(allocation_id)
-    spare = yield from _spare(held.allocation, node, held.position, excluding, actor=actor, locking=locking, now=now)
+    placed = yield from _spare(held.allocation, node, held.position, excluding, actor=actor, locking=locking)
+    spare, spare_us = (None, None) if placed is None else placed
     release = nodes_repo.Move(
         node.node_id,
         NodeState(node.state),
@@ -73,31 +74,32 @@ def replace(node: Node, reason: str, *, actor: str, locking: bool, fault_us: int
         reason=f"taken from {allocation_id}" + (f", {spare} replaces it" if spare else ", no spare free"),
     )
     yield from nodes_repo.apply_many([release], reason="", actor=actor, now_us=now)
-    made = Replacement(node.node_id, spare, held.position, reason, now, None if spare is None else now)
+    made = Replacement(node.node_id, spare, held.position, reason, now, spare_us)
     yield from repo.insert_replacement(allocation_id, made)
     return made
 
 
-def top_up(allocation_id: str, *, actor: str, locking: bool) -> Tx[list[Replacement]]:
-    """Give the allocation a spare for each node removed with none free then, while free nodes
-    last, as one transaction; the replacements filled. Nothing for an allocation no longer
-    ACTIVE (a cancel, which locks the allocation first, as this does, has released it)."""
+def top_up(allocation_id: str, *, actor: str, locking: bool) -> Tx[Replacement | None]:
+    """Give the allocation a spare for its oldest removed node no spare has replaced yet, if a
+    node of its model is free, as one transaction; the replacement filled, or None. One a
+    transaction: placing a second spare while holding the first could wait on a create that
+    holds the second and waits for the first. Nothing for an allocation no longer ACTIVE (a
+    cancel, which locks the allocation first, as this does, has released it)."""
     row = yield from repo.get_row(allocation_id, tenant_id=None, locking=locking)
     if row.state != AllocationState.ACTIVE.value:
-        return []
+        return None
     made = (yield from repo.replacements([allocation_id])).get(allocation_id, ())
+    waiting = next((r for r in made if r.spare_node_id is None), None)
+    if waiting is None:
+        return None
+    removed = yield from nodes_repo.get_row(waiting.removed_node_id)
     excluding = yield from repo.ever_assigned(allocation_id)
-    filled = []
-    for waiting in (r for r in made if r.spare_node_id is None):
-        removed = yield from nodes_repo.get_row(waiting.removed_node_id)
-        now = now_us()
-        spare = yield from _spare(row, removed, waiting.position, excluding, actor=actor, locking=locking, now=now)
-        if spare is None:
-            break
-        excluding.add(spare)
-        yield from repo.fill_replacement(allocation_id, removed.node_id, spare, now_us=now)
-        filled.append(dataclasses.replace(waiting, spare_node_id=spare, spare_us=now))
-    return filled
+    placed = yield from _spare(row, removed, waiting.position, excluding, actor=actor, locking=locking)
+    if placed is None:
+        return None
+    spare, now = placed
+    yield from repo.fill_replacement(allocation_id, removed.node_id, spare, now_us=now)
+    return dataclasses.replace(waiting, spare_node_id=spare, spare_us=now)
 
 
 def _spare(
@@ -108,10 +110,10 @@ def _spare(
     *,
     actor: str,
     locking: bool,
-    now: int,
-) -> Tx[str | None]:
+) -> Tx[tuple[str, int] | None]:
     """Place a spare for ``removed`` at ``position`` of the allocation, the free node nearest it
-    in the fabric but those ``excluding``, billed from ``now``; None when none is free."""
+    in the fabric but those ``excluding``, billed from when it is held (the clock read once the
+    spare is locked); the spare and that time, or None when none is free."""
     near = placement.nearest_to(Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id))
     chosen = yield from place(
         GpuModel(allocation.gpu_model),
@@ -124,10 +126,11 @@ def _spare(
     if chosen is None:
         return None
     [spare] = chosen
+    now = now_us()
     allocate = nodes_repo.Move(
         spare, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation.allocation_id}: spare for {removed.node_id}"
     )
     yield from nodes_repo.apply_many([allocate], reason="", actor=actor, now_us=now)
     yield from repo.assign(Holding(allocation, position, now), spare, now_us=now)
     yield from usage.record(UsageKind.START, [allocation.allocation_id], at_us=now, node_ids=[spare])
-    return spare
+    return spare, now

@@ -8,8 +8,8 @@ fits only while at least that many free nodes stay behind, and any free node can
 
 On PostgreSQL a create reads the reserve with its row locked, so the creates of a model with a
 reserve run one at a time between that read and their commit: two concurrent creates that each
-leave the reserve alone would otherwise together take it. A model never given a reserve has no
-row, and its creates lock nothing here.
+leave the reserve alone would otherwise together take it. A model without a reserve (never
+given one, or set to 0) locks nothing here.
 """
 
 from __future__ import annotations
@@ -41,7 +41,8 @@ def reserve(gpu_model: GpuModel, *, locking: bool) -> Tx[int]:
     """How many free ``gpu_model`` nodes a create must leave; the row locked when ``locking``."""
     found = (
         yield Sql(
-            "SELECT spares FROM spare_pools WHERE gpu_model = :model" + for_update(locking),
+            # A reserve of 0 is not locked: no create could take from it.
+            "SELECT spares FROM spare_pools WHERE gpu_model = :model AND spares > 0" + for_update(locking),
             {"model": gpu_model.value},
         )
     ).first()

@@ -101,8 +101,8 @@ def _check_xids(v: Violations, path: str, gpu: agent_pb2.GpuStatus) -> None:
         v.add(f"{path}.xid_codes", "must not be negative")
     if gpu.xid_times_ms and len(gpu.xid_times_ms) != len(gpu.xid_codes):
         v.add(f"{path}.xid_times_ms", "must give one time for each of xid_codes, or none")
-    if gpu.xid_seqs and len(gpu.xid_seqs) != len(gpu.xid_codes):
-        v.add(f"{path}.xid_seqs", "must give one number for each of xid_codes, or none")
+    if gpu.xid_seqs and (len(gpu.xid_seqs) != len(gpu.xid_codes) or len(gpu.xid_times_ms) != len(gpu.xid_codes)):
+        v.add(f"{path}.xid_seqs", "must give one number for each of xid_codes, with their times, or none")
     elif not all(0 < seq <= MAX_JOURNAL_SEQ for seq in gpu.xid_seqs):
         v.add(f"{path}.xid_seqs", f"must be journal sequence numbers 1-{MAX_JOURNAL_SEQ:,}")
 

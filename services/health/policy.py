@@ -14,6 +14,7 @@ and missed faults cost at fleet scale. Pure: no I/O, no clock; the caller suppli
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -128,20 +129,23 @@ POLICY: tuple[Rule, ...] = (
 @dataclass(frozen=True, slots=True)
 class Observation:
     """One bad signal seen on a node at ``at_s`` (seconds, any epoch the caller keeps), on
-    ``gpu`` (None: the node as a whole); ``journal_seq`` is the number the node's agent journal
-    gave it (an XID), by which a replay of it is known (None: not journaled)."""
+    ``gpu`` (None: the node as a whole); ``journal_seq`` and ``journal_ms`` are the number the
+    node's agent journal gave it (an XID) and the agent's own time of it, by which a replay of
+    it is known (None: not journaled)."""
 
     signal: str
     at_s: float
     gpu: int | None = None
     journal_seq: int | None = None
+    journal_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Decision:
-    """The action called for, the rule that fired, and the evidence; ``at_s`` is when the last
-    strike the rule counted was seen, the fault's time (a tenant stops paying for a node taken
-    from it from then, not from some later strike of another signal)."""
+    """The action called for, the rule that fired, and the evidence; ``at_s`` is the fault's
+    time: when the strikes first sufficed for a removal that cannot wait (DRAIN_NOW or worse,
+    by any rule that fires), else for this decision's own rule. A tenant stops paying for a node
+    taken from it from then, not from a later strike, of this signal or another."""
 
     action: Action
     rule: Rule
@@ -184,24 +188,42 @@ def decide(observations: Iterable[Observation], now_s: float, policy: Sequence[R
     for times in counts.values():
         times.sort()
     best: Decision | None = None
+    removal_s = math.inf  # when a rule calling for DRAIN_NOW or worse first had its strikes
     for rule in policy:
         for (signal, gpu), times in counts.items():
             if signal != rule.signal:
                 continue
-            strikes, last_s = _strikes(times, now_s - rule.window_s, rule.spacing_s)
-            if strikes < rule.strikes:
+            if rule.action >= Action.DRAIN_NOW:
+                # A removal was called for from the first time this rule had its strikes, even
+                # if its window has passed since (the controller held it, or heard late).
+                removal_s = min(removal_s, _first_sufficed(times, rule))
+            counted = _counted(times, now_s - rule.window_s, rule.spacing_s)
+            if len(counted) < rule.strikes:
                 continue
-            decision = Decision(rule.action, rule, strikes, gpu, last_s)
+            sufficed_s = _first_sufficed(times, rule)
+            decision = Decision(rule.action, rule, len(counted), gpu, sufficed_s)
             if best is None or (decision.action, decision.strikes) > (best.action, best.strikes):
                 best = decision
+    if best is not None and best.action >= Action.DRAIN_NOW:
+        best = dataclasses.replace(best, at_s=removal_s)
     return best
 
 
-def _strikes(times: Sequence[float], since_s: float, spacing_s: float) -> tuple[int, float]:
-    """How many of the ascending ``times`` at or after ``since_s`` count, each at least
-    ``spacing_s`` after the last one counted; and the last one counted."""
-    counted, last = 0, -math.inf
+def _first_sufficed(times: Sequence[float], rule: Rule) -> float:
+    """The first of the ascending ``times`` at which ``rule`` had its strikes within its window
+    (infinity: never)."""
+    counted = _counted(times, -math.inf, rule.spacing_s)
+    for i, at in enumerate(counted):
+        if sum(1 for earlier in counted[: i + 1] if earlier >= at - rule.window_s) >= rule.strikes:
+            return at
+    return math.inf
+
+
+def _counted(times: Sequence[float], since_s: float, spacing_s: float) -> list[float]:
+    """The ascending ``times`` at or after ``since_s`` that count, each at least ``spacing_s``
+    after the last one counted."""
+    counted: list[float] = []
     for at in times:
-        if at >= since_s and at - last >= spacing_s:
-            counted, last = counted + 1, at
-    return counted, last
+        if at >= since_s and (not counted or at - counted[-1] >= spacing_s):
+            counted.append(at)
+    return counted

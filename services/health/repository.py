@@ -25,9 +25,11 @@ def record(node_id: str, strikes: Sequence[Observation]) -> Tx[None]:
     and neither does an XID its agent's journal replays (the same time and journal number).
 
     A strike is known by (node, time, seq). A journaled XID's seq is its journal number,
-    negated; any other strike's is its place among the strikes of its status at that instant
-    (0, 1, ...), which a resent status gives alike. The signs keep the two apart; a journal
-    that starts again at 1 (its file lost) does so at later times."""
+    negated, and it is also known by (node, the agent's own time, seq): the time it counts at
+    is clamped to its status's arrival (an agent clock ahead, a fault more than a day old),
+    which a replay does not share. Any other strike's seq is its place among the strikes of its
+    status at that instant (0, 1, ...), which a resent status gives alike. The signs keep the
+    two apart; a journal that starts again at 1 (its file lost) does so at later times."""
     if not strikes:
         return
     rows = []
@@ -38,10 +40,19 @@ def record(node_id: str, strikes: Sequence[Observation]) -> Tx[None]:
             seq = -strike.journal_seq
         else:
             seq = seqs[at_us] = seqs.get(at_us, -1) + 1
-        rows.append({"node_id": node_id, "at_us": at_us, "seq": seq, "gpu": strike.gpu, "signal": strike.signal})
+        rows.append(
+            {
+                "node_id": node_id,
+                "at_us": at_us,
+                "seq": seq,
+                "gpu": strike.gpu,
+                "signal": strike.signal,
+                "agent_ms": strike.journal_ms,
+            }
+        )
     yield Sql(
-        "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal)"
-        " VALUES (:node_id, :at_us, :seq, :gpu, :signal) ON CONFLICT DO NOTHING",
+        "INSERT INTO health_observations (node_id, at_us, seq, gpu_index, signal, agent_ms)"
+        " VALUES (:node_id, :at_us, :seq, :gpu, :signal, :agent_ms) ON CONFLICT DO NOTHING",
         rows=rows,
     )
 

@@ -68,7 +68,8 @@ def observations(
         seqs = gpu.xid_seqs if len(gpu.xid_seqs) == len(gpu.xid_codes) else ()
         for i, code in enumerate(gpu.xid_codes):
             raised_s = min(at_s, max(at_s - XID_BACKDATE_S, times[i] / 1000)) if times else at_s
-            found.append(Observation(signal_of_xid(code), raised_s, index, seqs[i] if seqs else None))
+            journaled = (seqs[i], times[i]) if seqs and times else (None, None)
+            found.append(Observation(signal_of_xid(code), raised_s, index, *journaled))
         if gpu.throttle_reasons & THERMAL_REASONS:
             signals.append(THROTTLE_THERMAL)
         if gpu.throttle_reasons & POWER_REASONS:

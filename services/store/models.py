@@ -126,13 +126,20 @@ class HealthObservationRow(SQLModel, table=True):
     __tablename__ = "health_observations"
     # The health controller reads a node's strikes within the policy's longest window, and the
     # resync the nodes with strikes since a time.
-    __table_args__ = (Index("ix_health_observations_at", "at_us"),)
+    __table_args__ = (
+        Index("ix_health_observations_at", "at_us"),
+        # A journaled XID (seq < 0, its agent's journal number negated) is known by the agent's
+        # own time: the at_us it is counted at is clamped to its status's arrival, which a
+        # replay does not share.
+        Index("ux_health_observations_journal", "node_id", "agent_ms", "seq", unique=True),
+    )
 
     node_id: str = Field(primary_key=True, foreign_key="nodes.node_id", max_length=63)
     at_us: int = Field(sa_column=Column(BigInteger, primary_key=True))
     seq: int = Field(primary_key=True)
     gpu_index: int | None = Field(default=None)
     signal: str = Field(max_length=64)
+    agent_ms: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class HealthAutomationRow(SQLModel, table=True):

@@ -205,9 +205,19 @@ async def test_a_journaled_xid_sent_again_counts_once(plane: RunningControlPlane
         await agent.report(status=status((13, 3)))  # the same code at the same millisecond, numbered on
         assert sorted(await strikes(plane, "node-a")) == [(3, "xid:13"), (3, "xid:13"), (3, "xid:31")]
 
+        # An agent clock ahead of the control plane's: the XID counts at each status's arrival,
+        # which its replay does not share, and is still one strike.
+        ahead = agent_pb2.GpuStatus(
+            index=5, present=True, xid_codes=[48], xid_times_ms=[at_ms + 3_600_000], xid_seqs=[4]
+        )
+        for _ in range(2):
+            await agent.report(status=agent_pb2.NodeStatus(gpus=[ahead]))
+        assert sorted(await strikes(plane, "node-a"))[-1:] == [(5, "xid:48")]
+        assert len(await strikes(plane, "node-a")) == 4
+
         # Numbers must match the codes one for one, and be journal numbers.
-        for bad in ([1, 2], [0], [2**31]):
-            gpu = agent_pb2.GpuStatus(index=3, present=True, xid_codes=[13], xid_times_ms=[at_ms], xid_seqs=bad)
+        for bad, times in (([1, 2], [at_ms]), ([0], [at_ms]), ([2**31], [at_ms]), ([9], [])):
+            gpu = agent_pb2.GpuStatus(index=3, present=True, xid_codes=[13], xid_times_ms=times, xid_seqs=bad)
             with pytest.raises(grpc.aio.AioRpcError) as refused:
                 await agent.report(status=agent_pb2.NodeStatus(gpus=[gpu]))
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -334,8 +334,9 @@ async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp
         assert sorted(by_node[kept]) == [("START", before.create_time)] * 8
         assert sorted(by_node[faulty]) == [("START", before.create_time)] * 8 + [("STOP", raised)] * 8
         assert made.time is not None
-        assert raised < made.time
-        assert by_node[made.spare_node_id] == [("START", made.time)] * 8
+        assert made.spare_time is not None
+        assert raised < made.time <= made.spare_time  # the spare is billed from when it was held
+        assert by_node[made.spare_node_id] == [("START", made.spare_time)] * 8
 
 
 async def test_creates_leave_the_pools_spares_and_a_replacement_takes_one(tmp_path: Path, database_url: str) -> None:

@@ -465,7 +465,9 @@ class GpuStatus(_message.Message):
 
     @_builtins.property
     def xid_codes(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """XID codes the driver reported since the previous status."""
+        """XID codes the driver raised that the agent has not delivered yet, oldest first; at most 32
+        (an agent with more sends the rest in later statuses).
+        """
 
     @_builtins.property
     def xid_times_ms(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
@@ -478,10 +480,11 @@ class GpuStatus(_message.Message):
 
     @_builtins.property
     def xid_seqs(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
-        """The agent journal's sequence number of each of xid_codes (same order): 1 to 2,147,483,647,
-        rising with each event the node's journal records, kept across the agent's restarts. A
-        code sent again with its time and number (a replay after reconnecting, or a report whose
-        answer was lost) counts once. Without numbers, a code counts once per status.
+        """The agent journal's sequence number of each of xid_codes (same order, and only with their
+        xid_times_ms): 1 to 2,147,483,647, rising with each event the node's journal records, kept
+        across the agent's restarts. A code sent again with its time and number (a replay after
+        reconnecting, or a report whose answer was lost) counts once. Without numbers, a code
+        counts once per status.
         """
 
     def __init__(

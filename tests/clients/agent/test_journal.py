@@ -29,10 +29,10 @@ def test_entries_are_numbered_and_kept_in_the_file_until_delivered(tmp_path: Pat
     assert again.pending == journal.pending
     assert [entry.seq for entry in again.pending] == [1, 2, 3]
 
-    again.delivered(2)
+    again.delivered({1, 2})
     assert again.pending == (Entry(3, 2, 13, AT_MS + 9),)
     assert Journal(path).pending == again.pending
-    again.delivered(3)
+    again.delivered({3})
     assert len(again.pending) == 0
 
     # Numbers run on after a restart with everything delivered: a replay is never mistaken
@@ -47,18 +47,20 @@ def test_delivering_what_was_delivered_changes_nothing(tmp_path: Path) -> None:
     path = journal_path(tmp_path, "n")
     journal = Journal(path)
     journal.record([xid(1, 79)])
-    journal.delivered(1)
+    journal.delivered({1})
     written = path.stat().st_mtime_ns, path.read_text()
-    journal.delivered(1)
-    journal.delivered(0)
+    journal.delivered({1})
+    journal.delivered(set())
     assert (path.stat().st_mtime_ns, path.read_text()) == written
 
 
 def test_a_torn_last_line_is_dropped_and_the_file_mended(tmp_path: Path) -> None:
     path = journal_path(tmp_path, "n")
-    Journal(path).record([xid(1, 79), xid(1, 48)])
+    first = Journal(path)
+    first.record([xid(1, 79)])
+    first.record([xid(1, 48)])  # appended
     text = path.read_text()
-    path.write_text(text[: len(text) - 7])  # stopped in the middle of the second entry
+    path.write_text(text[: len(text) - 7])  # stopped in the middle of that append
     journal = Journal(path)
     assert journal.pending == (Entry(1, 1, 79, AT_MS),)
     journal.record([xid(3, 13)])
@@ -80,5 +82,33 @@ def test_a_bad_line_before_the_last_is_refused_with_its_place(tmp_path: Path) ->
 def test_a_journal_without_a_file_numbers_and_keeps_in_memory() -> None:
     journal = Journal()
     journal.record([xid(0, 79), xid(1, 79)])
-    journal.delivered(1)
+    journal.delivered({1})
     assert journal.pending == (Entry(2, 1, 79, AT_MS),)
+
+
+def test_only_the_entries_a_status_carried_are_delivered(tmp_path: Path) -> None:
+    """A status carries at most 32 codes a GPU: the rest stay pending for the next one, though
+    numbered before entries of other GPUs that it did carry."""
+    journal = Journal(journal_path(tmp_path, "n"))
+    journal.record([xid(0, 13, i) for i in range(3)] + [xid(5, 79)])
+    journal.delivered({1, 4})
+    assert [entry.seq for entry in journal.pending] == [2, 3]
+    assert [entry.seq for entry in Journal(journal.path).pending] == [2, 3]
+
+
+def test_a_failed_write_keeps_the_entries_and_the_file_catches_up(tmp_path: Path) -> None:
+    """The journal's directory is a file (so every write fails, for root too): recording raises,
+    the entries stay pending in memory, and the first write that succeeds puts them all in the
+    file."""
+    directory = tmp_path / "journal"
+    journal = Journal(journal_path(directory, "n"))
+    directory.write_text("in the way\n")
+    with pytest.raises(FileExistsError):
+        journal.record([xid(0, 79)])
+    with pytest.raises(FileExistsError):
+        journal.record([xid(1, 48)])
+    assert [entry.seq for entry in journal.pending] == [1, 2]
+    directory.unlink()
+    journal.record([xid(2, 13)])
+    assert journal.path is not None
+    assert [entry.seq for entry in Journal(journal.path).pending] == [1, 2, 3]

@@ -115,6 +115,15 @@ def test_a_gpu_missing_from_the_sample_is_not_present() -> None:
     assert status.gpus[7] == agent_pb2.GpuStatus(index=7, present=False)
 
 
+def test_a_backlog_of_xids_goes_out_32_a_gpu_oldest_first() -> None:
+    """40 undelivered codes on GPU 0: a status carries the oldest 32, which the control plane
+    accepts, and the code on GPU 1 besides; the rest wait for the next status."""
+    backlog = [Entry(seq, 0, 13, AT_MS + seq) for seq in range(1, 41)] + [Entry(41, 1, 79, AT_MS)]
+    status = node_status([], backlog)
+    assert list(status.gpus[0].xid_seqs) == list(range(1, 33))
+    assert list(status.gpus[1].xid_seqs) == [41]
+
+
 def test_telemetry_is_one_node_batch_of_the_sampled_fields() -> None:
     batch = node_samples("sim-0001", [sample(0), sample(3)])
     assert batch is not None
@@ -138,7 +147,7 @@ def test_a_status_is_news_first_then_only_when_it_changes() -> None:
     samples = [sample(i) for i in range(8)]
     status = tracker.observe(samples)
     assert tracker.changed(status)
-    assert tracker.sent(status) == 0  # it carried no journal entry
+    assert tracker.sent(status) == set()  # it carried no journal entry
     assert not tracker.changed(tracker.observe(samples))
     counted = [sample(i, ecc=1 if i == 4 else 0) for i in range(8)]
     assert tracker.changed(tracker.observe(counted))  # counters count
@@ -154,8 +163,8 @@ def test_xid_codes_go_in_every_status_until_one_carrying_them_is_stored() -> Non
     status = tracker.observe(samples)
     assert list(status.gpus[1].xid_codes) == [79, 48]  # not delivered yet: both
     assert list(status.gpus[1].xid_seqs) == [1, 2]
-    assert tracker.sent(status) == 2
-    tracker.journal.delivered(2)
+    assert tracker.sent(status) == {1, 2}
+    tracker.journal.delivered({1, 2})
     after = tracker.observe(samples)
     assert list(after.gpus[1].xid_codes) == []
     assert tracker.changed(after)  # "no XID since" is news too

@@ -69,16 +69,22 @@ def test_strikes_are_counted_per_gpu() -> None:
     assert (one_gpu.action, one_gpu.gpu) == (Action.DRAIN_AFTER_JOB, 4)
 
 
-def test_the_fault_is_when_the_rule_s_own_last_strike_was_seen() -> None:
+def test_the_fault_is_when_the_strikes_first_sufficed_for_a_removal() -> None:
     """A GPU off the bus 10 minutes ago, and the node missing beats since (its agent down): the
-    decision is the XID's, and so is its time, not the later strike of another signal's."""
+    decision is the XID's, and so is its time, not the later strike of another signal. XID 48
+    an hour and a half ago (drain now) and again a minute ago (RMA): the fault is the first,
+    when the node could no longer run work, though the evidence is the second's rule."""
     strikes = [*seen(xid(79), 600, gpu=2), *seen(MISSED_HEARTBEATS, 60, gpu=None)]
     decision = decide(strikes, NOW)
     assert decision is not None
     assert (decision.action, decision.gpu, decision.at_s) == (Action.REPAIR, 2, NOW - 600)
+    twice = decide(seen(xid(48), 5400, 60), NOW)
+    assert twice is not None
+    assert (twice.action, twice.at_s) == (Action.RMA, NOW - 5400)
+    # A decision that takes nothing from the tenant is timed when its own rule's strikes sufficed.
     third = decide(seen(xid(31), 60, 2 * HOUR_S, 5 * HOUR_S, gpu=4), NOW)
     assert third is not None
-    assert third.at_s == NOW - 60  # the strike that completed the count
+    assert (third.action, third.at_s) == (Action.DRAIN_AFTER_JOB, NOW - 60)
 
 
 def test_a_job_faulting_on_every_retry_is_one_strike_not_three() -> None:
