@@ -12,7 +12,11 @@ entry sent twice (a report whose answer was lost, or an agent stopped between th
 plane's answer and the rewrite) therefore counts once.
 
 A torn last line, left by a stop in the middle of an append, is dropped when the file is read:
-its event was never reported. Any other line that does not parse is ``JournalCorrupt``.
+its event was never reported. Any other line that does not parse (a disk that lost power can
+leave garbage where an append was) is skipped too, and the agent runs on: the file as found is
+kept beside the journal (``NODE.journal.corrupt``) and logged, the journal rewritten from the
+lines that parse, and numbers go on from the highest one read, so none is given twice. Stopping
+the agent instead would leave the node unheard until someone moved the file.
 
 A journal without a file keeps the same entries in memory only (a simulated fleet run without
 a data directory); it survives an outage of the control plane but not a restart of the agent.
@@ -26,7 +30,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+import structlog
+
 from clients.agent.inventory import XidEvent
+
+log = structlog.get_logger(__name__)
 
 # The header's key: the last sequence number given.
 LAST_SEQ = "last_seq"
@@ -35,15 +43,6 @@ LAST_SEQ = "last_seq"
 def journal_path(directory: Path, node_id: str) -> Path:
     """Where the journal of ``node_id`` lives in ``directory``."""
     return directory / f"{node_id}.journal"
-
-
-class JournalCorrupt(Exception):
-    """A journal file holds a line that is neither an entry nor the header."""
-
-    def __init__(self, path: Path, line: int, why: str) -> None:
-        super().__init__(f"{path}:{line}: not a journal line ({why}); move the file aside to start a new journal")
-        self.path = path
-        self.line = line
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,9 +71,15 @@ class Journal:
         self._pending: list[Entry] = []
         # Whether the file lacks entries the memory has (a write failed).
         self._behind = False
+        # The lines of the file as found that did not parse, by number (1 is the first).
+        self.skipped: tuple[int, ...] = ()
         if path is not None and path.exists():
-            self._last_seq, self._pending, torn = _read(path)
-            if torn:
+            self._last_seq, self._pending, torn, self.skipped = _read(path)
+            if self.skipped:
+                kept = path.with_name(path.name + ".corrupt")
+                os.replace(path, kept)
+                log.warning("agent_journal_lines_skipped", path=str(path), lines=list(self.skipped), kept=str(kept))
+            if torn or self.skipped:
                 # Appending after a torn line would glue the next entry onto it.
                 _replace(path, self._last_seq, self._pending)
 
@@ -127,10 +132,11 @@ class Journal:
         self._pending = left
 
 
-def _read(path: Path) -> tuple[int, list[Entry], bool]:
-    """The last number given, the entries, and whether the last line was torn."""
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
-    last_seq, entries = 0, []
+def _read(path: Path) -> tuple[int, list[Entry], bool, tuple[int, ...]]:
+    """The last number given, the entries, whether the last line was torn, and the other lines
+    that did not parse."""
+    lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
+    last_seq, entries, skipped = 0, [], []
     torn = bool(lines) and not lines[-1].endswith("\n")
     for number, text in enumerate(lines, start=1):
         try:
@@ -139,11 +145,10 @@ def _read(path: Path) -> tuple[int, list[Entry], bool]:
                 last_seq = max(last_seq, int(found[LAST_SEQ]))
             else:
                 entries.append(Entry(int(found["seq"]), int(found["gpu"]), int(found["code"]), int(found["time_ms"])))
-        except (ValueError, KeyError, TypeError) as error:
-            if torn and number == len(lines):
-                break  # cut short by a stop mid-append: its event was never reported
-            raise JournalCorrupt(path, number, str(error)) from None
-    return max([last_seq, *(entry.seq for entry in entries)]), entries, torn
+        except (ValueError, KeyError, TypeError):
+            if not (torn and number == len(lines)):  # a torn last line: its event was never reported
+                skipped.append(number)
+    return max([last_seq, *(entry.seq for entry in entries)]), entries, torn, tuple(skipped)
 
 
 def _replace(path: Path, last_seq: int, entries: list[Entry]) -> None:

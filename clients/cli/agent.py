@@ -15,7 +15,7 @@ import typer
 from clients.agent.backend import NoGpuFound
 from clients.agent.control import ControlLineError, Fault, Injection, append, format_line
 from clients.agent.fleet import DEFAULT_MAX_IN_FLIGHT, SimulatedFleet, UnknownNode
-from clients.agent.journal import Journal, JournalCorrupt, journal_path
+from clients.agent.journal import Journal, journal_path
 from clients.agent.runner import (
     DEFAULT_INTERVAL_S,
     DEFAULT_JITTER,
@@ -179,7 +179,7 @@ def _run_real(
     _configure_logging()
     try:
         journal = Journal(journal_path(data_dir / JOURNAL_DIR, identity.node_id))
-    except (OSError, JournalCorrupt) as error:
+    except OSError as error:
         backend.close()
         render.fail(f"the agent's journal: {error}")
         raise typer.Exit(EXIT_ERROR) from None
@@ -251,7 +251,7 @@ def _run_simulated(
             control_path=control,
             journal_dir=data_dir / JOURNAL_DIR,
         )
-    except (OSError, JournalCorrupt) as error:
+    except OSError as error:
         render.fail(f"the agents' journals: {error}")
         raise typer.Exit(EXIT_ERROR) from None
     for entry in slow:

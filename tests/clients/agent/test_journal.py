@@ -1,5 +1,5 @@
 """The agent's journal on real files: numbers that run on across restarts, entries kept until
-delivered, a torn last line dropped, and any other bad line refused with its place."""
+delivered, a torn last line dropped, and any other bad line skipped, the file kept aside."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from clients.agent import XidEvent
-from clients.agent.journal import Entry, Journal, JournalCorrupt, journal_path
+from clients.agent.journal import Entry, Journal, journal_path
 
 AT_MS = 1_767_225_600_000
 
@@ -68,15 +68,25 @@ def test_a_torn_last_line_is_dropped_and_the_file_mended(tmp_path: Path) -> None
     assert Journal(path).pending == (Entry(1, 1, 79, AT_MS), Entry(2, 3, 13, AT_MS))
 
 
-def test_a_bad_line_before_the_last_is_refused_with_its_place(tmp_path: Path) -> None:
+def test_a_bad_line_before_the_last_is_skipped_kept_aside_and_never_renumbered(tmp_path: Path) -> None:
+    """Garbage where an append was (a disk that lost power): the lines that parse are the
+    journal, the file as found is kept beside it, and no number is given twice."""
     path = journal_path(tmp_path, "n")
-    Journal(path).record([xid(1, 79), xid(1, 48)])
+    first = Journal(path)
+    first.record([xid(1, 79)])
+    first.record([xid(1, 48)])
+    first.record([xid(2, 13)])
     lines = path.read_text().splitlines(keepends=True)
-    path.write_text(lines[0] + "not json\n" + "".join(lines[1:]))
-    with pytest.raises(JournalCorrupt) as refused:
-        Journal(path)
-    assert refused.value.line == 2
-    assert str(refused.value).startswith(f"{path}:2: not a journal line")
+    found = lines[0] + lines[1] + "\x00\x00\x00 not json\n" + lines[3]
+    path.write_text(found)
+    journal = Journal(path)
+    assert journal.skipped == (3,)
+    assert [entry.seq for entry in journal.pending] == [1, 3]
+    assert path.with_name(path.name + ".corrupt").read_text() == found
+    assert journal.record([xid(0, 31)]) == [Entry(4, 0, 31, AT_MS)]
+    again = Journal(path)
+    assert again.skipped == ()
+    assert [entry.seq for entry in again.pending] == [1, 3, 4]
 
 
 def test_a_journal_without_a_file_numbers_and_keeps_in_memory() -> None:
