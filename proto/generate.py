@@ -58,7 +58,7 @@ def generate(out_dir: Path = PROTO_ROOT) -> list[Path]:
         f"--grpc_python_out={out_dir}",
         f"--mypy_out={out_dir}",
         # Stubs typed for grpc.aio alone: the project calls gRPC only through grpc.aio, and stubs
-        # typed for both declared every async method over its sync one with a type: ignore.
+        # typed for both declared every async method over its sync one, silencing the checker.
         f"--mypy_grpc_out=only_async:{out_dir}",
     )
     generated = sorted((out_dir / "gpucloud" / "v1").glob("*_pb2*.py*"))

@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from rich.markdown import Markdown
 from rich.text import Text
 
 from clients.cli import render
@@ -82,6 +81,9 @@ def exercises_list(json_out: JsonFlag = False) -> None:
 @exercises.command("show")
 def exercises_show(exercise_id: IdArg) -> None:
     """The exercise as an interviewer poses it: the question, the interface, follow-ups, the trap."""
+    # Imported here: markdown-it costs every other `gpucloud` command 50 ms at start.
+    from rich.markdown import Markdown
+
     render.console.print(Markdown(_exercise(exercise_id).prompt.read_text()))
 
 

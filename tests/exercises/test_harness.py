@@ -28,7 +28,7 @@ class Store:
 
 def implementation() -> harness.Implementation:
     module = ModuleType("candidate")
-    module.Store = Store  # type: ignore[attr-defined]  # a module made here, as load_file makes one
+    module.__dict__["Store"] = Store  # a module made here, as load_file makes one
     return harness.Implementation("candidate", [module])
 
 
