@@ -45,6 +45,7 @@ from clients.metrics import (
 )
 from clients.models import (
     Allocation,
+    AllocationExplanation,
     ApiToken,
     CreatedAllocation,
     CreatedToken,
@@ -57,6 +58,7 @@ from clients.models import (
     NodeReplacement,
     Operation,
     Page,
+    PendingReason,
     SparePool,
     Tenant,
 )
@@ -65,6 +67,7 @@ from clients.sync_client import Client
 __all__ = [
     "AbortedError",
     "Allocation",
+    "AllocationExplanation",
     "AlreadyExistsError",
     "ApiToken",
     "AsyncClient",
@@ -99,6 +102,7 @@ __all__ = [
     "Outliers",
     "Page",
     "PeerGroup",
+    "PendingReason",
     "PermissionDeniedError",
     "QueryStats",
     "ResourceExhaustedError",

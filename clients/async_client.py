@@ -160,14 +160,15 @@ class _Stubs:
         )
 
 
-def _seconds(timeout: object, *, zero_ok: bool) -> float:
-    """``timeout`` as seconds if it is a usable deadline; InvalidValueError naming ``timeout`` otherwise."""
+def _seconds(timeout: object, *, zero_ok: bool, name: str = "timeout") -> float:
+    """``timeout`` as seconds if it is a usable deadline (or interval); InvalidValueError naming
+    the parameter ``name`` otherwise."""
     # bool is an int to Python, but True is never meant as one second.
     number = timeout if isinstance(timeout, int | float) and not isinstance(timeout, bool) else math.nan
     if math.isfinite(number) and (number > 0 or (zero_ok and number == 0)):
         return float(number)
     least = "0 or more" if zero_ok else "more than 0"
-    raise InvalidValueError("timeout", f"timeout must be a finite number of seconds, {least}, not {timeout!r}")
+    raise InvalidValueError(name, f"{name} must be a finite number of seconds, {least}, not {timeout!r}")
 
 
 def _advised_delay(error: grpc.aio.AioRpcError) -> float | None:
@@ -592,10 +593,18 @@ class AsyncClient:
         node_count: int,
         tenant_id: str = "",
         request_id: str | None = None,
+        priority: int = 0,
+        fail_if_unavailable: bool = False,
         timeout: float | None = None,
     ) -> models.CreatedAllocation:
         """Allocate ``node_count`` whole nodes, all or nothing.
 
+        Placed at once when the nodes are free and no allocation of the model at least as high in
+        ``priority`` (0-1000, higher first) waits; otherwise the answer is ``PENDING``, holding
+        nothing, at its ``queue_position``, until the scheduler admits it whole (``wait_admitted``
+        waits for that, ``explain_allocation`` says why it waits). With ``fail_if_unavailable``
+        the create is refused instead (``ResourceExhaustedError``, reason INSUFFICIENT_CAPACITY)
+        and nothing is recorded.
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts. The
         answer's ``replayed`` is True when the server answered from the record of an earlier call
@@ -614,6 +623,8 @@ class AsyncClient:
             gpu_model=convert.gpu_model_value(gpu_model),
             node_count=node_count,
             request_id=key,
+            priority=priority,
+            fail_if_unavailable=fail_if_unavailable,
         )
         replayed = False
 
@@ -636,6 +647,33 @@ class AsyncClient:
         stub = self._stubs().allocations
         request = allocation_pb2.GetAllocationRequest(allocation_id=allocation_id)
         return convert.allocation((await self._call(stub.GetAllocation, request, timeout=timeout)).allocation)
+
+    async def explain_allocation(
+        self, allocation_id: str, *, timeout: float | None = None
+    ) -> models.AllocationExplanation:
+        """The allocation ``allocation_id`` and, while it is PENDING, why it waits, most binding
+        reason first (none in any other state); another tenant's is ``NotFoundError``."""
+        stub = self._stubs().allocations
+        request = allocation_pb2.ExplainAllocationRequest(allocation_id=allocation_id)
+        return convert.allocation_explanation(await self._call(stub.ExplainAllocation, request, timeout=timeout))
+
+    async def wait_admitted(
+        self, allocation_id: str, *, timeout: float = 60.0, poll_s: float = 0.5
+    ) -> models.Allocation:
+        """Read the allocation every ``poll_s`` seconds until it is no longer PENDING or ``timeout``
+        seconds (0 or more) pass, and return the last read: check its ``.state`` (ACTIVE once
+        admitted; CANCELLED if it was cancelled while it waited). Each read has the client's
+        ``timeout`` as its deadline."""
+        deadline = time.monotonic() + _seconds(timeout, zero_ok=True)
+        # Checked before the first read: a poll of 0 would read in a tight loop until the deadline.
+        interval = _seconds(poll_s, zero_ok=False, name="poll_s")
+        while True:
+            allocation = await self.get_allocation(allocation_id)
+            left = deadline - time.monotonic()
+            if allocation.state != "PENDING" or left <= 0:
+                return allocation
+            # The last read falls at the deadline, not a whole poll after it.
+            await asyncio.sleep(min(interval, left))
 
     async def list_allocations(
         self,

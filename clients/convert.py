@@ -23,6 +23,7 @@ _ENUMS: dict[str, EnumDescriptor] = {
     "GpuModel": node_pb2.GpuModel.DESCRIPTOR,
     "NodeState": node_pb2.NodeState.DESCRIPTOR,
     "AllocationState": allocation_pb2.AllocationState.DESCRIPTOR,
+    "PendingReasonKind": allocation_pb2.PendingReasonKind.DESCRIPTOR,
     "TokenRole": token_pb2.TokenRole.DESCRIPTOR,
     "IsolationViolationKind": node_pb2.IsolationViolationKind.DESCRIPTOR,
 }
@@ -178,7 +179,25 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
             for made in message.replacements
         ),
         degraded_reason=message.degraded_reason,
+        priority=message.priority,
+        queue_position=message.queue_position,
+        admit_time=optional_time(message, "admit_time"),
         **extra,
+    )
+
+
+def allocation_explanation(message: allocation_pb2.ExplainAllocationResponse) -> models.AllocationExplanation:
+    """The client's ``AllocationExplanation`` of an ExplainAllocationResponse, its reasons in the server's order."""
+    return models.AllocationExplanation(
+        allocation=allocation(message.allocation),
+        reasons=tuple(
+            models.PendingReason(
+                kind=enum_name("PendingReasonKind", "PENDING_REASON_KIND_", reason.kind),
+                message=reason.message,
+                figures=dict(reason.figures),
+            )
+            for reason in message.reasons
+        ),
     )
 
 

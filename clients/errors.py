@@ -135,8 +135,10 @@ class AbortedError(GpucloudError):
 class ResourceExhaustedError(GpucloudError):
     """RESOURCE_EXHAUSTED: not enough capacity, or too large an answer.
 
-    INSUFFICIENT_CAPACITY: ``create_allocation`` asked for more nodes than are free (READY and not cordoned) and,
-    all or nothing, holds none (``metadata["free"]`` says how many are). QUERY_TOO_LARGE: a metrics query matched more
+    INSUFFICIENT_CAPACITY: ``create_allocation(fail_if_unavailable=True)`` could not be admitted now (too few
+    nodes free, or allocations of its priority or higher queued ahead: ``metadata["free"]``,
+    ``metadata["queued_ahead"]``) and, all or nothing, holds none; without the flag it waits PENDING instead.
+    QUERY_TOO_LARGE: a metrics query matched more
     than 200,000 points. With no ``reason``, gRPC itself refused a message or its headers as too large.
     """
 

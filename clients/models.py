@@ -132,8 +132,11 @@ class NodeReplacement:
 
 @dataclass(frozen=True)
 class Allocation:
-    """A tenant's hold on whole nodes of one GPU model. Billing for it ends at ``cancel_time``, when its
-    cancel was accepted; ``release_time`` is when its last node came back from the scrub.
+    """A tenant's hold on whole nodes of one GPU model. While ``state`` is ``PENDING`` it waits in
+    its model's queue holding nothing, at ``queue_position`` (1 for the head; 0 in any other state),
+    and ``admit_time`` is None; ``priority`` (0-1000) orders that queue, higher first. Billing for it
+    runs from ``admit_time`` and ends at ``cancel_time``, when its cancel was accepted;
+    ``release_time`` is when its last node came back from the scrub.
     ``replacements`` lists the nodes taken from it for faults, with their spares; while it holds
     fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so."""
 
@@ -148,6 +151,9 @@ class Allocation:
     release_time: datetime | None = None
     replacements: tuple[NodeReplacement, ...] = ()
     degraded_reason: str = ""
+    priority: int = 0
+    queue_position: int = 0
+    admit_time: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -158,6 +164,26 @@ class CreatedAllocation(Allocation):
     this call allocated nothing new."""
 
     replayed: bool = False
+
+
+@dataclass(frozen=True)
+class PendingReason:
+    """One reason a PENDING allocation waits: ``kind`` (ADMISSION_DUE, WAITING_FOR_CAPACITY,
+    BEHIND_GANGS or NO_ACCEPTABLE_MODEL), a sentence with its figures, and the figures by name
+    (``free``, ``needed``, ``spares``, ``position``, ``ahead``, ``fleet``...)."""
+
+    kind: str
+    message: str
+    figures: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class AllocationExplanation:
+    """What ``explain_allocation`` answers: the allocation as it stands and, while it is
+    PENDING, why it waits, most binding reason first (empty in any other state)."""
+
+    allocation: Allocation
+    reasons: tuple[PendingReason, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -192,6 +192,8 @@ class Client:
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)
+    explain_allocation = _blocking(AsyncClient.explain_allocation)
+    wait_admitted = _blocking(AsyncClient.wait_admitted)
     list_allocations = _blocking(AsyncClient.list_allocations)
     iter_allocations = _blocking_iter(AsyncClient.iter_allocations)
     cancel_allocation = _blocking(AsyncClient.cancel_allocation)

@@ -42,6 +42,7 @@ from services.allocations.degraded import DegradedSweep
 from services.allocations.janitor import KeyJanitor
 from services.allocations.placement import Policies
 from services.allocations.releaser import Releaser
+from services.allocations.scheduler import Scheduler
 from services.allocations.servicer import AllocationServicer
 from services.auth.authenticator import Authenticator
 from services.auth.repository import OPERATOR_TOKEN_FILE, bootstrap_operator
@@ -220,6 +221,7 @@ class ControlPlane:
         # The slow-GPU sweep the fleet leader runs; a sweep can also be run on demand.
         self.slow_gpus: SlowGpuSweep | None = None
         self.degraded: DegradedSweep | None = None
+        self.scheduler: Scheduler | None = None
 
     @property
     def operator_token_path(self) -> Path:
@@ -336,14 +338,15 @@ class ControlPlane:
         reconciler, node_health = NodeReconciler(store, directives, fleet), NodeHealth(store, config.health)
         self.slow_gpus = SlowGpuSweep(store, metrics.outliers, config.health)
         self.degraded = DegradedSweep(store, interval_s=config.health.resync_s, actor=HEALTH_ACTOR)
+        self.scheduler = scheduler = Scheduler(store, config.placement)
         leader = FleetLeader(
-            store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus, self.degraded
+            store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus, self.degraded, scheduler
         )
         self.heartbeats, self.fleet_leader, self.reachability = heartbeats, leader, reachability
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
-            AllocationServicer(store, page_tokens, wake_releaser, config.placement), server
+            AllocationServicer(store, page_tokens, wake_releaser, scheduler.wake, config.placement), server
         )
         operation_watch = OperationWatch(store, builder, operations_changed)
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)
@@ -361,7 +364,9 @@ class ControlPlane:
         # token, or the start that can would not say where it is.
         self.operator_token_created = await bootstrap_operator(store, config.data_dir)
 
-        releaser = Releaser(store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed)
+        releaser = Releaser(
+            store, scrub_seconds=config.scrub_seconds, wake=wake_releaser, done=operations_changed, freed=scheduler.wake
+        )
         # Each run() keeps no state of its own between runs (it re-reads the database, or the
         # shared watch table, every pass): a crashed one can simply be called again.
         self.loops.add("releaser", releaser.run)

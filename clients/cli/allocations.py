@@ -1,8 +1,11 @@
 """``gpucloud allocations ...``: allocate whole nodes (safe to retry with the same request id),
-list and show allocations, and cancel them, waiting for the release if asked."""
+waiting for the admission of one that queues if asked; list and show allocations, say why one
+waits, and cancel them, waiting for the release if asked."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from typing import Annotated
 
 import typer
@@ -11,13 +14,29 @@ from rich.text import Text
 from clients import models
 from clients.async_client import AsyncClient
 from clients.cli import render
-from clients.cli.context import EXIT_USAGE, call_and_show, call_noting, check_wait_timeout, exit_not_done, int32
+from clients.cli.context import (
+    EXIT_ERROR,
+    EXIT_NOT_DONE,
+    EXIT_USAGE,
+    call,
+    call_and_show,
+    call_noting,
+    check_wait_timeout,
+    exit_not_done,
+    int32,
+)
 from clients.cli.listing import show_listing
 from clients.cli.options import AllPages, JsonFlag, PageSize, PageToken
 from clients.errors import DeadlineExceededError, UnavailableError
 from clients.request_ids import new_request_id
 
 allocations = typer.Typer(help="Allocate and release whole nodes.", no_args_is_help=True)
+
+# The state of an allocation that waits in its model's queue, holding nothing.
+PENDING = "PENDING"
+# How often --wait reads the allocation again, and how often its spinner shows the queue position.
+_POLL_S = 0.5
+_REDRAW_S = 2.0
 
 
 @allocations.command("create")
@@ -27,43 +46,130 @@ def allocations_create(
     nodes_: Annotated[int, typer.Option("--nodes", parser=int32, help="Whole nodes, all or nothing.")] = 1,
     tenant: Annotated[str, typer.Option(help="Operators: the tenant to allocate for.")] = "",
     request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUIDv7.")] = None,
+    priority: Annotated[
+        int, typer.Option(parser=int32, help="0-1000: in its model's queue, higher is admitted first.")
+    ] = 0,
+    fail_if_unavailable: Annotated[
+        bool, typer.Option("--fail-if-unavailable", help="Refuse rather than wait PENDING if not placeable now.")
+    ] = False,
+    wait: Annotated[bool, typer.Option(help="If it waits PENDING, wait until it is admitted.")] = False,
+    timeout: Annotated[
+        float, typer.Option(min=0, help="With --wait: seconds to wait at most (then exit code 3).")
+    ] = 300.0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Allocate whole nodes of one GPU model. When the outcome is unknown (the server did not
-    answer), the command names the key it sent: run it again with that --request-id to get the
-    allocation the first try may have made instead of a second one; such a rerun says it was
-    replayed (JSON: "replayed": true)."""
+    """Allocate whole nodes of one GPU model: placed at once when they are free, else PENDING in
+    the model's queue, holding nothing, until the scheduler admits it whole (`allocations explain
+    ID` says why it waits; --fail-if-unavailable refuses instead, exit code 1). With --wait, exit
+    code 3 if it is still PENDING after --timeout; it stays queued. When the outcome is unknown
+    (the server did not answer), the command names the key it sent: run it again with that
+    --request-id to get the allocation the first try may have made instead of a second one;
+    such a rerun says it was replayed (JSON: "replayed": true)."""
     if request_id is not None and not request_id:
         # An unset shell variable ("--request-id $RID") must not quietly become a fresh key:
         # the script's retry would then allocate twice.
         render.fail("--request-id: must not be empty; leave the option out for a fresh key")
         raise typer.Exit(EXIT_USAGE)
+    check_wait_timeout(timeout)
     key = request_id or new_request_id()
     outcome_unknown = False
+    created: models.CreatedAllocation | None = None
 
     async def create(client: AsyncClient) -> models.CreatedAllocation:
-        nonlocal outcome_unknown
+        nonlocal outcome_unknown, created
         try:
-            return await client.create_allocation(
-                gpu_model=gpu_model, node_count=nodes_, tenant_id=tenant, request_id=key
+            created = await client.create_allocation(
+                gpu_model=gpu_model,
+                node_count=nodes_,
+                tenant_id=tenant,
+                request_id=key,
+                priority=priority,
+                fail_if_unavailable=fail_if_unavailable,
             )
         except (UnavailableError, DeadlineExceededError):
             outcome_unknown = True
             raise
+        if not (wait and created.state == PENDING):
+            return created
+        render.errors.print(Text(f"{created.allocation_id} is {_queued(created)}; waiting for its admission"))
+        return _as_created(await _wait_admitted(client, created, timeout), created.replayed)
 
-    def unknown_outcome() -> str | None:
+    def note() -> str | None:
+        if created is not None:
+            # The wait failed, not the create: the allocation stands, queued.
+            return f"{created.allocation_id} was created and waits in its queue; {_explain_hint(created)}"
         if not outcome_unknown:
             return None
         return f"the outcome is unknown; to retry safely run the same command with --request-id {key}"
 
-    allocation = call_noting(ctx, create, unknown_outcome)
-    if json_out:
-        render.print_json(allocation)
-        return
-    render.console.print(render.allocations_table([allocation], "Allocated"))
-    if allocation.replayed:
+    allocation = call_noting(ctx, create, note)
+    title = "Allocated" if allocation.state != PENDING else "Queued"
+    render.show_one(allocation, json_out, render.allocations_table([allocation], title))
+    if allocation.replayed and not json_out:
         render.errors.print(
             Text(f"replayed: an earlier call with --request-id {key} made this allocation; nothing new was allocated"),
+            soft_wrap=True,
+        )
+    _say_what_it_waits_for(allocation, waited=wait, timeout=timeout, json_out=json_out)
+
+
+async def _wait_admitted(client: AsyncClient, allocation: models.Allocation, timeout: float) -> models.Allocation:
+    """Wait up to ``timeout`` seconds for ``allocation`` to leave PENDING, with a spinner that
+    shows its place in the queue as it moves up; the last read."""
+    deadline = time.monotonic() + timeout
+    with render.console.status(_waiting(allocation)) as spinner:
+        while True:
+            # In slices, so that the spinner shows the position as the queue moves.
+            left = max(0.0, deadline - time.monotonic())
+            allocation = await client.wait_admitted(
+                allocation.allocation_id, timeout=min(left, _REDRAW_S), poll_s=_POLL_S
+            )
+            if allocation.state != PENDING or time.monotonic() >= deadline:
+                return allocation
+            spinner.update(_waiting(allocation))
+
+
+def _waiting(allocation: models.Allocation) -> str:
+    return f"waiting for admission: {_queued(allocation)}..."
+
+
+def _queued(allocation: models.Allocation) -> str:
+    """``PENDING at position 3 in the H100 queue``; without the position where the answer has
+    none (0: a server that does not say)."""
+    at = f" at position {allocation.queue_position}" if allocation.queue_position else ""
+    return f"PENDING{at} in the {allocation.gpu_model} queue"
+
+
+def _explain_hint(allocation: models.Allocation) -> str:
+    return f"see why with: gpucloud allocations explain {allocation.allocation_id}"
+
+
+def _as_created(allocation: models.Allocation, replayed: bool) -> models.CreatedAllocation:
+    """``allocation`` read again after its create, still saying whether the create was replayed."""
+    fields = {field.name: getattr(allocation, field.name) for field in dataclasses.fields(allocation)}
+    return models.CreatedAllocation(**fields, replayed=replayed)
+
+
+def _say_what_it_waits_for(allocation: models.Allocation, *, waited: bool, timeout: float, json_out: bool) -> None:
+    """Under a create's output, on stderr: that it is still queued and how to see why (exit 3 when
+    --wait ran out of time), or that it was cancelled while it waited (exit 1)."""
+    if allocation.state == "CANCELLED" and waited:
+        render.errors.print(Text(f"{allocation.allocation_id} was cancelled while it waited; nothing was allocated"))
+        raise typer.Exit(EXIT_ERROR)
+    if allocation.state != PENDING:
+        return
+    if waited:
+        render.errors.print(
+            Text(
+                f"still {_queued(allocation)} after {timeout:g} s; it stays queued (cancel it with:"
+                f" gpucloud allocations cancel {allocation.allocation_id}); {_explain_hint(allocation)}"
+            ),
+            soft_wrap=True,
+        )
+        raise typer.Exit(EXIT_NOT_DONE)
+    if not json_out:
+        render.errors.print(
+            Text(f"{_queued(allocation)}, holding nothing until it is admitted whole; {_explain_hint(allocation)}"),
             soft_wrap=True,
         )
 
@@ -72,7 +178,7 @@ def allocations_create(
 def allocations_list(
     ctx: typer.Context,
     tenant: Annotated[str, typer.Option(help="Operators: only this tenant.")] = "",
-    state: Annotated[str | None, typer.Option(help="ACTIVE, CANCELLING or CANCELLED.")] = None,
+    state: Annotated[str | None, typer.Option(help="PENDING, ACTIVE, CANCELLING or CANCELLED.")] = None,
     page_size: PageSize = 0,
     page_token: PageToken = "",
     all_pages: AllPages = False,
@@ -95,6 +201,17 @@ def allocations_list(
 def allocations_get(ctx: typer.Context, allocation_id: str, json_out: JsonFlag = False) -> None:
     """Show one allocation."""
     call_and_show(ctx, lambda c: c.get_allocation(allocation_id), json_out, render.allocations_table, "Allocation")
+
+
+@allocations.command("explain")
+def allocations_explain(ctx: typer.Context, allocation_id: str, json_out: JsonFlag = False) -> None:
+    """Why a PENDING allocation waits, most binding reason first, with its place in its model's
+    queue; for an allocation in any other state, that it is not pending."""
+    explained = call(ctx, lambda c: c.explain_allocation(allocation_id))
+    if json_out:
+        render.print_json(explained)
+        return
+    render.console.print(render.explanation(explained))
 
 
 @allocations.command("cancel")

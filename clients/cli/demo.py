@@ -4,9 +4,10 @@ Starts a real control plane (SQLite in a throwaway data directory unless ``--dat
 one, a free loopback port) and a simulated agent for each node of a small fleet: the agents
 register their nodes, run burn-in (one node 20% slow, which the control plane fails against the
 fleet median) and push their GPUs' telemetry. Then it creates a tenant, allocates, shows
-idempotency and an all-or-nothing capacity refusal, lists, queries metrics (the tenant sees its
-node's samples only since its allocation), makes a GPU of the allocation fall off the bus (the
-health controller pulls the node and gives the allocation a spare, with the evidence), cancels
+idempotency and an allocation that waits PENDING for capacity with its reasons, lists, queries
+metrics (the tenant sees its node's samples only since its allocation), makes a GPU of the
+allocation fall off the bus (the health controller pulls the node and gives the allocation a
+spare, with the evidence), cancels
 and waits for the release and the agents' scrub, and shows the tenant's invoice for the month,
 printing each step.
 """
@@ -165,12 +166,17 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str, gpus: di
             f"{', replayed from its record (nothing new allocated)' if retry.replayed else ''}"
         )
 
-        step("5. Ask for more than is free: all or nothing")
+        step("5. Ask for more than is free: it waits PENDING, holding nothing, and says why")
+        waiting = await tenant.create_allocation(gpu_model="H100", node_count=4)
+        console.print(render.allocations_table([waiting], "Queued"))
+        console.print(render.explanation(await tenant.explain_allocation(waiting.allocation_id)))
         try:
-            await tenant.create_allocation(gpu_model="H100", node_count=4)
+            await tenant.create_allocation(gpu_model="H100", node_count=4, fail_if_unavailable=True)
             console.print("[red]unexpectedly allocated[/red]")
         except ResourceExhaustedError as err:
-            console.print(f"refused as expected: {err}")
+            console.print(f"with fail_if_unavailable it is refused instead: {err}")
+        cancelled = await tenant.cancel_allocation(waiting.allocation_id)
+        console.print(f"cancelling the queued allocation is done at once: done={cancelled.done}, {cancelled.state}")
 
         step("6. List")
         console.print(render.allocations_table((await tenant.list_allocations()).items))

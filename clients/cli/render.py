@@ -192,6 +192,7 @@ def tenants_table(items: Sequence[models.Tenant], title: str = "Tenants") -> Tab
 
 
 _STATE_STYLE = {
+    "PENDING": "blue",
     "READY": "green",
     "ALLOCATED": "cyan",
     "ACTIVE": "cyan",
@@ -318,24 +319,42 @@ def outliers_table(items: Sequence[m.GpuOutlier], title: str) -> Table:
     )
 
 
+# In the order shown; PRIORITY, QUEUE and ADMITTED only where a row needs them (allocations_table).
+_ALLOCATION_COLUMNS = (
+    "ALLOCATION", "TENANT", "MODEL", "NODES", "PRIORITY", "STATE", "QUEUE",
+    "CREATED", "ADMITTED", "RELEASED", "NODE IDS",
+)  # fmt: skip
+
+
 def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
-    """Allocations: tenant, model, node count, state, creation and release times, node ids; under
-    the table, the nodes replaced under them and why any is degraded."""
-    shown = table(
-        title,
-        ["ALLOCATION", "TENANT", "MODEL", "NODES", "STATE", "CREATED", "RELEASED", "NODE IDS"],
-        items,
-        lambda a: [
-            a.allocation_id,
-            a.tenant_id,
-            a.gpu_model,
-            str(a.node_count),
-            styled(a.state) + Text(" (degraded)", style="red") if a.degraded_reason else styled(a.state),
-            when(a.create_time),
-            when(a.release_time),
-            ", ".join(a.node_ids),
-        ],
-    )
+    """Allocations: tenant, model, node count, state, creation and release times, node ids; with
+    PRIORITY where some allocation has one, QUEUE (the position of each PENDING one in its model's
+    queue) where some waits, and ADMITTED where some waited before it was placed. Under the table:
+    the nodes replaced under them, why any is degraded, and how to see why one waits."""
+    # Columns that would hold nothing telling in most listings are there only when a row needs them.
+    optional: list[tuple[str, bool, Callable[[models.Allocation], Cell]]] = [
+        ("PRIORITY", any(a.priority for a in items), lambda a: str(a.priority)),
+        ("QUEUE", any(a.state == "PENDING" for a in items), _queue_cell),
+        ("ADMITTED", any(_waited(a) for a in items), lambda a: when(a.admit_time)),
+    ]
+    shown = {name: cell for name, wanted, cell in optional if wanted}
+    left_out = {name for name, wanted, _ in optional if not wanted}
+    columns = [name for name in _ALLOCATION_COLUMNS if name not in left_out]
+
+    def cells(a: models.Allocation) -> list[Cell]:
+        fixed: dict[str, Cell] = {
+            "ALLOCATION": a.allocation_id,
+            "TENANT": a.tenant_id,
+            "MODEL": a.gpu_model,
+            "NODES": str(a.node_count),
+            "STATE": styled(a.state) + Text(" (degraded)", style="red") if a.degraded_reason else styled(a.state),
+            "CREATED": when(a.create_time),
+            "RELEASED": when(a.release_time),
+            "NODE IDS": ", ".join(a.node_ids),
+        }
+        return [fixed[name] if name in fixed else shown[name](a) for name in columns]
+
+    grid = table(title, columns, items, cells, right=("NODES", "PRIORITY", "QUEUE"))
     notes = [
         f"{a.allocation_id}: {made.removed_node_id} -> {made.spare_node_id or 'no spare yet'} at {when(made.time)}"
         + (f", the spare from {when(made.spare_time)}" if made.spare_time not in (None, made.time) else "")
@@ -343,10 +362,51 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
         for a in items
         for made in a.replacements
     ] + [f"{a.allocation_id}: {a.degraded_reason}" for a in items if a.degraded_reason]
-    if notes:
-        shown.caption = "\n".join(notes)
-        shown.caption_justify = "left"
-    return shown
+    if "QUEUE" in shown:
+        notes.append("why an allocation waits: gpucloud allocations explain ALLOCATION_ID")
+    for note in notes:
+        add_caption(grid, note)
+    return grid
+
+
+def _queue_cell(allocation: models.Allocation) -> Cell:
+    """A PENDING allocation's place in its model's queue (1 for the head); nothing for any other."""
+    return str(allocation.queue_position) if allocation.state == "PENDING" and allocation.queue_position else ""
+
+
+def _waited(allocation: models.Allocation) -> bool:
+    """Whether the allocation was admitted later than it was created: it waited in the queue."""
+    return allocation.admit_time is not None and allocation.admit_time != allocation.create_time
+
+
+def pending_reasons_table(items: Sequence[models.PendingReason], title: str) -> Table:
+    """Why an allocation waits, most binding first: rank, kind, the sentence with its figures."""
+    ranked = list(enumerate(items, start=1))
+    return table(
+        title,
+        ["RANK", "REASON", "WHY"],
+        ranked,
+        lambda r: [str(r[0]), Text(r[1].kind, style="yellow"), r[1].message],
+        right=("RANK",),
+    )
+
+
+def explanation(explained: models.AllocationExplanation) -> Group:
+    """``allocations explain``: a line with the allocation's state (and, while it is PENDING, its
+    place in its model's queue and its priority), then the reasons it waits, most binding first."""
+    a = explained.allocation
+    if a.state != "PENDING":
+        head = Text.assemble(f"{a.allocation_id} is not pending: it is ", styled(a.state))
+        if a.admit_time is not None:
+            head.append(f", admitted {when(a.admit_time)} UTC")
+        return Group(head)
+    head = Text.assemble(
+        f"{a.allocation_id}: ",
+        styled(a.state),
+        f", position {a.queue_position} in the {a.gpu_model} queue, priority {a.priority},"
+        f" {a.node_count} node(s) asked whole; created {when(a.create_time)} UTC",
+    )
+    return Group(head, pending_reasons_table(explained.reasons, "Why it waits, most binding first"))
 
 
 def operations_table(items: Sequence[models.Operation], title: str = "Operations") -> Table:

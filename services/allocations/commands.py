@@ -74,18 +74,27 @@ def resolve_tenant(principal: Principal, requested: str) -> str:
 
 
 async def create(store: Database, request: AllocationRequest, policies: Policies = DEFAULT_POLICIES) -> Created:
-    """Place the request's nodes and record the allocation, all or nothing, in one transaction.
+    """Place the request's nodes and record the allocation, all or nothing, in one transaction;
+    or, when they are not free or its model's queue holds allocations at least as high in
+    priority, record it PENDING for the scheduler (scheduler.py).
 
-    A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY) when
-    too few nodes are free; NOT_FOUND for an unknown tenant; INVALID_ARGUMENT (IDEMPOTENCY_KEY_REUSED) for a
-    key first used with another request; ABORTED after losing every attempt to concurrent transactions
+    A ``request_id`` seen before replays its first result. RESOURCE_EXHAUSTED
+    (INSUFFICIENT_CAPACITY) instead of waiting when the request says ``fail_if_unavailable``;
+    NOT_FOUND for an unknown tenant; INVALID_ARGUMENT (IDEMPOTENCY_KEY_REUSED) for a key first
+    used with another request; ABORTED after losing every attempt to concurrent transactions
     (IDEMPOTENCY_KEY_IN_USE while a duplicate holds the key, otherwise PLACEMENT_CONTENDED).
     The nodes are those the policy ``policies`` names for the model's pool chooses.
     """
     policy = policies.of(request.gpu_model.value)
     fingerprint = idempotency.fingerprint(
         CREATE_METHOD,
-        {"tenant_id": request.tenant_id, "gpu_model": request.gpu_model, "node_count": request.node_count},
+        {
+            "tenant_id": request.tenant_id,
+            "gpu_model": request.gpu_model,
+            "node_count": request.node_count,
+            "priority": request.priority,
+            "fail_if_unavailable": request.fail_if_unavailable,
+        },
     )
     locking = store.dialect == "postgresql"
     lost: Exception | None = None
@@ -137,32 +146,48 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
         )
     # The pool's spares, locked on PostgreSQL until this create commits (spares.py).
     keep = yield from spares.reserve(request.gpu_model, locking=locking)
-    chosen = yield from place(
-        request.gpu_model, request.node_count, policy=policy, tenant=request.tenant_id, locking=locking, keep=keep
-    )
-    if chosen is None:
-        available = yield from nodes_repo.count_free(request.gpu_model)
-        held_back = f", {keep} of them held back as spares" if keep else ""
-        raise ResourceExhausted(
-            reason="INSUFFICIENT_CAPACITY",
-            message=(
-                f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free{held_back}; "
-                "nothing was allocated"
-            ),
-            metadata={
-                "gpu_model": request.gpu_model,
-                "requested": str(request.node_count),
-                "free": str(available),
-                "spares": str(keep),
-            },
+    # Allocations waiting in the model's queue at this priority or above go first (queue.py).
+    top = (yield from repo.queued_ahead([request.gpu_model])).get(request.gpu_model)
+    queued_ahead = top is not None and top >= request.priority
+    chosen = None
+    if not queued_ahead:
+        chosen = yield from place(
+            request.gpu_model, request.node_count, policy=policy, tenant=request.tenant_id, locking=locking, keep=keep
         )
+    if chosen is None and request.fail_if_unavailable:
+        raise (yield from _unavailable(request, keep, queued_ahead=queued_ahead))
     # Stamped now that the chosen nodes are locked: a release of one of them that committed
     # while this create waited (for the key, for a lock) is earlier than this hand-over.
     now = now_us()
     # On SQLite transactions run one at a time, so the key can wait for a placement (claimed
     # in record_creates): a refusal then has written nothing, and its group needs no second
-    # pass (store/writer.py).
-    return (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
+    # pass (store/writer.py). A create that cannot be placed now waits PENDING, holding
+    # nothing, for the scheduler (scheduler.py).
+    created = (yield from record_creates([(pending, chosen)], now_us=now, claim_keys=not locking))[0]
+    if chosen is not None:
+        return created
+    return Created((yield from repo.views([created.view.row]))[0], replayed=False)
+
+
+def _unavailable(request: AllocationRequest, keep: int, *, queued_ahead: bool) -> Tx[ResourceExhausted]:
+    """The refusal of a create that asked not to wait."""
+    available = yield from nodes_repo.count_free(request.gpu_model)
+    held_back = f", {keep} of them held back as spares" if keep else ""
+    queue_note = f"; allocations of priority {request.priority} or higher wait for them first" if queued_ahead else ""
+    return ResourceExhausted(
+        reason="INSUFFICIENT_CAPACITY",
+        message=(
+            f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free{held_back}"
+            f"{queue_note}; nothing was allocated (fail_if_unavailable)"
+        ),
+        metadata={
+            "gpu_model": request.gpu_model,
+            "requested": str(request.node_count),
+            "free": str(available),
+            "spares": str(keep),
+            "queued_ahead": str(queued_ahead).lower(),
+        },
+    )
 
 
 def place(
@@ -291,6 +316,13 @@ def _cancel(
         )
         yield from ops_repo.insert(operation)
         return operation, view
+    if row.state == AllocationState.PENDING:
+        # It holds nothing and was never billed: it ends now, and its cancel with it.
+        now = now_us()
+        yield from repo.cancel_pending(allocation_id, now_us=now)
+        operation = cancel_operation(operation_id, row.tenant_id, allocation_id, now_us=now, done=True, done_us=now)
+        yield from ops_repo.insert(operation)
+        return operation, (yield from repo.get_view(allocation_id, tenant_id=None))
     # Not cancelled yet: every node it holds (not those the health controller took), in placement order.
     held = yield from repo.held_nodes([allocation_id], locking=locking)
     # Stamped once the nodes are locked: after anything that committed on them meanwhile.

@@ -4,6 +4,7 @@ service; and of the spare pools they leave free (NodeService)."""
 from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2, node_pb2
+from services.allocations.queue import Reason, ReasonKind
 from services.allocations.repository import AllocationView
 from services.allocations.spares import SparePool
 from services.allocations.states import AllocationState
@@ -14,6 +15,7 @@ from services.timestamps import timestamp
 # Built from both enums, so a state missing from one fails at import.
 ALLOCATION_STATE_TO_PROTO = {s: allocation_pb2.AllocationState.Value(f"ALLOCATION_STATE_{s}") for s in AllocationState}
 ALLOCATION_STATE_FROM_PROTO = {number: state for state, number in ALLOCATION_STATE_TO_PROTO.items()}
+REASON_KIND_TO_PROTO = {k: allocation_pb2.PendingReasonKind.Value(f"PENDING_REASON_KIND_{k}") for k in ReasonKind}
 
 
 def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
@@ -40,6 +42,16 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
             for made in view.replacements
         ],
         degraded_reason=view.degraded_reason,
+        priority=row.priority,
+        queue_position=view.queue_position,
+        admit_time=timestamp(row.admitted_us),
+    )
+
+
+def reason_to_proto(reason: Reason) -> allocation_pb2.PendingReason:
+    """The API form of a reason an allocation waits."""
+    return allocation_pb2.PendingReason(
+        kind=REASON_KIND_TO_PROTO[reason.kind], message=reason.message, figures=reason.figures
     )
 
 

@@ -45,11 +45,15 @@ BATCH_WINDOW_SECONDS = 0.02
 class Releaser:
     """Background worker owned by the control plane; ``run`` until cancelled."""
 
-    def __init__(self, store: Database, *, scrub_seconds: float, wake: Notifier, done: Notifier) -> None:
+    def __init__(
+        self, store: Database, *, scrub_seconds: float, wake: Notifier, done: Notifier, freed: Notifier | None = None
+    ) -> None:
         self._store = store
         self._scrub_us = int(scrub_seconds * 1_000_000)
         self._wake = wake
         self._done = done
+        # Told when released nodes are back in their pools (the scheduler's wake-up).
+        self._freed = freed
 
     async def run(self) -> None:
         """Release due allocations until cancelled, waiting between passes until the next scrub is due (at most
@@ -97,6 +101,8 @@ class Releaser:
             if released:
                 log.info("allocations_released", count=len(released), allocation_ids=released)
                 self._done.notify()
+                if self._freed is not None:
+                    self._freed.notify()
             if len(released) < BATCH:
                 return None if oldest is None else oldest + self._scrub_us
 

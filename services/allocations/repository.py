@@ -32,6 +32,8 @@ class Allocation:
     created_us: int
     cancel_us: int | None = None
     released_us: int | None = None
+    priority: int = 0
+    admitted_us: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +57,8 @@ class AllocationView:
     row: Allocation
     node_ids: tuple[str, ...]
     replacements: tuple[Replacement, ...] = ()
+    # While PENDING, its place in its model's queue (1 for the head); 0 otherwise.
+    queue_position: int = 0
 
     @property
     def degraded_reason(self) -> str:
@@ -78,7 +82,9 @@ class AllocationFilter:
     state: AllocationState | None = None
 
 
-_COLUMNS = "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us"
+_COLUMNS = (
+    "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority, admitted_us"
+)
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
@@ -133,7 +139,80 @@ def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
         else:
             replaced.add(allocation_id)
     history = (yield from replacements(sorted(replaced))) if replaced else {}
-    return [AllocationView(r, tuple(nodes[r.allocation_id]), history.get(r.allocation_id, ())) for r in rows]
+    waiting = [r for r in rows if r.state == AllocationState.PENDING.value]
+    positions = (yield from queue_positions(waiting)) if waiting else {}
+    return [
+        AllocationView(
+            r, tuple(nodes[r.allocation_id]), history.get(r.allocation_id, ()), positions.get(r.allocation_id, 0)
+        )
+        for r in rows
+    ]
+
+
+# A model's queue in admission order: priority first, then age, the id breaking ties.
+_QUEUE_ORDER = "priority DESC, created_us, allocation_id"
+
+
+def queue(gpu_model: str, *, locking: bool = False) -> Tx[list[Allocation]]:
+    """The PENDING allocations of ``gpu_model`` in admission order; locked on PostgreSQL when
+    ``locking``, so that a cancel of one waits for the cycle that may admit it."""
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM allocations WHERE state = :pending AND gpu_model = :model"
+        f" ORDER BY {_QUEUE_ORDER}" + for_update(locking),
+        {"pending": AllocationState.PENDING.value, "model": gpu_model},
+    )
+    return [_row(r) for r in result.rows]
+
+
+def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
+    """Each PENDING allocation's place in its model's queue, 1 for the head: one query per model."""
+    positions: dict[str, int] = {}
+    for model in sorted({r.gpu_model for r in rows}):
+        for place, queued in enumerate((yield from queue(model)), start=1):
+            positions[queued.allocation_id] = place
+    return {r.allocation_id: positions[r.allocation_id] for r in rows if r.allocation_id in positions}
+
+
+def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
+    """The highest priority waiting in each of the models' queues, for those with a queue: a
+    create of priority at most that waits behind it rather than overtaking it."""
+    if not gpu_models:
+        return {}
+    models, params = expand("m", sorted(set(gpu_models)))
+    result = yield Sql(
+        f"SELECT gpu_model, MAX(priority) FROM allocations WHERE state = :pending AND gpu_model IN ({models})"
+        " GROUP BY gpu_model",
+        {**params, "pending": AllocationState.PENDING.value},
+    )
+    return {str(model): int(top) for model, top in result.rows}
+
+
+def queued_models() -> Tx[list[str]]:
+    """The GPU models with a PENDING allocation."""
+    result = yield Sql(
+        "SELECT DISTINCT gpu_model FROM allocations WHERE state = :pending", {"pending": AllocationState.PENDING.value}
+    )
+    return sorted(str(r[0]) for r in result.rows)
+
+
+def admit(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int) -> Tx[None]:
+    """Turn PENDING allocations ACTIVE at ``now_us`` with their live assignments, each in placement order."""
+    ids, params = expand("id", [row.allocation_id for row, _ in admitted])
+    yield Sql(
+        f"UPDATE allocations SET state = :active, admitted_us = :now WHERE allocation_id IN ({ids})",
+        {**params, "active": AllocationState.ACTIVE.value, "now": now_us},
+    )
+    yield from _insert_assignments(
+        [(row, node_id, position, now_us) for row, node_ids in admitted for position, node_id in enumerate(node_ids)]
+    )
+
+
+def cancel_pending(allocation_id: str, *, now_us: int) -> Tx[None]:
+    """End a PENDING allocation at ``now_us``: it never held a node, so it is CANCELLED at once."""
+    yield Sql(
+        "UPDATE allocations SET state = :cancelled, cancel_us = :now, released_us = :now WHERE allocation_id = :id",
+        {"id": allocation_id, "now": now_us, "cancelled": AllocationState.CANCELLED.value},
+    )
 
 
 def replacements(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[Replacement, ...]]]:
@@ -250,11 +329,11 @@ def insert(row: Allocation, node_ids: Sequence[str]) -> Tx[None]:
 
 
 def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
-    """Database new allocations and their live assignments, each in placement order: two
-    statements however many there are."""
+    """Database new allocations and their live assignments, each in placement order (none for
+    a PENDING one): two statements however many there are."""
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
-        " :state, :created_us, :cancel_us, :released_us)",
+        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(
@@ -268,6 +347,8 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
 
 def _insert_assignments(assigned: Sequence[tuple[Allocation, str, int, int]]) -> Tx[None]:
     """Live assignments, each (allocation, node id, position, assigned at), in one statement."""
+    if not assigned:
+        return
     yield Sql(
         "INSERT INTO assignments (allocation_id, node_id, tenant_id, position, assigned_us)"
         " VALUES (:allocation_id, :node_id, :tenant_id, :position, :assigned_us)",

@@ -24,6 +24,10 @@ class AllocationRequest:
     request_id: str
     # Who asked, for the node events (a tenant, or an operator acting for one).
     actor: str = ""
+    # Higher is admitted first (queue.py).
+    priority: int = 0
+    # Refuse rather than wait PENDING when it cannot be admitted now.
+    fail_if_unavailable: bool = False
 
 
 class Created(NamedTuple):

@@ -11,10 +11,12 @@ from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
 from services.allocations import commands
 from services.allocations.commands import resolve_tenant
 from services.allocations.placement import DEFAULT_POLICIES, Policies
-from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto
+from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto, reason_to_proto
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
-from services.auth.principal import current_principal
+from services.allocations.scheduler import explain
+from services.allocations.states import AllocationState
+from services.auth.principal import current_principal, tenant_scope
 from services.nodes.proto import GPU_MODEL_FROM_PROTO
 from services.notify import Notifier
 from services.operations.proto import operation_to_proto
@@ -25,6 +27,7 @@ from services.validation import Violations, checked_id
 
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_NODES_PER_ALLOCATION = 256
+MAX_PRIORITY = 1000
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 # Trailing metadata on a create answered from an earlier call's result (the same request_id):
@@ -36,23 +39,32 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
 
     def __init__(
-        self, store: Database, page_tokens: PageTokens, wake_releaser: Notifier, policies: Policies = DEFAULT_POLICIES
+        self,
+        store: Database,
+        page_tokens: PageTokens,
+        wake_releaser: Notifier,
+        wake_scheduler: Notifier,
+        policies: Policies = DEFAULT_POLICIES,
     ) -> None:
         self._store = store
         self._tokens = page_tokens
         self._wake_releaser = wake_releaser
+        self._wake_scheduler = wake_scheduler
         self._policies = policies
 
     async def CreateAllocation(
         self, request: allocation_pb2.CreateAllocationRequest, context: Context
     ) -> allocation_pb2.CreateAllocationResponse:
-        """Allocate nodes for the caller's tenant (operators name one); a tenant naming another is PERMISSION_DENIED."""
+        """Allocate nodes for the caller's tenant (operators name one), or queue the allocation
+        PENDING; a tenant naming another is PERMISSION_DENIED."""
         principal = current_principal()
         v = Violations()
         v.identifier("tenant_id", request.tenant_id, required=principal.tenant_id is None)
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
         if not 1 <= request.node_count <= MAX_NODES_PER_ALLOCATION:
             v.add("node_count", f"must be 1-{MAX_NODES_PER_ALLOCATION}; got {request.node_count}")
+        if not 0 <= request.priority <= MAX_PRIORITY:
+            v.add("priority", f"must be 0-{MAX_PRIORITY}; got {request.priority}")
         v.request_id("request_id", request.request_id)
         v.raise_if_any()
         allocation_request = AllocationRequest(
@@ -61,10 +73,14 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             node_count=request.node_count,
             request_id=request.request_id,
             actor=principal.actor,
+            priority=request.priority,
+            fail_if_unavailable=request.fail_if_unavailable,
         )
         view, replayed = await commands.create(self._store, allocation_request, self._policies)
         if replayed:
             context.set_trailing_metadata(REPLAYED)
+        elif view.row.state == AllocationState.PENDING:
+            self._wake_scheduler.notify()
         return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))
 
     async def GetAllocation(
@@ -74,6 +90,17 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         allocation_id = checked_id("allocation_id", request.allocation_id)
         view = await commands.get(self._store, current_principal(), allocation_id)
         return allocation_pb2.GetAllocationResponse(allocation=allocation_to_proto(view))
+
+    async def ExplainAllocation(
+        self, request: allocation_pb2.ExplainAllocationRequest, context: Context
+    ) -> allocation_pb2.ExplainAllocationResponse:
+        """Why an allocation is PENDING, most binding reason first; none once it is not."""
+        allocation_id = checked_id("allocation_id", request.allocation_id)
+        scope = tenant_scope(current_principal())
+        view, reasons = await self._store.query(explain(allocation_id, tenant_id=scope, policies=self._policies))
+        return allocation_pb2.ExplainAllocationResponse(
+            allocation=allocation_to_proto(view), reasons=[reason_to_proto(r) for r in reasons]
+        )
 
     async def ListAllocations(
         self, request: allocation_pb2.ListAllocationsRequest, context: Context
@@ -105,4 +132,6 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         allocation_id = checked_id("allocation_id", request.allocation_id)
         operation, view = await commands.cancel(self._store, current_principal(), allocation_id)
         self._wake_releaser.notify()
+        # A cancelled allocation may have held up its model's queue (at its head, or holding nodes).
+        self._wake_scheduler.notify()
         return operation_to_proto(operation, view)

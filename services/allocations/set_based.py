@@ -10,11 +10,12 @@ cost more than the rows they write, are paid once per group instead of once per 
 
 A runner takes the set in queue order for as long as the requests are plain ones, whose
 answer it gives exactly as the request's own transaction (commands.py) would at that place:
-a create with a new key (or none) for an existing tenant that fits in the nodes still free;
+a create with a new key (or none) for an existing tenant that fits in the nodes still free,
+with nothing at its priority or above waiting in its model's queue;
 a cancel of an ACTIVE allocation the caller may see, with no cancel started. It stops at the
 first other one (a replayed or reused key, an unknown tenant, not enough capacity, a second
 request with the key or the allocation of an earlier one, a cancel repeated or refused),
-which the writer runs alone before offering the rest again: every rule and every error
+which the writer runs alone (where it may queue PENDING) before offering the rest again: every rule and every error
 message stays in commands.py. The runners read everything they decide on before they write
 (SQLite's writer holds the one write lock, so nothing changes in between).
 
@@ -54,10 +55,15 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     tenants = yield from tenants_repo.existing(sorted({p.request.tenant_id for p in pending}))
     keyed = [(p.request.tenant_id, p.request.request_id) for p in pending if p.request.request_id]
     recorded = yield from repo.recorded_keys(CREATE_METHOD, keyed)
+    queued = yield from repo.queued_ahead(sorted({p.request.gpu_model for p in pending}))
     plain = _prefix(
         pending,
         key=lambda p: (p.request.tenant_id, p.request.request_id or p.allocation_id),
-        taken=lambda p: p.request.tenant_id in tenants and (p.request.tenant_id, p.request.request_id) not in recorded,
+        taken=lambda p: (
+            p.request.tenant_id in tenants
+            and (p.request.tenant_id, p.request.request_id) not in recorded
+            and queued.get(p.request.gpu_model, -1) < p.request.priority
+        ),
     )
     # Every free node of each model the prefix asks for: the policy chooses among them all,
     # each create among those the creates before it left.

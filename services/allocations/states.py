@@ -1,4 +1,5 @@
-"""States of an allocation. ACTIVE -> CANCELLING -> CANCELLED; nothing else moves."""
+"""States of an allocation: PENDING -> ACTIVE -> CANCELLING -> CANCELLED, and PENDING ->
+CANCELLED for a cancel before admission; nothing else moves."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from enum import StrEnum
 class AllocationState(StrEnum):
     """The state of an allocation, as ``allocations.state`` stores it."""
 
+    PENDING = "PENDING"
     ACTIVE = "ACTIVE"
     CANCELLING = "CANCELLING"
     CANCELLED = "CANCELLED"

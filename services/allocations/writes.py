@@ -47,22 +47,25 @@ class PendingCancel:
 
 
 def record_creates(
-    placed: Sequence[tuple[PendingCreate, Sequence[str]]], *, now_us: int, claim_keys: bool
+    placed: Sequence[tuple[PendingCreate, Sequence[str] | None]], *, now_us: int, claim_keys: bool
 ) -> Tx[list[Created]]:
-    """Record creates whose nodes were chosen (in placement order): their idempotency keys
-    unless claimed already (``claim_keys``; PostgreSQL claims them before placing), the
-    allocations and their assignments, the nodes READY -> ALLOCATED with their events, and a
-    usage ``start`` per GPU. The live-assignment index refuses a node already held."""
+    """Record creates, each with the nodes chosen for it (in placement order) or None for one
+    that waits in its model's queue: their idempotency keys unless claimed already
+    (``claim_keys``; PostgreSQL claims them before placing), the allocations (ACTIVE, or
+    PENDING holding nothing) and their assignments, and for those placed the hand-over
+    (``hand_over``)."""
     rows = [
         Allocation(
             allocation_id=create.allocation_id,
             tenant_id=create.request.tenant_id,
             gpu_model=create.request.gpu_model,
             node_count=create.request.node_count,
-            state=AllocationState.ACTIVE.value,
+            state=(AllocationState.PENDING if node_ids is None else AllocationState.ACTIVE).value,
             created_us=now_us,
+            priority=create.request.priority,
+            admitted_us=None if node_ids is None else now_us,
         )
-        for create, _ in placed
+        for create, node_ids in placed
     ]
     if claim_keys:
         claims = [
@@ -71,24 +74,39 @@ def record_creates(
             if (r := create.request).request_id
         ]
         yield from repo.claim_idempotency_keys(claims, now_us=now_us)
-    yield from repo.insert_many([(row, node_ids) for row, (_, node_ids) in zip(rows, placed, strict=True)])
+    recorded = [(row, node_ids or ()) for row, (_, node_ids) in zip(rows, placed, strict=True)]
+    yield from repo.insert_many(recorded)
+    yield from hand_over(
+        [
+            (row, node_ids, create.request.actor or f"tenant:{row.tenant_id}")
+            for row, (create, node_ids) in zip(rows, placed, strict=True)
+            if node_ids is not None
+        ],
+        now_us=now_us,
+    )
+    return [Created(AllocationView(row, tuple(node_ids)), replayed=False) for row, node_ids in recorded]
+
+
+def record_admissions(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int, actor: str) -> Tx[None]:
+    """Admit PENDING allocations onto the nodes chosen for them (in placement order): ACTIVE
+    from ``now_us`` with their assignments, and the hand-over (``hand_over``)."""
+    yield from repo.admit(admitted, now_us=now_us)
+    yield from hand_over([(row, node_ids, actor) for row, node_ids in admitted], now_us=now_us)
+
+
+def hand_over(placed: Sequence[tuple[Allocation, Sequence[str], str]], *, now_us: int) -> Tx[None]:
+    """What placing nodes for allocations (each with who asked) changes beyond the allocations
+    themselves: the nodes READY -> ALLOCATED with their events, and a usage ``start`` per GPU.
+    The live-assignment index refuses a node already held."""
+    if not placed:
+        return
     moves = [
-        nodes_repo.Move(
-            node_id,
-            NodeState.READY,
-            NodeEvent.ALLOCATE,
-            reason=create.allocation_id,
-            actor=create.request.actor or f"tenant:{create.request.tenant_id}",
-        )
-        for create, node_ids in placed
+        nodes_repo.Move(node_id, NodeState.READY, NodeEvent.ALLOCATE, reason=row.allocation_id, actor=actor)
+        for row, node_ids, actor in placed
         for node_id in node_ids
     ]
     yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us, uncordoned_only=True)
-    yield from usage.record(UsageKind.START, [row.allocation_id for row in rows], at_us=now_us)
-    return [
-        Created(AllocationView(row, tuple(node_ids)), replayed=False)
-        for row, (_, node_ids) in zip(rows, placed, strict=True)
-    ]
+    yield from usage.record(UsageKind.START, [row.allocation_id for row, _, _ in placed], at_us=now_us)
 
 
 def record_cancels(
@@ -124,6 +142,8 @@ def record_cancels(
             AllocationState.CANCELLING.value,
             was.created_us,
             cancel_us=now_us,
+            priority=was.priority,
+            admitted_us=was.admitted_us,
         )
         operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
         answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))

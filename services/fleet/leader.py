@@ -1,12 +1,13 @@
 """What the replica holding the ``node-reconciler`` lease runs: the reconciler's controller, the
-health controller, the reachability sweep, the slow-GPU sweep and the degraded-allocation sweep,
-started afresh each time this replica becomes the leader."""
+health controller, the reachability sweep, the slow-GPU sweep, the degraded-allocation sweep and
+the allocation scheduler, started afresh each time this replica becomes the leader."""
 
 from __future__ import annotations
 
 import asyncio
 
 from services.allocations.degraded import DegradedSweep
+from services.allocations.scheduler import Scheduler
 from services.clock import now_us
 from services.control.controller import Controller
 from services.control.lease import LeaderElector, holder_id
@@ -34,6 +35,7 @@ class FleetLeader:
         health_config: HealthConfig,
         slow_gpus: SlowGpuSweep,
         degraded: DegradedSweep,
+        scheduler: Scheduler,
     ) -> None:
         self._reconciler = reconciler
         self._reachability = reachability
@@ -42,6 +44,7 @@ class FleetLeader:
         self._health_config = health_config
         self._slow_gpus = slow_gpus
         self._degraded = degraded
+        self._scheduler = scheduler
         self._controller: Controller[str] | None = None
         self._health_controller: Controller[str] | None = None
         reachability.on_strike = self.notify_health
@@ -102,6 +105,7 @@ class FleetLeader:
                 group.create_task(self._reachability.run(leading_since_us=leading_since), name="reachability")
                 group.create_task(self._slow_gpus.run(self.notify_health), name="slow-gpus")
                 group.create_task(self._degraded.run(), name="degraded-allocations")
+                group.create_task(self._scheduler.run(), name="scheduler")
         finally:
             self._controller = self._health_controller = None
             controller.shut_down()

@@ -427,6 +427,17 @@ def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:
     return drained
 
 
+def count_in_service(gpu_model: GpuModel) -> Tx[int]:
+    """How many nodes of a model the fleet has in any state but RETIRED: the most an
+    allocation of the model could ever be given as the fleet stands."""
+    result = yield Sql(
+        "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state <> :retired",
+        {"model": gpu_model.value, "retired": NodeState.RETIRED.value},
+    )
+    found = result.first()
+    return 0 if found is None else int(found[0])
+
+
 def count_free(gpu_model: GpuModel) -> Tx[int]:
     """How many nodes of a model are placeable now (for capacity error messages)."""
     result = yield Sql(

@@ -204,7 +204,8 @@ class NodeEventRow(SQLModel, table=True):
 
 
 class AllocationRow(SQLModel, table=True):
-    """A tenant's allocation of whole nodes of one GPU model; ``assignments`` holds its nodes."""
+    """A tenant's allocation of whole nodes of one GPU model; ``assignments`` holds its nodes
+    once admitted."""
 
     __tablename__ = "allocations"
     __table_args__ = (
@@ -213,6 +214,8 @@ class AllocationRow(SQLModel, table=True):
         Index("ix_allocations_order", "created_us", "allocation_id"),
         # The releaser's read: CANCELLING allocations, oldest cancel first.
         Index("ix_allocations_state", "state", "cancel_us"),
+        # The scheduler's read: a model's queue of PENDING allocations, in admission order.
+        Index("ix_allocations_queue", "state", "gpu_model", "priority", "created_us"),
     )
 
     allocation_id: str = Field(primary_key=True, max_length=40)
@@ -223,6 +226,10 @@ class AllocationRow(SQLModel, table=True):
     created_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     cancel_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # Higher is admitted first; among equals, the older request.
+    priority: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    # When the scheduler placed its nodes and its usage started; NULL while PENDING.
+    admitted_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class AssignmentRow(SQLModel, table=True):

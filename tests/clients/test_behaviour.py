@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import gc
 import inspect
 import math
@@ -123,13 +124,16 @@ async def test_retrying_with_the_errors_request_id_returns_one_allocation(
     """Against the real server: the refused create's key, sent again, makes the allocation once."""
     await register_ready_nodes(operator, 1)
     await operator.create_tenant("acme")
+    create = functools.partial(
+        operator.create_allocation, gpu_model="H100", node_count=2, tenant_id="acme", fail_if_unavailable=True
+    )
     with pytest.raises(ResourceExhaustedError) as caught:
-        await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
+        await create()
     key = caught.value.request_id
     assert key
     await register_ready_nodes(operator, 1, prefix="more")
-    first = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme", request_id=key)
-    replay = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme", request_id=key)
+    first = await create(request_id=key)
+    replay = await create(request_id=key)
     assert replay.allocation_id == first.allocation_id
     assert len([a async for a in operator.iter_allocations(tenant_id="acme")]) == 1
 

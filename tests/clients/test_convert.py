@@ -49,3 +49,50 @@ def test_an_out_of_range_timestamp_is_refused_as_protobuf_refuses_it(seconds: in
         message.create_time.ToDatetime(tzinfo=UTC)
     with pytest.raises(ValueError, match=f"^{re.escape(str(by_protobuf.value))}$"):
         convert.optional_time(message, "create_time")
+
+
+def test_an_allocation_carries_its_priority_queue_position_and_admit_time() -> None:
+    message = allocation_pb2.Allocation(
+        allocation_id="alloc-1",
+        state=allocation_pb2.ALLOCATION_STATE_ACTIVE,
+        create_time=Timestamp(seconds=1_764_600_000),
+        admit_time=Timestamp(seconds=1_764_600_090),
+        priority=700,
+    )
+    read = convert.allocation(message)
+    assert (read.state, read.priority, read.queue_position) == ("ACTIVE", 700, 0)
+    assert read.admit_time == message.admit_time.ToDatetime(tzinfo=UTC)
+
+
+def test_a_pending_allocation_has_its_place_in_the_queue_and_no_admit_time() -> None:
+    message = allocation_pb2.Allocation(state=allocation_pb2.ALLOCATION_STATE_PENDING, queue_position=3)
+    read = convert.created_allocation(message, replayed=False)
+    assert (read.state, read.queue_position, read.admit_time) == ("PENDING", 3, None)
+
+
+def test_an_explanation_keeps_the_reasons_in_order_with_short_kinds_and_their_figures() -> None:
+    message = allocation_pb2.ExplainAllocationResponse(
+        allocation=allocation_pb2.Allocation(allocation_id="alloc-1", state=allocation_pb2.ALLOCATION_STATE_PENDING),
+        reasons=[
+            allocation_pb2.PendingReason(
+                kind=allocation_pb2.PENDING_REASON_KIND_WAITING_FOR_CAPACITY,
+                message="waiting for capacity: 1 free H100 node(s), 2 needed whole; short by 1",
+                figures={"free": 1, "spares": 0, "needed": 2},
+            ),
+            allocation_pb2.PendingReason(kind=allocation_pb2.PENDING_REASON_KIND_BEHIND_GANGS, message="behind"),
+            # A kind a newer server added reads as its number, not as an error.
+            allocation_pb2.PendingReason(kind=allocation_pb2.PendingReasonKind.ValueType(99), message="newer"),
+        ],
+    )
+    explained = convert.allocation_explanation(message)
+    assert explained.allocation.allocation_id == "alloc-1"
+    assert [reason.kind for reason in explained.reasons] == ["WAITING_FOR_CAPACITY", "BEHIND_GANGS", "UNKNOWN_99"]
+    assert explained.reasons[0].figures == {"free": 1, "spares": 0, "needed": 2}
+    assert explained.reasons[1].figures == {}
+
+
+def test_an_explanation_of_an_allocation_that_is_not_pending_has_no_reasons() -> None:
+    message = allocation_pb2.ExplainAllocationResponse(
+        allocation=allocation_pb2.Allocation(state=allocation_pb2.ALLOCATION_STATE_ACTIVE)
+    )
+    assert convert.allocation_explanation(message).reasons == ()

@@ -177,7 +177,7 @@ async def test_released_nodes_can_be_allocated_again(control_plane: RunningContr
     """Once a cancel completes, its nodes can be placed in a new allocation."""
     allocation = await allocate_for_tenant(control_plane, operator, 2)
     with pytest.raises(ResourceExhaustedError):
-        await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
+        await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme", fail_if_unavailable=True)
 
     operation = await operator.cancel_allocation(allocation.allocation_id)
     assert (await operator.wait_operation(operation.name, timeout=15)).done

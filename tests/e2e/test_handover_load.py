@@ -48,7 +48,9 @@ async def test_handovers_under_load_never_overlap(tmp_path: Path, database_url: 
         async def churn(client: AsyncClient) -> None:
             while loop.time() < stop:
                 try:
-                    allocation = await client.create_allocation(gpu_model="H100", node_count=rng.randint(1, 3))
+                    allocation = await client.create_allocation(
+                        gpu_model="H100", node_count=rng.randint(1, 3), fail_if_unavailable=True
+                    )
                 except ResourceExhaustedError:
                     outcomes["refused"] += 1
                     await asyncio.sleep(0.01)
@@ -62,7 +64,7 @@ async def test_handovers_under_load_never_overlap(tmp_path: Path, database_url: 
             while True:
                 try:
                     created = await client.create_allocation(
-                        gpu_model="H100", node_count=2, request_id=f"shared-{round_number}"
+                        gpu_model="H100", node_count=2, request_id=f"shared-{round_number}", fail_if_unavailable=True
                     )
                 except ResourceExhaustedError:
                     await asyncio.sleep(0.005)

@@ -354,11 +354,11 @@ async def test_creates_leave_the_pools_spares_and_a_replacement_takes_one(tmp_pa
 
         # Four nodes are free, one of them is the pool's spare: a create of four is refused.
         with pytest.raises(ResourceExhaustedError) as refused:
-            await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme")
+            await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme", fail_if_unavailable=True)
         assert "4 READY H100 node(s) requested, 4 free, 1 of them held back as spares" in str(refused.value)
         before = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
         with pytest.raises(ResourceExhaustedError):
-            await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+            await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme", fail_if_unavailable=True)
         [h100] = [p for p in await operator.list_spare_pools() if p.gpu_model == "H100"]
         assert (h100.spares, h100.free_nodes) == (1, 1)
         [spare] = {f"sim-{i:04d}" for i in range(4)} - set(before.node_ids)

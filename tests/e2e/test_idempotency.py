@@ -183,7 +183,9 @@ async def test_insufficient_capacity_changes_nothing(control_plane: RunningContr
     node_ids = await register_ready_nodes(operator, 3)
     async with await new_tenant(operator, control_plane, "acme") as tenant:
         with pytest.raises(ResourceExhaustedError) as caught:
-            await tenant.create_allocation(gpu_model="H100", node_count=4, request_id="req-too-big")
+            await tenant.create_allocation(
+                gpu_model="H100", node_count=4, request_id="req-too-big", fail_if_unavailable=True
+            )
         assert caught.value.reason == "INSUFFICIENT_CAPACITY"
         for node_id in node_ids:
             node = await operator.get_node(node_id)

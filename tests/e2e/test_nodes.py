@@ -177,7 +177,7 @@ async def test_burn_in_fail_quarantines(operator: AsyncClient) -> None:
     assert node.state == "QUARANTINED"
     await operator.create_tenant(TENANT)
     with pytest.raises(ResourceExhaustedError):
-        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT)
+        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT, fail_if_unavailable=True)
     last = (await operator.list_node_events("node-a"))[-1]
     assert (last.event, last.to_state, last.reason) == ("FAIL_BURN_IN", "QUARANTINED", "nvbandwidth 30% below median")
 
@@ -202,7 +202,7 @@ async def test_cordon_makes_ready_node_unplaceable_and_uncordon_restores_it(oper
     cordoned = await operator.cordon_node(node_id, reason="suspect NVLink")
     assert (cordoned.state, cordoned.cordoned, cordoned.status_reason) == ("READY", True, "suspect NVLink")
     with pytest.raises(ResourceExhaustedError) as caught:
-        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT)
+        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id=TENANT, fail_if_unavailable=True)
     assert caught.value.reason == "INSUFFICIENT_CAPACITY"
     assert len(await operator.list_allocations()) == 0
     assert (await operator.get_node(node_id)).state == "READY"

@@ -21,7 +21,9 @@ async def test_concurrent_creates_together_leave_the_spares_free(
     try:
         results = await asyncio.gather(
             *(
-                clients[i % len(clients)].create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
+                clients[i % len(clients)].create_allocation(
+                    gpu_model="H100", node_count=2, tenant_id="acme", fail_if_unavailable=True
+                )
                 for i in range(20)
             ),
             return_exceptions=True,

@@ -28,6 +28,8 @@ class _AllocationState:
 class _AllocationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_AllocationState.ValueType], _builtins.type):
     DESCRIPTOR: _descriptor.EnumDescriptor
     ALLOCATION_STATE_UNSPECIFIED: _AllocationState.ValueType  # 0
+    ALLOCATION_STATE_PENDING: _AllocationState.ValueType  # 4
+    """Waiting in its model's queue, holding nothing; ExplainAllocation says why."""
     ALLOCATION_STATE_ACTIVE: _AllocationState.ValueType  # 1
     """The tenant holds its nodes."""
     ALLOCATION_STATE_CANCELLING: _AllocationState.ValueType  # 2
@@ -38,6 +40,8 @@ class _AllocationStateEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Alloc
 class AllocationState(_AllocationState, metaclass=_AllocationStateEnumTypeWrapper): ...
 
 ALLOCATION_STATE_UNSPECIFIED: AllocationState.ValueType  # 0
+ALLOCATION_STATE_PENDING: AllocationState.ValueType  # 4
+"""Waiting in its model's queue, holding nothing; ExplainAllocation says why."""
 ALLOCATION_STATE_ACTIVE: AllocationState.ValueType  # 1
 """The tenant holds its nodes."""
 ALLOCATION_STATE_CANCELLING: AllocationState.ValueType  # 2
@@ -45,6 +49,44 @@ ALLOCATION_STATE_CANCELLING: AllocationState.ValueType  # 2
 ALLOCATION_STATE_CANCELLED: AllocationState.ValueType  # 3
 """Every node released. Terminal."""
 Global___AllocationState: _TypeAlias = AllocationState  # noqa: Y015
+
+class _PendingReasonKind:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _PendingReasonKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_PendingReasonKind.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PENDING_REASON_KIND_UNSPECIFIED: _PendingReasonKind.ValueType  # 0
+    PENDING_REASON_KIND_ADMISSION_DUE: _PendingReasonKind.ValueType  # 1
+    """It fits now and nothing ahead blocks it: the next scheduling cycle admits it."""
+    PENDING_REASON_KIND_WAITING_FOR_CAPACITY: _PendingReasonKind.ValueType  # 2
+    """Too few free nodes of its model (after the pool's spares) for the whole gang."""
+    PENDING_REASON_KIND_BEHIND_GANGS: _PendingReasonKind.ValueType  # 3
+    """An allocation ahead of it in the queue waits for capacity and holds the free nodes for
+    itself: smaller work does not overtake it.
+    """
+    PENDING_REASON_KIND_NO_ACCEPTABLE_MODEL: _PendingReasonKind.ValueType  # 4
+    """The fleet has fewer nodes of its model than it asks for, in any state: it cannot be
+    admitted until nodes are added. It holds nothing back from the allocations behind it.
+    """
+
+class PendingReasonKind(_PendingReasonKind, metaclass=_PendingReasonKindEnumTypeWrapper):
+    """Why a PENDING allocation is not admitted yet, by kind."""
+
+PENDING_REASON_KIND_UNSPECIFIED: PendingReasonKind.ValueType  # 0
+PENDING_REASON_KIND_ADMISSION_DUE: PendingReasonKind.ValueType  # 1
+"""It fits now and nothing ahead blocks it: the next scheduling cycle admits it."""
+PENDING_REASON_KIND_WAITING_FOR_CAPACITY: PendingReasonKind.ValueType  # 2
+"""Too few free nodes of its model (after the pool's spares) for the whole gang."""
+PENDING_REASON_KIND_BEHIND_GANGS: PendingReasonKind.ValueType  # 3
+"""An allocation ahead of it in the queue waits for capacity and holds the free nodes for
+itself: smaller work does not overtake it.
+"""
+PENDING_REASON_KIND_NO_ACCEPTABLE_MODEL: PendingReasonKind.ValueType  # 4
+"""The fleet has fewer nodes of its model than it asks for, in any state: it cannot be
+admitted until nodes are added. It holds nothing back from the allocations behind it.
+"""
+Global___PendingReasonKind: _TypeAlias = PendingReasonKind  # noqa: Y015
 
 @_typing.final
 class Allocation(_message.Message):
@@ -63,6 +105,9 @@ class Allocation(_message.Message):
     RELEASE_TIME_FIELD_NUMBER: _builtins.int
     REPLACEMENTS_FIELD_NUMBER: _builtins.int
     DEGRADED_REASON_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    QUEUE_POSITION_FIELD_NUMBER: _builtins.int
+    ADMIT_TIME_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -72,6 +117,10 @@ class Allocation(_message.Message):
     """Non-empty while an ACTIVE allocation holds fewer than node_count nodes: a node was taken
     from it and no spare of its model was free. Says which, and why.
     """
+    priority: _builtins.int
+    """Higher is admitted first; among equals, the older request."""
+    queue_position: _builtins.int
+    """While PENDING: its place in its model's queue, 1 for the head. 0 otherwise."""
     @_builtins.property
     def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes placed for this allocation, in placement order."""
@@ -92,6 +141,10 @@ class Allocation(_message.Message):
         that took its place in node_ids (its position there) when one was free.
         """
 
+    @_builtins.property
+    def admit_time(self) -> _timestamp_pb2.Timestamp:
+        """When the scheduler placed its nodes, from which it is billed. Unset while PENDING."""
+
     def __init__(
         self,
         *,
@@ -106,14 +159,67 @@ class Allocation(_message.Message):
         release_time: _timestamp_pb2.Timestamp | None = ...,
         replacements: _abc.Iterable[Global___NodeReplacement] | None = ...,
         degraded_reason: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        queue_position: _builtins.int = ...,
+        admit_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "release_time", b"release_time", "replacements", b"replacements", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Allocation: _TypeAlias = Allocation  # noqa: Y015
+
+@_typing.final
+class PendingReason(_message.Message):
+    """One reason an allocation waits: a kind, a sentence with the figures, and the figures."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class FiguresEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    KIND_FIELD_NUMBER: _builtins.int
+    MESSAGE_FIELD_NUMBER: _builtins.int
+    FIGURES_FIELD_NUMBER: _builtins.int
+    kind: Global___PendingReasonKind.ValueType
+    message: _builtins.str
+    @_builtins.property
+    def figures(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """The figures of the message by name (free, needed, spares, position, ahead, fleet...)."""
+
+    def __init__(
+        self,
+        *,
+        kind: Global___PendingReasonKind.ValueType = ...,
+        message: _builtins.str = ...,
+        figures: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["figures", b"figures", "kind", b"kind", "message", b"message"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PendingReason: _TypeAlias = PendingReason  # noqa: Y015
 
 @_typing.final
 class NodeReplacement(_message.Message):
@@ -204,6 +310,8 @@ class CreateAllocationRequest(_message.Message):
     GPU_MODEL_FIELD_NUMBER: _builtins.int
     NODE_COUNT_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    FAIL_IF_UNAVAILABLE_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     """For operators: the tenant to allocate for. Tenants leave it empty (or give their own)."""
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -213,6 +321,10 @@ class CreateAllocationRequest(_message.Message):
     """Idempotency key (at most 64 printable ASCII characters; a UUID, the client sends UUIDv7),
     scoped per tenant and method and kept for 24 hours: a retry after that runs again.
     """
+    priority: _builtins.int
+    """0-1000, default 0: higher is admitted first."""
+    fail_if_unavailable: _builtins.bool
+    """Refuse (RESOURCE_EXHAUSTED) rather than wait PENDING when it cannot be admitted now."""
     def __init__(
         self,
         *,
@@ -220,10 +332,12 @@ class CreateAllocationRequest(_message.Message):
         gpu_model: _node_pb2.GpuModel.ValueType = ...,
         node_count: _builtins.int = ...,
         request_id: _builtins.str = ...,
+        priority: _builtins.int = ...,
+        fail_if_unavailable: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_model", b"gpu_model", "node_count", b"node_count", "request_id", b"request_id", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -287,6 +401,51 @@ class GetAllocationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetAllocationResponse: _TypeAlias = GetAllocationResponse  # noqa: Y015
+
+@_typing.final
+class ExplainAllocationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOCATION_ID_FIELD_NUMBER: _builtins.int
+    allocation_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        allocation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainAllocationRequest: _TypeAlias = ExplainAllocationRequest  # noqa: Y015
+
+@_typing.final
+class ExplainAllocationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOCATION_FIELD_NUMBER: _builtins.int
+    REASONS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def allocation(self) -> Global___Allocation: ...
+    @_builtins.property
+    def reasons(self) -> _containers.RepeatedCompositeFieldContainer[Global___PendingReason]:
+        """Most binding first; at least one while the allocation is PENDING, none otherwise."""
+
+    def __init__(
+        self,
+        *,
+        allocation: Global___Allocation | None = ...,
+        reasons: _abc.Iterable[Global___PendingReason] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation", b"allocation", "reasons", b"reasons"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExplainAllocationResponse: _TypeAlias = ExplainAllocationResponse  # noqa: Y015
 
 @_typing.final
 class ListAllocationsRequest(_message.Message):

@@ -40,6 +40,11 @@ class AllocationServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationResponse.FromString,
                 _registered_method=True)
+        self.ExplainAllocation = channel.unary_unary(
+                '/gpucloud.v1.AllocationService/ExplainAllocation',
+                request_serializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.FromString,
+                _registered_method=True)
         self.GetAllocation = channel.unary_unary(
                 '/gpucloud.v1.AllocationService/GetAllocation',
                 request_serializer=gpucloud_dot_v1_dot_allocation__pb2.GetAllocationRequest.SerializeToString,
@@ -61,9 +66,19 @@ class AllocationServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateAllocation(self, request, context):
-        """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
-        capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-        request_id makes it idempotent: a retry within 24 hours returns the first result.
+        """Places node_count READY nodes of gpu_model for the tenant, all or nothing. When they are
+        not free now, or allocations of the model at least as high in priority wait already, the
+        allocation is PENDING and holds nothing until the scheduler admits it whole; with
+        fail_if_unavailable it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) instead and
+        nothing is recorded. request_id makes it idempotent: a retry within 24 hours returns the
+        first result.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ExplainAllocation(self, request, context):
+        """Why an allocation is PENDING, most binding reason first; empty for any other state.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -85,7 +100,7 @@ class AllocationServiceServicer:
     def CancelAllocation(self, request, context):
         """Accepts the cancel and returns an Operation that completes when every node is released
         (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
-        same Operation.
+        same Operation. A PENDING allocation holds nothing: its cancel is done at once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -98,6 +113,11 @@ def add_AllocationServiceServicer_to_server(servicer, server):
                     servicer.CreateAllocation,
                     request_deserializer=gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationResponse.SerializeToString,
+            ),
+            'ExplainAllocation': grpc.unary_unary_rpc_method_handler(
+                    servicer.ExplainAllocation,
+                    request_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.SerializeToString,
             ),
             'GetAllocation': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAllocation,
@@ -142,6 +162,33 @@ class AllocationService:
             '/gpucloud.v1.AllocationService/CreateAllocation',
             gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationRequest.SerializeToString,
             gpucloud_dot_v1_dot_allocation__pb2.CreateAllocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ExplainAllocation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.AllocationService/ExplainAllocation',
+            gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.FromString,
             options,
             channel_credentials,
             insecure,

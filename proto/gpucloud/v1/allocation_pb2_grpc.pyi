@@ -16,17 +16,22 @@ GRPC_VERSION: str
 class AllocationServiceStub:
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CreateAllocationRequest, _allocation_pb2.CreateAllocationResponse]
-    """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
-    capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-    request_id makes it idempotent: a retry within 24 hours returns the first result.
+    """Places node_count READY nodes of gpu_model for the tenant, all or nothing. When they are
+    not free now, or allocations of the model at least as high in priority wait already, the
+    allocation is PENDING and holds nothing until the scheduler admits it whole; with
+    fail_if_unavailable it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) instead and
+    nothing is recorded. request_id makes it idempotent: a retry within 24 hours returns the
+    first result.
     """
+    ExplainAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ExplainAllocationRequest, _allocation_pb2.ExplainAllocationResponse]
+    """Why an allocation is PENDING, most binding reason first; empty for any other state."""
     GetAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]
     ListAllocations: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]
     """Newest first, paged by an opaque signed token over (create_time, allocation_id)."""
     CancelAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.CancelAllocationRequest, _operations_pb2.Operation]
     """Accepts the cancel and returns an Operation that completes when every node is released
     (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
-    same Operation.
+    same Operation. A PENDING allocation holds nothing: its cancel is done at once.
     """
 
 class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -36,10 +41,21 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _allocation_pb2.CreateAllocationRequest,
         context: _aio.ServicerContext[_allocation_pb2.CreateAllocationRequest, _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]],
     ) -> _abc.Awaitable[_allocation_pb2.CreateAllocationResponse]:
-        """Places node_count READY nodes of gpu_model for the tenant, all or nothing. Without enough
-        capacity it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) and nothing is held.
-        request_id makes it idempotent: a retry within 24 hours returns the first result.
+        """Places node_count READY nodes of gpu_model for the tenant, all or nothing. When they are
+        not free now, or allocations of the model at least as high in priority wait already, the
+        allocation is PENDING and holds nothing until the scheduler admits it whole; with
+        fail_if_unavailable it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) instead and
+        nothing is recorded. request_id makes it idempotent: a retry within 24 hours returns the
+        first result.
         """
+
+    @_abc_1.abstractmethod
+    def ExplainAllocation(
+        self,
+        request: _allocation_pb2.ExplainAllocationRequest,
+        context: _aio.ServicerContext[_allocation_pb2.ExplainAllocationRequest, _abc.Awaitable[_allocation_pb2.ExplainAllocationResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.ExplainAllocationResponse]:
+        """Why an allocation is PENDING, most binding reason first; empty for any other state."""
 
     @_abc_1.abstractmethod
     def GetAllocation(
@@ -64,7 +80,7 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _abc.Awaitable[_operations_pb2.Operation]:
         """Accepts the cancel and returns an Operation that completes when every node is released
         (response: Allocation, metadata: CancelAllocationMetadata). Cancelling again returns the
-        same Operation.
+        same Operation. A PENDING allocation holds nothing: its cancel is done at once.
         """
 
 def add_AllocationServiceServicer_to_server(servicer: AllocationServiceServicer, server: _aio.Server) -> None: ...

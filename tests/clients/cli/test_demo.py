@@ -26,9 +26,13 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     assert done.returncode == 0, output
     for step in range(1, 11):
         assert f"\n{step}. " in output or output.startswith(f"{step}. "), step
-    assert "refused as expected: RESOURCE_EXHAUSTED INSUFFICIENT_CAPACITY" in output
     # The agents' burn-in decides: the slow node fails it with its figures, the others pass.
     flat = " ".join(output.split())
+    # More than is free waits PENDING and says why; asked not to wait, it is refused.
+    assert "PENDING" in output
+    assert "WAITING_FOR_CAPACITY" in output
+    assert "with fail_if_unavailable it is refused instead: RESOURCE_EXHAUSTED INSUFFICIENT_CAPACITY" in flat
+    assert "cancelling the queued allocation is done at once: done=True, CANCELLED" in flat
     assert "FAIL_BURN_IN" in output
     assert "fleet median of" in flat
     assert "PASS_BURN_IN" in output

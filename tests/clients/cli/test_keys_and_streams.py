@@ -49,7 +49,7 @@ async def test_a_refused_create_does_not_suggest_a_retry(control_plane: RunningC
     connect = ["--addr", control_plane.address, "--token", control_plane.operator_token]
     async with control_plane.client() as operator:
         await operator.create_tenant("acme")
-    create = ["allocations", "create", "--gpu-model", "H100", "--tenant", "acme"]
+    create = ["allocations", "create", "--gpu-model", "H100", "--tenant", "acme", "--fail-if-unavailable"]
     code, output = await asyncio.to_thread(gpucloud, *connect, *create)
     assert code == 1, output
     assert "INSUFFICIENT_CAPACITY" in output

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 from datetime import UTC, datetime, timedelta, timezone
+from typing import Any
 
 import pytest
 from rich.console import Console
@@ -195,3 +197,114 @@ def test_a_terminal_narrower_than_the_column_names_still_shows_every_value(monke
     console.print(render.tenants_table([tenant]))
     values = "".join(line.split("│")[2] for line in console.export_text().splitlines() if line.count("│") == 3)
     assert "".join(values.split()) == "acmeAcmeResearch2026-12-0100:00:00"
+
+
+CREATED = datetime(2026, 12, 1, 21, 33, 6, tzinfo=UTC)
+
+
+def _allocation(allocation_id: str, state: str = "ACTIVE", **fields: Any) -> models.Allocation:
+    nodes = ("h100-a-01",) if state == "ACTIVE" else ()
+    made = models.Allocation(allocation_id, "acme", "H100", 1, state, nodes, CREATED, admit_time=CREATED)
+    return dataclasses.replace(made, **fields)
+
+
+def _allocations_text(monkeypatch: pytest.MonkeyPatch, items: list[models.Allocation], width: int = 200) -> str:
+    console = Console(width=width, record=True)
+    monkeypatch.setattr(render, "console", console)
+    console.print(render.allocations_table(items))
+    return console.export_text()
+
+
+def _words(line: str) -> list[str]:
+    """The words of a table's line, without its borders."""
+    return line.replace("│", " ").replace("┃", " ").split()
+
+
+def _header(text: str) -> list[str]:
+    return _words(next(line for line in text.splitlines() if "ALLOCATION" in line))
+
+
+def test_allocations_that_never_queued_show_no_queue_columns(monkeypatch: pytest.MonkeyPatch) -> None:
+    """PRIORITY, QUEUE and ADMITTED would hold nothing telling: they are not there at all."""
+    text = _allocations_text(monkeypatch, [_allocation("alloc-a"), _allocation("alloc-b", "CANCELLED")])
+    assert _header(text) == ["ALLOCATION", "TENANT", "MODEL", "NODES", "STATE", "CREATED", "RELEASED", "NODE", "IDS"]
+    assert "allocations explain" not in text
+
+
+def test_a_pending_allocation_shows_its_place_in_the_queue_and_how_to_see_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pending = _allocation("alloc-p", "PENDING", queue_position=3, priority=500, admit_time=None)
+    text = _allocations_text(monkeypatch, [pending, _allocation("alloc-a")])
+    assert _header(text)[4:7] == ["PRIORITY", "STATE", "QUEUE"]
+    [row] = [_words(line) for line in text.splitlines() if "alloc-p" in line]
+    assert row[4:7] == ["500", "PENDING", "3"]
+    [active] = [_words(line) for line in text.splitlines() if "alloc-a" in line]
+    assert active[4:6] == ["0", "ACTIVE"]  # no queue position: it is not queued
+    assert "why an allocation waits: gpucloud allocations explain ALLOCATION_ID" in text
+
+
+def test_an_allocation_that_waited_shows_when_it_was_admitted(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Billing runs from the admission: once an allocation waited, the table shows ADMITTED."""
+    waited = _allocation("alloc-w", admit_time=CREATED + timedelta(minutes=7))
+    text = _allocations_text(monkeypatch, [waited])
+    assert "ADMITTED" in _header(text)
+    assert "2026-12-01 21:40:06" in text
+
+
+def test_the_allocations_table_still_fits_100_columns_with_a_queue_column(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pending allocation on 100 columns: its row and the queue position read whole, nothing cut."""
+    pending = _allocation("alloc-01a2338691453f647c5003f113f5", "PENDING", queue_position=12, admit_time=None)
+    text = _allocations_text(monkeypatch, [pending], width=100)
+    assert "alloc-01a2338691453f647c5003f113f5" in text
+    assert "PENDING" in text
+    assert "…" not in text
+    assert max(len(line) for line in text.splitlines()) <= 100
+
+
+def _explanation_text(monkeypatch: pytest.MonkeyPatch, explained: models.AllocationExplanation) -> str:
+    console = Console(width=200, record=True)
+    monkeypatch.setattr(render, "console", console)
+    console.print(render.explanation(explained))
+    return console.export_text()
+
+
+def test_an_explanation_ranks_the_reasons_under_the_allocations_place_in_the_queue(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    pending = _allocation("alloc-p", "PENDING", queue_position=2, priority=10, node_count=4, admit_time=None)
+    capacity = "waiting for capacity: 1 free H100 node(s), 4 needed whole; short by 3"
+    behind = "behind 1 waiting allocation(s) in the H100 queue (position 2)"
+    explained = models.AllocationExplanation(
+        pending,
+        (
+            models.PendingReason("WAITING_FOR_CAPACITY", capacity, {"free": 1, "needed": 4}),
+            models.PendingReason("BEHIND_GANGS", behind, {"ahead": 1}),
+        ),
+    )
+    text = _explanation_text(monkeypatch, explained)
+    assert "alloc-p: PENDING, position 2 in the H100 queue, priority 10, 4 node(s) asked whole" in text
+    ranked = [_words(line)[:2] for line in text.splitlines() if "_" in line and "│" in line]
+    assert ranked == [["1", "WAITING_FOR_CAPACITY"], ["2", "BEHIND_GANGS"]]
+    assert capacity in text
+    assert behind in text
+
+
+def test_an_explanation_of_an_allocation_that_does_not_wait_says_so(monkeypatch: pytest.MonkeyPatch) -> None:
+    text = _explanation_text(monkeypatch, models.AllocationExplanation(_allocation("alloc-a")))
+    assert text.strip() == "alloc-a is not pending: it is ACTIVE, admitted 2026-12-01 21:33:06 UTC"
+
+
+def test_json_carries_the_queue_fields_and_the_reasons_with_their_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    pending = _allocation("alloc-p", "PENDING", queue_position=2, priority=10, admit_time=None)
+    reason = models.PendingReason("WAITING_FOR_CAPACITY", "short by 1", {"free": 1, "needed": 2})
+    render.print_json(models.AllocationExplanation(pending, (reason,)))
+    document = json.loads(capsys.readouterr().out)
+    assert document["allocation"]["state"] == "PENDING"
+    assert (document["allocation"]["priority"], document["allocation"]["queue_position"]) == (10, 2)
+    assert document["allocation"]["admit_time"] is None
+    assert document["reasons"] == [
+        {"kind": "WAITING_FOR_CAPACITY", "message": "short by 1", "figures": {"free": 1, "needed": 2}}
+    ]
+    render.print_json(_allocation("alloc-a"))
+    assert json.loads(capsys.readouterr().out)["admit_time"] == "2026-12-01T21:33:06Z"

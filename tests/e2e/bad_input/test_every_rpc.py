@@ -242,10 +242,22 @@ def gpus(uuids: list[str], indexes: list[int] | None = None) -> list[node_pb2.Gp
 
 
 def create_allocation(**overrides: Any) -> allocation_pb2.CreateAllocationRequest:
-    fields: dict[str, Any] = {"tenant_id": TENANT, "gpu_model": node_pb2.GPU_MODEL_H100, "node_count": 1}
+    # Refused rather than queued when it does not fit: a bad request leaves nothing behind.
+    fields: dict[str, Any] = {
+        "tenant_id": TENANT,
+        "gpu_model": node_pb2.GPU_MODEL_H100,
+        "node_count": 1,
+        "fail_if_unavailable": True,
+    }
     fields.update(overrides)
     return allocation_pb2.CreateAllocationRequest(**fields)
 
+
+ALLOCATION_ID_RPCS: dict[str, type[Message]] = {
+    "GetAllocation": allocation_pb2.GetAllocationRequest,
+    "ExplainAllocation": allocation_pb2.ExplainAllocationRequest,
+    "CancelAllocation": allocation_pb2.CancelAllocationRequest,
+}
 
 NODE_ID_RPCS: dict[str, type[Message]] = {
     "GetNode": node_pb2.GetNodeRequest,
@@ -627,6 +639,8 @@ async def test_create_allocation_bad_input(world: World) -> None:
             invalid("min int32 nodes", a, m, create_allocation(node_count=-(2**31)), "node_count"),
             invalid("257 nodes", a, m, create_allocation(node_count=257), "node_count"),
             invalid("max int32 nodes", a, m, create_allocation(node_count=2**31 - 1), "node_count"),
+            invalid("negative priority", a, m, create_allocation(priority=-1), "priority"),
+            invalid("priority over 1000", a, m, create_allocation(priority=1001), "priority"),
             invalid("long request_id", a, m, create_allocation(request_id="r" * 65), "request_id"),
             invalid("request_id with space", a, m, create_allocation(request_id="my key"), "request_id"),
             invalid("non-ASCII request_id", a, m, create_allocation(request_id="ключ"), "request_id"),
@@ -677,11 +691,13 @@ async def test_create_allocation_bad_input(world: World) -> None:
 
 
 async def test_other_allocation_rpcs_bad_input(world: World) -> None:
-    """Get/List/CancelAllocation refuse empty, oversized and control-char ids, bad filters and tokens; 404 unknown."""
+    """Get/Explain/List/CancelAllocation refuse empty, oversized and control-char ids, bad filters
+    and tokens; 404 unknown."""
     a = "allocation"
     cases: list[Case] = []
     for method, request_type in (
         ("GetAllocation", allocation_pb2.GetAllocationRequest),
+        ("ExplainAllocation", allocation_pb2.ExplainAllocationRequest),
         ("CancelAllocation", allocation_pb2.CancelAllocationRequest),
     ):
         cases += [
@@ -874,14 +890,11 @@ async def test_any_tenant_id_is_invalid_or_not_found(world: World, tenant_id: st
 
 
 @HYPOTHESIS
-@given(allocation_id=st.text(max_size=120), method=st.sampled_from(["GetAllocation", "CancelAllocation"]))
+@given(allocation_id=st.text(max_size=120), method=st.sampled_from(list(ALLOCATION_ID_RPCS)))
 async def test_any_allocation_id_is_invalid_or_not_found(world: World, allocation_id: str, method: str) -> None:
     """Any text as an allocation_id is INVALID_ARGUMENT (not an id's shape) or NOT_FOUND; never a cancel."""
     assume(allocation_id != world.allocation_id)
-    request_type = (
-        allocation_pb2.GetAllocationRequest if method == "GetAllocation" else allocation_pb2.CancelAllocationRequest
-    )
-    request = request_type(allocation_id=allocation_id)
+    request = ALLOCATION_ID_RPCS[method](allocation_id=allocation_id)
     well_formed = ID_RE.fullmatch(allocation_id) is not None
     case = (
         not_found(method, "allocation", method, request, "allocation_id")

@@ -65,7 +65,7 @@ async def fleet_store(store: Database) -> Database:
 async def create(
     store: Database, count: int, request_id: str, policies: Policies = DEFAULT_POLICIES
 ) -> tuple[str, ...]:
-    request = AllocationRequest("acme", GpuModel.H100, count, request_id)
+    request = AllocationRequest("acme", GpuModel.H100, count, request_id, fail_if_unavailable=True)
     return (await commands.create(store, request, policies)).view.node_ids
 
 
@@ -93,7 +93,9 @@ async def test_another_policy_chooses_among_every_free_node(fleet: Database) -> 
     assert await create(fleet, 3, "three", LastFit()) == ("n2", "n1", "n0")
     with pytest.raises(ResourceExhausted) as refused:
         await create(fleet, 1, "none left", LastFit())
-    assert refused.value.message == "1 READY H100 node(s) requested, 0 free; nothing was allocated"
+    assert (
+        refused.value.message == "1 READY H100 node(s) requested, 0 free; nothing was allocated (fail_if_unavailable)"
+    )
 
 
 async def test_another_policy_places_a_set_based_group(fleet: Database) -> None:

@@ -73,7 +73,9 @@ async def _cordon_in_open_transaction(url: str) -> tuple[Callable[[], Awaitable[
 async def test_cordon_committed_during_placement_keeps_the_node_free(store: Database, database_url: str) -> None:
     """A create racing an operator's cordon of the only free node refuses instead of taking it."""
     commit, someone_waiting = await _cordon_in_open_transaction(database_url)
-    create = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1")))
+    create = asyncio.create_task(
+        commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "r1", fail_if_unavailable=True))
+    )
     # Wait (bounded) until the create is blocked on the cordon's lock; each check is a query.
     deadline = asyncio.get_running_loop().time() + 10
     while not await someone_waiting():
@@ -143,7 +145,9 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Database, mon
         attempt = 0
         while loop.time() < stop:
             attempt += 1
-            request = AllocationRequest("acme", GpuModel.H100, 3, f"caller-{number}-{attempt}")
+            request = AllocationRequest(
+                "acme", GpuModel.H100, 3, f"caller-{number}-{attempt}", fail_if_unavailable=True
+            )
             seen = released.generation
             try:
                 view = (await commands.create(store, request)).view

@@ -257,7 +257,9 @@ def create_scenario() -> list[AllocationRequest]:
         AllocationRequest("acme", H100, 3, "a-2"),  # 6: a-2 with other fields: IDEMPOTENCY_KEY_REUSED
         AllocationRequest("ghost", H100, 1, "x-1"),  # 7: no such tenant
         AllocationRequest("globex", A100, 1, "g-a"),  # 8: another model
-        AllocationRequest("acme", H100, 6, "big"),  # 9: 6 wanted, 4 left: INSUFFICIENT_CAPACITY
+        AllocationRequest(
+            "acme", H100, 6, "big", fail_if_unavailable=True
+        ),  # 9: 6 wanted, 4 left: INSUFFICIENT_CAPACITY
         AllocationRequest("globex", H100, 3, "g-2"),  # 10: fits in the 4 left
         AllocationRequest("acme", H100, 1, "a-last"),  # 11: takes the last one
     ]
@@ -290,8 +292,8 @@ EXPECTED_CREATES: list[Outcome] = [
     (
         "ResourceExhausted",
         "INSUFFICIENT_CAPACITY",
-        "6 READY H100 node(s) requested, 4 free; nothing was allocated",
-        (("free", "4"), ("gpu_model", "H100"), ("requested", "6"), ("spares", "0")),
+        "6 READY H100 node(s) requested, 4 free; nothing was allocated (fail_if_unavailable)",
+        (("free", "4"), ("gpu_model", "H100"), ("queued_ahead", "false"), ("requested", "6"), ("spares", "0")),
     ),
     ok("A10", "globex", "H100", ("h02", "h04", "h06")),
     ok("A11", "acme", "H100", ("h08",)),
@@ -401,7 +403,9 @@ async def test_a_key_refused_for_capacity_is_free_for_a_later_create_in_the_grou
         pytest.skip(SQLITE_ONLY + "; concurrent creates on PostgreSQL run in parallel, in no set order")
     requests = [
         AllocationRequest("acme", H100, 1, "k-1"),
-        AllocationRequest("acme", H100, 20, "retry"),  # more than the fleet: refused, records nothing
+        AllocationRequest(
+            "acme", H100, 20, "retry", fail_if_unavailable=True
+        ),  # more than the fleet: refused, records nothing
         AllocationRequest("acme", H100, 2, "retry"),  # same key, other fields: a new request, placed
         AllocationRequest("acme", H100, 1, "k-4"),
     ]
@@ -622,13 +626,13 @@ async def test_a_group_of_refused_creates_costs_little_more_than_the_creates_alo
     await commands.create(store, AllocationRequest("acme", H100, 1, "fills-the-fleet"))
     async with counting(store, monkeypatch) as alone:
         with pytest.raises(ApiError):
-            await commands.create(store, AllocationRequest("acme", H100, 1, "refused"))
-    requests = [AllocationRequest("acme", H100, 1, f"refused-{i}") for i in range(16)]
+            await commands.create(store, AllocationRequest("acme", H100, 1, "refused", fail_if_unavailable=True))
+    requests = [AllocationRequest("acme", H100, 1, f"refused-{i}", fail_if_unavailable=True) for i in range(16)]
     async with counting(store, monkeypatch) as group:
         results = await together(store, [partial(commands.create, store, r) for r in requests])
     assert all(isinstance(r, ApiError) and r.reason == "INSUFFICIENT_CAPACITY" for r in results), results
-    # Two offers of at most four reads each, on top of the sixteen creates alone.
-    assert group.statements <= 16 * alone.statements + 8, (alone, group)
+    # Two offers of at most five reads each, on top of the sixteen creates alone.
+    assert group.statements <= 16 * alone.statements + 10, (alone, group)
 
 
 async def test_a_release_queued_between_creates_frees_nodes_for_the_creates_after_it(
@@ -715,3 +719,28 @@ async def test_a_batch_failing_after_its_writes_is_undone_and_each_runs_alone(
     assert len(state.keys) == 8
     assert {n: s for n, (s, _, _) in state.nodes.items()} == {f"h{i:02d}": "ALLOCATED" for i in range(12)}
     assert len([e for e in state.events if e[1] == "ALLOCATE"]) == 12
+
+
+async def test_a_create_that_waits_queues_the_creates_of_its_model_behind_it(store: Database) -> None:
+    """A create that does not fit waits PENDING, and the creates after it of its model and
+    priority queue behind it though they would fit; one of a higher priority, or of another
+    model, is placed: in one group on SQLite, one at a time on PostgreSQL (which has no groups)."""
+    await build_fleet(store, h100=3, a100=1)
+    requests = [
+        AllocationRequest("acme", H100, 1, "first"),
+        AllocationRequest("acme", H100, 3, "big"),
+        AllocationRequest("acme", H100, 1, "after"),
+        AllocationRequest("acme", H100, 1, "urgent", priority=1),
+        AllocationRequest("globex", A100, 1, "other-model"),
+    ]
+    calls = create_calls(store, requests)
+    results = await (together(store, calls) if store._writer is not None else in_order(calls))
+    assert [r.view.row.state for r in results if not isinstance(r, BaseException)] == [
+        "ACTIVE",
+        "PENDING",
+        "PENDING",
+        "ACTIVE",
+        "ACTIVE",
+    ], results
+    waiting = [r.view for r in results if not isinstance(r, BaseException) and r.view.row.state == "PENDING"]
+    assert [(view.node_ids, view.row.admitted_us) for view in waiting] == [((), None), ((), None)]

@@ -1,0 +1,143 @@
+"""The scheduling cycle: admits PENDING allocations when their whole gang fits.
+
+A create places at once when its model's queue holds nothing at least as high in priority and
+its nodes are free (commands.py); otherwise it is recorded PENDING, holding nothing. On the
+replica that leads the fleet (fleet/leader.py), ``Scheduler.run`` then runs a cycle per model
+with a queue whenever a create queues, a cancel or a release frees capacity, and at least every
+``interval_s`` (a node that turns READY after burn-in, a repair or an uncordon is seen there):
+one transaction reads the queue in admission order, the pool of free nodes and the spares,
+lets ``queue.plan`` decide, and admits what it chose, each allocation billed from its
+admission. Level-triggered: a cycle acts on what the tables hold, so a restart or a change of
+leader loses nothing.
+
+On PostgreSQL the cycle locks the queue's rows, so a cancel of one waits for the cycle that may
+admit it, and then the nodes it chose; a node a concurrent create took meanwhile fails the
+cycle, which runs again at once on what is left.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from functools import partial
+
+import structlog
+
+import scheduling
+from services.allocations import queue, spares
+from services.allocations import repository as repo
+from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
+from services.allocations.queue import Plan, Reason
+from services.allocations.repository import Allocation, AllocationView
+from services.allocations.states import AllocationState
+from services.allocations.writes import record_admissions
+from services.clock import now_us
+from services.errors import Aborted
+from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel
+from services.notify import Notifier
+from services.store.engine import Database
+from services.store.tx import Tx
+
+log = structlog.get_logger(__name__)
+
+# The actor of the node events an admission writes.
+SCHEDULER_ACTOR = "control-plane:scheduler"
+# Cycles of one model that lose a chosen node to a concurrent create before the pass gives up
+# until the next wake-up (PostgreSQL only).
+_ATTEMPTS = 5
+
+
+class Scheduler:
+    """Runs scheduling cycles on the fleet's leader; ``wake`` asks for one soon."""
+
+    def __init__(self, store: Database, policies: Policies = DEFAULT_POLICIES, *, interval_s: float = 1.0) -> None:
+        self._store = store
+        self._policies = policies
+        self._interval_s = interval_s
+        self.wake = Notifier()
+
+    async def run(self) -> None:
+        """Run a pass whenever woken, and at least every ``interval_s``, until cancelled; a
+        failed pass is logged and the next one tries again."""
+        while True:
+            seen = self.wake.generation
+            try:
+                await self.run_pass()
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling_pass_failed")
+            await self.wake.wait(seen, self._interval_s)
+
+    async def run_pass(self) -> dict[str, Plan]:
+        """A cycle for every model with a queue; the plans made, by model."""
+        plans: dict[str, Plan] = {}
+        for model in await self._store.query(repo.queued_models()):
+            plans[model] = await self._cycle(GpuModel(model))
+        return plans
+
+    async def _cycle(self, gpu_model: GpuModel) -> Plan:
+        locking = self._store.dialect == "postgresql"
+        policy = self._policies.of(gpu_model.value)
+        for attempt in range(1, _ATTEMPTS + 1):
+            try:
+                made = await self._store.transact(partial(cycle, gpu_model, policy, locking=locking))
+            except Aborted:
+                if attempt == _ATTEMPTS:
+                    raise
+                continue
+            if made.admitted:
+                log.info(
+                    "allocations_admitted",
+                    gpu_model=gpu_model.value,
+                    allocation_ids=[row.allocation_id for row, _ in made.admitted],
+                    waiting=len(made.waiting),
+                )
+            return made
+        raise AssertionError("unreachable")
+
+
+def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+    """One scheduling cycle over ``gpu_model``'s queue: admit what ``queue.plan`` chose.
+    ABORTED (NODE_CHANGED_CONCURRENTLY) when a chosen node was taken meanwhile (PostgreSQL)."""
+    queued = yield from repo.queue(gpu_model.value, locking=locking)
+    if not queued:
+        return Plan([], {})
+    made = yield from _plan(gpu_model, queued, policy, locking=locking)
+    if not made.admitted:
+        return made
+    if locking:
+        chosen = [node for _, nodes in made.admitted for node in nodes]
+        locked = yield from nodes_repo.lock_free(chosen, skip_locked=True)
+        if len(locked) != len(chosen):
+            raise Aborted(
+                reason="NODE_CHANGED_CONCURRENTLY",
+                message="a node the scheduling cycle chose was taken meanwhile; the cycle runs again",
+                metadata={"node_ids": ",".join(sorted(set(chosen) - locked))},
+            )
+    # Stamped once the chosen nodes are locked: after whatever committed on them before.
+    yield from record_admissions(made.admitted, now_us=now_us(), actor=SCHEDULER_ACTOR)
+    return made
+
+
+def explain(
+    allocation_id: str, *, tenant_id: str | None, policies: Policies
+) -> Tx[tuple[AllocationView, list[Reason]]]:
+    """The allocation and, while it is PENDING, why: the reasons the next cycle would give,
+    most binding first. NOT_FOUND as for reading it."""
+    view = yield from repo.get_view(allocation_id, tenant_id=tenant_id)
+    row = view.row
+    if row.state != AllocationState.PENDING.value:
+        return view, []
+    gpu_model = GpuModel(row.gpu_model)
+    queued = yield from repo.queue(row.gpu_model)
+    made = yield from _plan(gpu_model, queued, policies.of(row.gpu_model), locking=False)
+    # Admitted by the plan (or by a cycle since the read): the next cycle admits it.
+    return view, made.waiting.get(allocation_id) or [queue.due(row)]
+
+
+def _plan(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+    keep = yield from spares.reserve(gpu_model, locking=locking)
+    pool = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model))))
+    fleet_nodes = yield from nodes_repo.count_in_service(gpu_model)
+    return queue.plan(queued, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes)
