@@ -75,7 +75,7 @@ def main() -> None:
             started = time.perf_counter()
             pool = Pool(free)
             built = time.perf_counter()
-            made = plan(queued, pool, policy=policy, keep=0, fleet_nodes=args.nodes)
+            made = plan(queued, pool, policy=policy, keep=0, fleet_nodes=args.nodes, fleet_block=8)
             planned = time.perf_counter()
             builds.append((built - started) * 1e3)
             plans.append((planned - built) * 1e3)

@@ -595,6 +595,7 @@ class AsyncClient:
         request_id: str | None = None,
         priority: int = 0,
         fail_if_unavailable: bool = False,
+        same_block: bool = False,
         timeout: float | None = None,
     ) -> models.CreatedAllocation:
         """Allocate ``node_count`` whole nodes, all or nothing.
@@ -604,7 +605,9 @@ class AsyncClient:
         nothing, at its ``queue_position``, until the scheduler admits it whole (``wait_admitted``
         waits for that, ``explain_allocation`` says why it waits). With ``fail_if_unavailable``
         the create is refused instead (``ResourceExhaustedError``, reason INSUFFICIENT_CAPACITY)
-        and nothing is recorded.
+        and nothing is recorded. ``same_block``: every node under one leaf switch (one fabric
+        block), so that the gang's traffic never crosses a block's uplinks; it waits for a block
+        to have them all free, whatever the free count elsewhere.
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts. The
         answer's ``replayed`` is True when the server answered from the record of an earlier call
@@ -625,6 +628,7 @@ class AsyncClient:
             request_id=key,
             priority=priority,
             fail_if_unavailable=fail_if_unavailable,
+            same_block=same_block,
         )
         replayed = False
 

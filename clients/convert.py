@@ -182,6 +182,7 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         priority=message.priority,
         queue_position=message.queue_position,
         admit_time=optional_time(message, "admit_time"),
+        same_block=message.same_block,
         **extra,
     )
 

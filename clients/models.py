@@ -138,7 +138,8 @@ class Allocation:
     runs from ``admit_time`` and ends at ``cancel_time``, when its cancel was accepted;
     ``release_time`` is when its last node came back from the scrub.
     ``replacements`` lists the nodes taken from it for faults, with their spares; while it holds
-    fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so."""
+    fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so.
+    ``same_block``: it asked for every node under one leaf switch."""
 
     allocation_id: str
     tenant_id: str
@@ -154,6 +155,7 @@ class Allocation:
     priority: int = 0
     queue_position: int = 0
     admit_time: datetime | None = None
+    same_block: bool = False
 
 
 @dataclass(frozen=True)

@@ -36,9 +36,12 @@ class Base:
 @dataclass(frozen=True, kw_only=True)
 class WholeNodes(Base):
     """``count`` nodes with nothing else on them, all of one model (the first of ``models`` in
-    their order that has enough). CPU and memory are the nodes' own, so those fields stay 0."""
+    their order that has enough). CPU and memory are the nodes' own, so those fields stay 0.
+    ``same_block``: every node in one fabric block, or none (a gang whose traffic must not cross
+    a block's uplinks); otherwise a job no block holds spreads over blocks in fabric order."""
 
     count: int
+    same_block: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

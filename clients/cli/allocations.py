@@ -52,6 +52,9 @@ def allocations_create(
     fail_if_unavailable: Annotated[
         bool, typer.Option("--fail-if-unavailable", help="Refuse rather than wait PENDING if not placeable now.")
     ] = False,
+    same_block: Annotated[
+        bool, typer.Option("--same-block", help="Every node under one leaf switch, or wait until one has them.")
+    ] = False,
     wait: Annotated[bool, typer.Option(help="If it waits PENDING, wait until it is admitted.")] = False,
     timeout: Annotated[
         float, typer.Option(min=0, help="With --wait: seconds to wait at most (then exit code 3).")
@@ -85,6 +88,7 @@ def allocations_create(
                 request_id=key,
                 priority=priority,
                 fail_if_unavailable=fail_if_unavailable,
+                same_block=same_block,
             )
         except (UnavailableError, DeadlineExceededError):
             outcome_unknown = True

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Set as AbstractSet
 from functools import partial
+from typing import NamedTuple
 
 import scheduling
 from services.allocations import idempotency, spares
@@ -94,6 +95,7 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
             "node_count": request.node_count,
             "priority": request.priority,
             "fail_if_unavailable": request.fail_if_unavailable,
+            "same_block": request.same_block,
         },
     )
     locking = store.dialect == "postgresql"
@@ -152,7 +154,13 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
     chosen = None
     if not queued_ahead:
         chosen = yield from place(
-            request.gpu_model, request.node_count, policy=policy, tenant=request.tenant_id, locking=locking, keep=keep
+            request.gpu_model,
+            request.node_count,
+            policy=policy,
+            tenant=request.tenant_id,
+            locking=locking,
+            keep=keep,
+            same_block=request.same_block,
         )
     if chosen is None and request.fail_if_unavailable:
         raise (yield from _unavailable(request, keep, queued_ahead=queued_ahead))
@@ -177,7 +185,8 @@ def _unavailable(request: AllocationRequest, keep: int, *, queued_ahead: bool) -
     return ResourceExhausted(
         reason="INSUFFICIENT_CAPACITY",
         message=(
-            f"{request.node_count} READY {request.gpu_model} node(s) requested, {available} free{held_back}"
+            f"{request.node_count} READY {request.gpu_model} node(s){' under one leaf switch' * request.same_block}"
+            f" requested, {available} free{held_back}"
             f"{queue_note}; nothing was allocated (fail_if_unavailable)"
         ),
         metadata={
@@ -186,6 +195,7 @@ def _unavailable(request: AllocationRequest, keep: int, *, queued_ahead: bool) -
             "free": str(available),
             "spares": str(keep),
             "queued_ahead": str(queued_ahead).lower(),
+            "same_block": str(request.same_block).lower(),
         },
     )
 
@@ -199,16 +209,19 @@ def place(
     locking: bool,
     keep: int = 0,
     excluding: AbstractSet[str] = frozenset(),
+    same_block: bool = False,
 ) -> Tx[list[str] | None]:
     """The ``count`` nodes ``policy`` chose for ``tenant`` among every free node of the model
-    but ``excluding``, leaving ``keep`` free, locked on PostgreSQL; None when it finds no fit.
+    but ``excluding``, leaving ``keep`` free, under one leaf switch when ``same_block``, locked
+    on PostgreSQL; None when it finds no fit.
     A create places with it, and so does a replacement (replacement.py) choosing a spare."""
     pool = Pool((yield from _candidates(gpu_model, excluding)))
     if not locking:
         # SQLite: the writer holds the one write lock, so what was read stays free.
-        return pool.choose(policy, count, tenant=tenant, keep=keep)
+        return pool.choose(policy, count, tenant=tenant, keep=keep, same_block=same_block)
     yield from savepoint("placement")
-    chosen, contended = yield from _lock_choice(pool, count, policy, tenant, keep, skip_locked=True)
+    choice = _Choice(policy, count, tenant, keep, same_block)
+    chosen, contended = yield from _lock_choice(pool, choice, skip_locked=True)
     if chosen is not None or not contended:
         return chosen
     # SKIP LOCKED also passed over nodes a concurrent transaction holds and may yet release:
@@ -217,8 +230,22 @@ def place(
     # deadlocked (PostgreSQL broke it after a second, ABORTED). Waiting with no node held,
     # for nodes locked in fabric order in one statement, forms no cycle.
     pool = Pool((yield from _candidates(gpu_model, excluding)))
-    chosen, _ = yield from _lock_choice(pool, count, policy, tenant, keep, skip_locked=False)
+    chosen, _ = yield from _lock_choice(pool, choice, skip_locked=False)
     return chosen
+
+
+class _Choice(NamedTuple):
+    """What a placement asks its pool for (``Pool.choose``'s arguments)."""
+
+    policy: scheduling.Policy
+    nodes: int
+    tenant: str
+    keep: int
+    same_block: bool
+
+    def of(self, pool: Pool) -> list[str] | None:
+        """The pool's choice, or None."""
+        return pool.choose(self.policy, self.nodes, tenant=self.tenant, keep=self.keep, same_block=self.same_block)
 
 
 def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Candidate]]:
@@ -226,9 +253,7 @@ def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Can
     return [c for c in free if c.node_id not in excluding] if excluding else list(free)
 
 
-def _lock_choice(
-    pool: Pool, count: int, policy: scheduling.Policy, tenant: str, keep: int, *, skip_locked: bool
-) -> Tx[tuple[list[str] | None, bool]]:
+def _lock_choice(pool: Pool, choice: _Choice, *, skip_locked: bool) -> Tx[tuple[list[str] | None, bool]]:
     """Lock the policy's choice (PostgreSQL); while some chosen node was taken meanwhile,
     give back what was locked and choose again without it.
 
@@ -240,11 +265,11 @@ def _lock_choice(
     lost: set[str] = set()
     rounds = _SKIPPING_ROUNDS if skip_locked else _WAITING_ROUNDS
     for _ in range(rounds):
-        chosen = pool.choose(policy, count, tenant=tenant, keep=keep)
+        chosen = choice.of(pool)
         if chosen is None:
             return None, bool(lost)
         locked = yield from nodes_repo.lock_free(chosen, skip_locked=skip_locked)
-        if len(locked) == count:
+        if len(locked) == choice.nodes:
             return chosen, False
         if locked:
             # Give these back before locking another choice: holding them while waiting for

@@ -81,20 +81,30 @@ class Pool:
         """How many of the pool's nodes are still free."""
         return len(self._free_ids)
 
-    def choose(self, policy: scheduling.Policy, count: int, *, tenant: str, keep: int = 0) -> list[str] | None:
+    @property
+    def largest_free_block(self) -> int:
+        """The most free nodes under one leaf switch: the largest gang ``same_block`` can place."""
+        return scheduling.largest_free_block(self._cluster)
+
+    def choose(
+        self, policy: scheduling.Policy, count: int, *, tenant: str, keep: int = 0, same_block: bool = False
+    ) -> list[str] | None:
         """``policy``'s choice of ``count`` free nodes for ``tenant`` that leaves at least
-        ``keep`` free (the pool's spares), or None. Checked: a node outside the pool (another
-        model's, one taken) or a node twice would be allocated as it stands."""
+        ``keep`` free (the pool's spares), all under one leaf switch when ``same_block``, or
+        None. Checked: a node outside the pool (another model's, one taken) or a node twice
+        would be allocated as it stands."""
         if count <= 0:
             raise ValueError("count must be positive")
         if self.free - keep < count:
             return None
-        placed = policy(self._cluster, WholeNodes(tenant=tenant, count=count))
+        placed = policy(self._cluster, WholeNodes(tenant=tenant, count=count, same_block=same_block))
         if placed is None:
             return None
         chosen = list(placed.nodes)
         if len(chosen) != count or len(set(chosen)) != count or not self._free_ids.issuperset(chosen):
             raise PolicyError(f"a placement policy chose {chosen!r} for {count} node(s) among its free nodes")
+        if same_block and len({self._cluster.nodes[self._cluster.index[n]].leaf_switch for n in chosen}) > 1:
+            raise PolicyError(f"a placement policy chose {chosen!r} across leaf switches for one that asked for one")
         return chosen
 
     def take(self, node_ids: Sequence[str]) -> None:

@@ -45,6 +45,7 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
         priority=row.priority,
         queue_position=view.queue_position,
         admit_time=timestamp(row.admitted_us),
+        same_block=row.same_block,
     )
 
 

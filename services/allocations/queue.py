@@ -5,11 +5,14 @@ admission order (priority, then age), the model's pool of free nodes, and how ma
 model the fleet has at all. ``plan`` walks the queue once:
 
 - An allocation asking for more nodes than the fleet has of its model can never be admitted
-  as the fleet stands (NO_ACCEPTABLE_MODEL). It is passed over and holds nothing back.
+  as the fleet stands (NO_ACCEPTABLE_MODEL), nor can one asking for more under one leaf
+  switch (``same_block``) than any leaf switch has (TOPOLOGY). It is passed over and holds
+  nothing back.
 - Otherwise, while nothing ahead of it is blocked, the pool's policy places it whole or not at
   all. Placed, its nodes leave the pool before the next one chooses.
 - The first that does not fit blocks the queue: it reserves every free node of the pool until
-  it fits (WAITING_FOR_CAPACITY), and everything behind it waits too (BEHIND_GANGS). Smaller
+  it fits (WAITING_FOR_CAPACITY; TOPOLOGY when enough are free but no leaf switch has them all
+  for a ``same_block`` gang), and everything behind it waits too (BEHIND_GANGS). Smaller
   work may run ahead of a waiting gang only where it cannot delay the gang's earliest start;
   allocations declare no run time, so no start can be predicted, and every free node of the
   pool may be the one the gang needs. Other pools' queues are not held up.
@@ -37,6 +40,7 @@ class ReasonKind(StrEnum):
     WAITING_FOR_CAPACITY = "WAITING_FOR_CAPACITY"
     BEHIND_GANGS = "BEHIND_GANGS"
     NO_ACCEPTABLE_MODEL = "NO_ACCEPTABLE_MODEL"
+    TOPOLOGY = "TOPOLOGY"
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,10 +61,18 @@ class Plan:
     waiting: dict[str, list[Reason]]
 
 
-def plan(queue: Sequence[Allocation], pool: Pool, *, policy: scheduling.Policy, keep: int, fleet_nodes: int) -> Plan:
+def plan(
+    queue: Sequence[Allocation],
+    pool: Pool,
+    *,
+    policy: scheduling.Policy,
+    keep: int,
+    fleet_nodes: int,
+    fleet_block: int,
+) -> Plan:
     """Admit what the queue's order allows from ``pool`` (which the admissions take from),
     leaving ``keep`` nodes free as spares; ``fleet_nodes``: nodes of the model in any state
-    but retired."""
+    but retired, ``fleet_block``: the most of them under one leaf switch."""
     admitted: list[tuple[Allocation, list[str]]] = []
     waiting: dict[str, list[Reason]] = {}
     head: Allocation | None = None
@@ -70,19 +82,23 @@ def plan(queue: Sequence[Allocation], pool: Pool, *, policy: scheduling.Policy, 
         if needed > fleet_nodes:
             waiting[row.allocation_id] = [_no_model(row, fleet_nodes)]
             continue
+        if row.same_block and needed > fleet_block:
+            waiting[row.allocation_id] = [_topology(row, fleet_block, pool.free, in_fleet=True)]
+            continue
         if head is None:
-            chosen = pool.choose(policy, needed, tenant=row.tenant_id, keep=keep)
+            chosen = pool.choose(policy, needed, tenant=row.tenant_id, keep=keep, same_block=row.same_block)
             if chosen is not None:
                 pool.take(chosen)
                 admitted.append((row, chosen))
                 continue
             head = row
-            waiting[row.allocation_id] = [_capacity(row, pool.free, keep)]
+            waiting[row.allocation_id] = [_short(row, pool, keep) or _capacity(row, pool.free, keep)]
         else:
             reasons = [_behind(row, head, ahead, position, pool.free, keep)]
-            if pool.free - keep < needed:
-                # Short of capacity even with the queue ahead gone: that binds first.
-                reasons.insert(0, _capacity(row, pool.free, keep))
+            short = _short(row, pool, keep)
+            if short is not None:
+                # Short even with the queue ahead gone: that binds first.
+                reasons.insert(0, short)
             waiting[row.allocation_id] = reasons
         ahead += 1
     return Plan(admitted, waiting)
@@ -95,6 +111,30 @@ def due(row: Allocation) -> Reason:
         f"{row.node_count} {row.gpu_model} node(s) are free for it and nothing ahead waits:"
         " the next scheduling cycle admits it",
         {"needed": row.node_count},
+    )
+
+
+def _short(row: Allocation, pool: Pool, keep: int) -> Reason | None:
+    """Why the pool as it stands cannot hold ``row`` whatever waits ahead of it, if it cannot."""
+    if pool.free - keep < row.node_count:
+        return _capacity(row, pool.free, keep)
+    if row.same_block and pool.largest_free_block < row.node_count:
+        return _topology(row, pool.largest_free_block, pool.free, in_fleet=False)
+    return None
+
+
+def _topology(row: Allocation, largest: int, free: int, *, in_fleet: bool) -> Reason:
+    where = (
+        f"no leaf switch in the fleet has {row.node_count} {row.gpu_model} node(s) (the largest has {largest}):"
+        " it waits for nodes to be added, holding nothing back"
+        if in_fleet
+        else f"{free} {row.gpu_model} node(s) are free, but the largest free block under one leaf switch has"
+        f" {largest}, and it needs {row.node_count} there"
+    )
+    return Reason(
+        ReasonKind.TOPOLOGY,
+        f"topology: {where}",
+        {"largest_block": largest, "needed": row.node_count, "free": free},
     )
 
 

@@ -34,6 +34,7 @@ class Allocation:
     released_us: int | None = None
     priority: int = 0
     admitted_us: int | None = None
+    same_block: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,14 +84,30 @@ class AllocationFilter:
 
 
 _COLUMNS = (
-    "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority, admitted_us"
+    "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority,"
+    " admitted_us, same_block"
 )
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
 
 def _row(values: Sequence[Any]) -> Allocation:
-    return Allocation(*values)
+    allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel, released, priority, admitted, block = (
+        values
+    )
+    return Allocation(
+        allocation_id,
+        tenant_id,
+        gpu_model,
+        node_count,
+        state,
+        created_us,
+        cancel,
+        released,
+        priority,
+        admitted,
+        bool(block),  # SQLite answers a boolean as 0 or 1
+    )
 
 
 def get_row(allocation_id: str, *, tenant_id: str | None, locking: bool = False) -> Tx[Allocation]:
@@ -333,7 +350,7 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
     a PENDING one): two statements however many there are."""
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
-        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us)",
+        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(

@@ -28,6 +28,8 @@ class AllocationRequest:
     priority: int = 0
     # Refuse rather than wait PENDING when it cannot be admitted now.
     fail_if_unavailable: bool = False
+    # Every node under one leaf switch (fabric block), or none.
+    same_block: bool = False
 
 
 class Created(NamedTuple):

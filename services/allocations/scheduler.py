@@ -139,5 +139,5 @@ def explain(
 def _plan(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
     keep = yield from spares.reserve(gpu_model, locking=locking)
     pool = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model))))
-    fleet_nodes = yield from nodes_repo.count_in_service(gpu_model)
-    return queue.plan(queued, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes)
+    fleet_nodes, fleet_block = yield from nodes_repo.in_service(gpu_model)
+    return queue.plan(queued, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes, fleet_block=fleet_block)

@@ -75,6 +75,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             actor=principal.actor,
             priority=request.priority,
             fail_if_unavailable=request.fail_if_unavailable,
+            same_block=request.same_block,
         )
         view, replayed = await commands.create(self._store, allocation_request, self._policies)
         if replayed:
@@ -132,6 +133,8 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         allocation_id = checked_id("allocation_id", request.allocation_id)
         operation, view = await commands.cancel(self._store, current_principal(), allocation_id)
         self._wake_releaser.notify()
-        # A cancelled allocation may have held up its model's queue (at its head, or holding nodes).
-        self._wake_scheduler.notify()
+        if view.row.admitted_us is None:
+            # A queued allocation may have held up its queue's head. An admitted one frees its
+            # nodes only once released, and the releaser wakes the scheduler then.
+            self._wake_scheduler.notify()
         return operation_to_proto(operation, view)

@@ -76,7 +76,13 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     for create in plain:
         request = create.request
         pool = pools[request.gpu_model]
-        chosen = pool.choose(create.policy, request.node_count, tenant=request.tenant_id, keep=keep[request.gpu_model])
+        chosen = pool.choose(
+            create.policy,
+            request.node_count,
+            tenant=request.tenant_id,
+            keep=keep[request.gpu_model],
+            same_block=request.same_block,
+        )
         if chosen is None:
             break  # alone, it is refused with the count free at its place
         pool.take(chosen)

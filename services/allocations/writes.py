@@ -64,6 +64,7 @@ def record_creates(
             created_us=now_us,
             priority=create.request.priority,
             admitted_us=None if node_ids is None else now_us,
+            same_block=create.request.same_block,
         )
         for create, node_ids in placed
     ]
@@ -144,6 +145,7 @@ def record_cancels(
             cancel_us=now_us,
             priority=was.priority,
             admitted_us=was.admitted_us,
+            same_block=was.same_block,
         )
         operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
         answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))

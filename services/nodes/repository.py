@@ -427,15 +427,16 @@ def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:
     return drained
 
 
-def count_in_service(gpu_model: GpuModel) -> Tx[int]:
-    """How many nodes of a model the fleet has in any state but RETIRED: the most an
-    allocation of the model could ever be given as the fleet stands."""
+def in_service(gpu_model: GpuModel) -> Tx[tuple[int, int]]:
+    """How many nodes of a model the fleet has in any state but RETIRED, and the most of them
+    under one leaf switch: the most an allocation of the model (one that asks for one fabric
+    block) could ever be given as the fleet stands."""
     result = yield Sql(
-        "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state <> :retired",
+        "SELECT COUNT(*) FROM nodes WHERE gpu_model = :model AND state <> :retired GROUP BY leaf_switch",
         {"model": gpu_model.value, "retired": NodeState.RETIRED.value},
     )
-    found = result.first()
-    return 0 if found is None else int(found[0])
+    per_block = [int(r[0]) for r in result.rows]
+    return sum(per_block), max(per_block, default=0)
 
 
 def count_free(gpu_model: GpuModel) -> Tx[int]:

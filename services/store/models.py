@@ -230,6 +230,8 @@ class AllocationRow(SQLModel, table=True):
     priority: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     # When the scheduler placed its nodes and its usage started; NULL while PENDING.
     admitted_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+    # Every node under one leaf switch (fabric block), or none.
+    same_block: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
 
 
 class AssignmentRow(SQLModel, table=True):

@@ -211,3 +211,36 @@ async def test_a_tenant_cannot_explain_another_tenants_allocation(
     finally:
         await acme.close()
         await bolt.close()
+
+
+async def test_a_same_block_gang_is_not_admitted_on_fragments_though_enough_are_free(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """Sixteen nodes under two leaf switches of eight; one taken from each leaves 7 + 7 free.
+    A gang of eight that asks for one block waits (TOPOLOGY, with the largest free block), is
+    refused outright with fail_if_unavailable, and is admitted under one leaf switch once
+    that switch has eight free; a gang that does not ask is placed across the two at once."""
+    await register_ready_nodes(operator, 16)
+    await operator.create_tenant("acme")
+    taken = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+    assert taken.node_ids == ("node-000",)
+    await operator.cordon_node("node-008", "held for the test")
+    gang = await operator.create_allocation(gpu_model="H100", node_count=8, tenant_id="acme", same_block=True)
+    assert (gang.state, gang.same_block) == ("PENDING", True)
+    [reason] = (await operator.explain_allocation(gang.allocation_id)).reasons
+    assert reason.kind == "TOPOLOGY"
+    assert reason.figures == {"largest_block": 7, "needed": 8, "free": 14}
+    with pytest.raises(ResourceExhaustedError, match="under one leaf switch"):
+        await operator.create_allocation(
+            gpu_model="H100", node_count=8, tenant_id="acme", same_block=True, priority=1, fail_if_unavailable=True
+        )
+    # Freed by the periodic cycle: an uncordon wakes no one.
+    await operator.uncordon_node("node-008")
+    await until(lambda: _admitted(operator, gang.allocation_id), timeout=15)
+    placed = await operator.get_allocation(gang.allocation_id)
+    assert placed.node_ids == tuple(f"node-{i:03d}" for i in range(8, 16))
+    await _cancel_and_release(operator, gang.allocation_id)
+    await operator.cordon_node("node-008", "held for the test")
+    spread = await operator.create_allocation(gpu_model="H100", node_count=8, tenant_id="acme")
+    assert spread.state == "ACTIVE"
+    assert {node < "node-008" for node in spread.node_ids} == {True, False}

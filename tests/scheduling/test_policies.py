@@ -212,6 +212,27 @@ def test_whole_nodes_by_block(policy: Policy, count: int, expected: tuple[str, .
     assert _where(policy(_blocks(), WholeNodes(tenant="t", count=count)))[0] == expected
 
 
+@pytest.mark.parametrize(
+    ("policy", "count", "expected"),
+    [
+        (first_fit, 2, ("p0", "p1")),  # the first block in fabric order that holds two
+        (first_fit, 3, ("p0", "p1", "p2")),
+        (best_fit, 2, ("q0", "q1")),
+        (worst_fit, 2, ("p0", "p1")),
+        (fgd, 2, ("q0", "q1")),
+        (fgd_refined, 2, ("q0", "q1")),
+    ],
+)
+def test_same_block_places_inside_one_block(policy: Policy, count: int, expected: tuple[str, ...]) -> None:
+    assert _where(policy(_blocks(), WholeNodes(tenant="t", count=count, same_block=True)))[0] == expected
+
+
+@pytest.mark.parametrize("policy", [first_fit, best_fit, worst_fit, fgd, fgd_refined])
+def test_same_block_is_refused_on_fragments_however_many_are_free(policy: Policy) -> None:
+    """Five idle nodes, three and two by block: four fit by count, not inside one block."""
+    assert policy(_blocks(), WholeNodes(tenant="t", count=4, same_block=True)) is None
+
+
 def test_whole_nodes_skip_busy_nodes_and_other_models() -> None:
     cluster = Cluster([node("n1", rack="r1"), node("n2", rack="r2", model="A100"), node("n3", rack="r3")])
     apply(cluster, Placement(CpuOnly(tenant="x", cpu_milli=1), ("n1",)))

@@ -18,13 +18,13 @@ def pool(free: int) -> Pool:
     return Pool(Candidate("zone-a", f"rack-{i // 4}", f"leaf-{i // 8}", f"node-{i:03d}") for i in range(free))
 
 
-def waiting(name: str, nodes: int, *, priority: int = 0, created_us: int = 0) -> Allocation:
-    return Allocation(name, "acme", "H100", nodes, "PENDING", created_us, priority=priority)
+def waiting(name: str, nodes: int, *, priority: int = 0, created_us: int = 0, same_block: bool = False) -> Allocation:
+    return Allocation(name, "acme", "H100", nodes, "PENDING", created_us, priority=priority, same_block=same_block)
 
 
 def test_a_gang_that_fits_is_admitted_whole_and_its_nodes_leave_the_pool() -> None:
     free = pool(10)
-    made = plan([waiting("a", 4), waiting("b", 6)], free, policy=FIRST_FIT, keep=0, fleet_nodes=10)
+    made = plan([waiting("a", 4), waiting("b", 6)], free, policy=FIRST_FIT, keep=0, fleet_nodes=10, fleet_block=8)
     assert [(row.allocation_id, len(nodes)) for row, nodes in made.admitted] == [("a", 4), ("b", 6)]
     assert not made.waiting
     assert free.free == 0
@@ -32,7 +32,7 @@ def test_a_gang_that_fits_is_admitted_whole_and_its_nodes_leave_the_pool() -> No
 
 def test_two_gangs_larger_than_half_the_pool_one_runs_the_other_holds_nothing() -> None:
     free = pool(100)
-    made = plan([waiting("a", 64), waiting("b", 64)], free, policy=FIRST_FIT, keep=0, fleet_nodes=100)
+    made = plan([waiting("a", 64), waiting("b", 64)], free, policy=FIRST_FIT, keep=0, fleet_nodes=100, fleet_block=8)
     assert [row.allocation_id for row, _ in made.admitted] == ["a"]
     [reason] = made.waiting["b"]
     assert reason.kind is ReasonKind.WAITING_FOR_CAPACITY
@@ -49,6 +49,7 @@ def test_a_blocked_head_keeps_smaller_work_behind_it_off_the_free_nodes() -> Non
         policy=FIRST_FIT,
         keep=0,
         fleet_nodes=10,
+        fleet_block=8,
     )
     assert made.admitted == []
     assert [r.kind for r in made.waiting["big"]] == [ReasonKind.WAITING_FOR_CAPACITY]
@@ -59,12 +60,16 @@ def test_a_blocked_head_keeps_smaller_work_behind_it_off_the_free_nodes() -> Non
 
 
 def test_short_of_capacity_as_well_as_behind_puts_capacity_first() -> None:
-    made = plan([waiting("big", 8), waiting("bigger", 9)], pool(5), policy=FIRST_FIT, keep=0, fleet_nodes=10)
+    made = plan(
+        [waiting("big", 8), waiting("bigger", 9)], pool(5), policy=FIRST_FIT, keep=0, fleet_nodes=10, fleet_block=8
+    )
     assert [r.kind for r in made.waiting["bigger"]] == [ReasonKind.WAITING_FOR_CAPACITY, ReasonKind.BEHIND_GANGS]
 
 
 def test_a_gang_larger_than_the_fleet_holds_nothing_back() -> None:
-    made = plan([waiting("huge", 11), waiting("small", 1)], pool(5), policy=FIRST_FIT, keep=0, fleet_nodes=10)
+    made = plan(
+        [waiting("huge", 11), waiting("small", 1)], pool(5), policy=FIRST_FIT, keep=0, fleet_nodes=10, fleet_block=8
+    )
     assert [row.allocation_id for row, _ in made.admitted] == ["small"]
     [reason] = made.waiting["huge"]
     assert reason.kind is ReasonKind.NO_ACCEPTABLE_MODEL
@@ -72,11 +77,52 @@ def test_a_gang_larger_than_the_fleet_holds_nothing_back() -> None:
 
 
 def test_spares_are_left_free_and_named_in_the_reason() -> None:
-    made = plan([waiting("a", 3), waiting("b", 2)], pool(6), policy=FIRST_FIT, keep=2, fleet_nodes=6)
+    made = plan([waiting("a", 3), waiting("b", 2)], pool(6), policy=FIRST_FIT, keep=2, fleet_nodes=6, fleet_block=8)
     assert [row.allocation_id for row, _ in made.admitted] == ["a"]
     [reason] = made.waiting["b"]
     assert reason.figures == {"free": 3, "spares": 2, "needed": 2}
     assert "2 of them held back as spares" in reason.message
+
+
+def test_a_same_block_gang_larger_than_any_leaf_switch_holds_nothing_back() -> None:
+    made = plan(
+        [waiting("gang", 9, same_block=True), waiting("small", 1)],
+        pool(16),
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=16,
+        fleet_block=8,
+    )
+    assert [row.allocation_id for row, _ in made.admitted] == ["small"]
+    [reason] = made.waiting["gang"]
+    assert reason.kind is ReasonKind.TOPOLOGY
+    assert "no leaf switch in the fleet has 9" in reason.message
+
+
+def test_a_same_block_gang_goes_to_a_leaf_switch_that_holds_it() -> None:
+    free = pool(16)
+    free.take([f"node-{i:03d}" for i in range(4)])  # four free under the first leaf switch
+    made = plan([waiting("gang", 5, same_block=True)], free, policy=FIRST_FIT, keep=0, fleet_nodes=16, fleet_block=8)
+    [(_, nodes)] = made.admitted
+    assert nodes == [f"node-{i:03d}" for i in range(8, 13)]
+
+
+def test_a_same_block_head_short_of_a_block_holds_the_queue_and_says_topology() -> None:
+    free = pool(16)
+    free.take(["node-000", "node-008"])  # seven free under each leaf switch
+    made = plan(
+        [waiting("gang", 8, same_block=True), waiting("small", 1)],
+        free,
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=16,
+        fleet_block=8,
+    )
+    assert made.admitted == []
+    [reason] = made.waiting["gang"]
+    assert reason.kind is ReasonKind.TOPOLOGY
+    assert reason.figures == {"largest_block": 7, "needed": 8, "free": 14}
+    assert [r.kind for r in made.waiting["small"]] == [ReasonKind.BEHIND_GANGS]
 
 
 @st.composite
@@ -95,7 +141,7 @@ def test_every_allocation_is_admitted_whole_or_waits_with_a_reason_in_order(
     """Admissions are whole and disjoint; nothing is admitted after a blocked gang that could
     run; everything not admitted has at least one reason."""
     queued, free, fleet = case
-    made = plan(queued, pool(free), policy=FIRST_FIT, keep=0, fleet_nodes=fleet)
+    made = plan(queued, pool(free), policy=FIRST_FIT, keep=0, fleet_nodes=fleet, fleet_block=8)
     placed = [node for _, nodes in made.admitted for node in nodes]
     assert len(placed) == len(set(placed)) <= free
     assert all(len(nodes) == row.node_count for row, nodes in made.admitted)

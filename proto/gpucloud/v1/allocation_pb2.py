@@ -27,7 +27,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpucloud.v1 import node_pb2 as gpucloud_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgpucloud/v1/allocation.proto\x12\x0bgpucloud.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\xee\x03\n\nAllocation\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12(\n\tgpu_model\x18\x03 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x04 \x01(\x05\x12+\n\x05state\x18\x05 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x10\n\x08node_ids\x18\x06 \x03(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63\x61ncel_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0creplacements\x18\n \x03(\x0b\x32\x1c.gpucloud.v1.NodeReplacement\x12\x17\n\x0f\x64\x65graded_reason\x18\x0b \x01(\t\x12\x10\n\x08priority\x18\x0c \x01(\x05\x12\x16\n\x0equeue_position\x18\r \x01(\x05\x12.\n\nadmit_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xb8\x01\n\rPendingReason\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.gpucloud.v1.PendingReasonKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x07\x66igures\x18\x03 \x03(\x0b\x32\'.gpucloud.v1.PendingReason.FiguresEntry\x1a.\n\x0c\x46iguresEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xab\x01\n\x0fNodeReplacement\x12\x17\n\x0fremoved_node_id\x18\x01 \x01(\t\x12\x15\n\rspare_node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nspare_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xef\x01\n\x18\x43\x61ncelAllocationMetadata\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x30\n\x0crequest_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bnodes_total\x18\x05 \x01(\x05\x12\x16\n\x0enodes_released\x18\x06 \x01(\x05\"\xad\x01\n\x17\x43reateAllocationRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x1b\n\x13\x66\x61il_if_unavailable\x18\x06 \x01(\x08\"G\n\x18\x43reateAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"-\n\x14GetAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"D\n\x15GetAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"1\n\x18\x45xplainAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"u\n\x19\x45xplainAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\x12+\n\x07reasons\x18\x02 \x03(\x0b\x32\x1a.gpucloud.v1.PendingReason\"\x7f\n\x16ListAllocationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\"`\n\x17ListAllocationsResponse\x12,\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x17\x43\x61ncelAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t*\xaf\x01\n\x0f\x41llocationState\x12 \n\x1c\x41LLOCATION_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41LLOCATION_STATE_PENDING\x10\x04\x12\x1b\n\x17\x41LLOCATION_STATE_ACTIVE\x10\x01\x12\x1f\n\x1b\x41LLOCATION_STATE_CANCELLING\x10\x02\x12\x1e\n\x1a\x41LLOCATION_STATE_CANCELLED\x10\x03*\xe0\x01\n\x11PendingReasonKind\x12#\n\x1fPENDING_REASON_KIND_UNSPECIFIED\x10\x00\x12%\n!PENDING_REASON_KIND_ADMISSION_DUE\x10\x01\x12,\n(PENDING_REASON_KIND_WAITING_FOR_CAPACITY\x10\x02\x12$\n PENDING_REASON_KIND_BEHIND_GANGS\x10\x03\x12+\n\'PENDING_REASON_KIND_NO_ACCEPTABLE_MODEL\x10\x04\x32\xe7\x03\n\x11\x41llocationService\x12_\n\x10\x43reateAllocation\x12$.gpucloud.v1.CreateAllocationRequest\x1a%.gpucloud.v1.CreateAllocationResponse\x12\x62\n\x11\x45xplainAllocation\x12%.gpucloud.v1.ExplainAllocationRequest\x1a&.gpucloud.v1.ExplainAllocationResponse\x12V\n\rGetAllocation\x12!.gpucloud.v1.GetAllocationRequest\x1a\".gpucloud.v1.GetAllocationResponse\x12\\\n\x0fListAllocations\x12#.gpucloud.v1.ListAllocationsRequest\x1a$.gpucloud.v1.ListAllocationsResponse\x12W\n\x10\x43\x61ncelAllocation\x12$.gpucloud.v1.CancelAllocationRequest\x1a\x1d.google.longrunning.Operationb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1cgpucloud/v1/allocation.proto\x12\x0bgpucloud.v1\x1a#google/longrunning/operations.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\x82\x04\n\nAllocation\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12(\n\tgpu_model\x18\x03 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x04 \x01(\x05\x12+\n\x05state\x18\x05 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x10\n\x08node_ids\x18\x06 \x03(\t\x12/\n\x0b\x63reate_time\x18\x07 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0b\x63\x61ncel_time\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x32\n\x0creplacements\x18\n \x03(\x0b\x32\x1c.gpucloud.v1.NodeReplacement\x12\x17\n\x0f\x64\x65graded_reason\x18\x0b \x01(\t\x12\x10\n\x08priority\x18\x0c \x01(\x05\x12\x16\n\x0equeue_position\x18\r \x01(\x05\x12.\n\nadmit_time\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\nsame_block\x18\x0f \x01(\x08\"\xb8\x01\n\rPendingReason\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.gpucloud.v1.PendingReasonKind\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x38\n\x07\x66igures\x18\x03 \x03(\x0b\x32\'.gpucloud.v1.PendingReason.FiguresEntry\x1a.\n\x0c\x46iguresEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xab\x01\n\x0fNodeReplacement\x12\x17\n\x0fremoved_node_id\x18\x01 \x01(\t\x12\x15\n\rspare_node_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12(\n\x04time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nspare_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xef\x01\n\x18\x43\x61ncelAllocationMetadata\x12\x15\n\rallocation_id\x18\x01 \x01(\t\x12+\n\x05state\x18\x02 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\x12\x30\n\x0crequest_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x30\n\x0crelease_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x13\n\x0bnodes_total\x18\x05 \x01(\x05\x12\x16\n\x0enodes_released\x18\x06 \x01(\x05\"\xc1\x01\n\x17\x43reateAllocationRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12\x12\n\nnode_count\x18\x03 \x01(\x05\x12\x12\n\nrequest_id\x18\x04 \x01(\t\x12\x10\n\x08priority\x18\x05 \x01(\x05\x12\x1b\n\x13\x66\x61il_if_unavailable\x18\x06 \x01(\x08\x12\x12\n\nsame_block\x18\x07 \x01(\x08\"G\n\x18\x43reateAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"-\n\x14GetAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"D\n\x15GetAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\"1\n\x18\x45xplainAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t\"u\n\x19\x45xplainAllocationResponse\x12+\n\nallocation\x18\x01 \x01(\x0b\x32\x17.gpucloud.v1.Allocation\x12+\n\x07reasons\x18\x02 \x03(\x0b\x32\x1a.gpucloud.v1.PendingReason\"\x7f\n\x16ListAllocationsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12+\n\x05state\x18\x04 \x01(\x0e\x32\x1c.gpucloud.v1.AllocationState\"`\n\x17ListAllocationsResponse\x12,\n\x0b\x61llocations\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.Allocation\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"0\n\x17\x43\x61ncelAllocationRequest\x12\x15\n\rallocation_id\x18\x01 \x01(\t*\xaf\x01\n\x0f\x41llocationState\x12 \n\x1c\x41LLOCATION_STATE_UNSPECIFIED\x10\x00\x12\x1c\n\x18\x41LLOCATION_STATE_PENDING\x10\x04\x12\x1b\n\x17\x41LLOCATION_STATE_ACTIVE\x10\x01\x12\x1f\n\x1b\x41LLOCATION_STATE_CANCELLING\x10\x02\x12\x1e\n\x1a\x41LLOCATION_STATE_CANCELLED\x10\x03*\x82\x02\n\x11PendingReasonKind\x12#\n\x1fPENDING_REASON_KIND_UNSPECIFIED\x10\x00\x12%\n!PENDING_REASON_KIND_ADMISSION_DUE\x10\x01\x12,\n(PENDING_REASON_KIND_WAITING_FOR_CAPACITY\x10\x02\x12$\n PENDING_REASON_KIND_BEHIND_GANGS\x10\x03\x12+\n\'PENDING_REASON_KIND_NO_ACCEPTABLE_MODEL\x10\x04\x12 \n\x1cPENDING_REASON_KIND_TOPOLOGY\x10\x05\x32\xe7\x03\n\x11\x41llocationService\x12_\n\x10\x43reateAllocation\x12$.gpucloud.v1.CreateAllocationRequest\x1a%.gpucloud.v1.CreateAllocationResponse\x12\x62\n\x11\x45xplainAllocation\x12%.gpucloud.v1.ExplainAllocationRequest\x1a&.gpucloud.v1.ExplainAllocationResponse\x12V\n\rGetAllocation\x12!.gpucloud.v1.GetAllocationRequest\x1a\".gpucloud.v1.GetAllocationResponse\x12\\\n\x0fListAllocations\x12#.gpucloud.v1.ListAllocationsRequest\x1a$.gpucloud.v1.ListAllocationsResponse\x12W\n\x10\x43\x61ncelAllocation\x12$.gpucloud.v1.CancelAllocationRequest\x1a\x1d.google.longrunning.Operationb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,38 +36,38 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_PENDINGREASON_FIGURESENTRY']._loaded_options = None
   _globals['_PENDINGREASON_FIGURESENTRY']._serialized_options = b'8\001'
-  _globals['_ALLOCATIONSTATE']._serialized_start=2053
-  _globals['_ALLOCATIONSTATE']._serialized_end=2228
-  _globals['_PENDINGREASONKIND']._serialized_start=2231
-  _globals['_PENDINGREASONKIND']._serialized_end=2455
+  _globals['_ALLOCATIONSTATE']._serialized_start=2093
+  _globals['_ALLOCATIONSTATE']._serialized_end=2268
+  _globals['_PENDINGREASONKIND']._serialized_start=2271
+  _globals['_PENDINGREASONKIND']._serialized_end=2529
   _globals['_ALLOCATION']._serialized_start=140
-  _globals['_ALLOCATION']._serialized_end=634
-  _globals['_PENDINGREASON']._serialized_start=637
-  _globals['_PENDINGREASON']._serialized_end=821
-  _globals['_PENDINGREASON_FIGURESENTRY']._serialized_start=775
-  _globals['_PENDINGREASON_FIGURESENTRY']._serialized_end=821
-  _globals['_NODEREPLACEMENT']._serialized_start=824
-  _globals['_NODEREPLACEMENT']._serialized_end=995
-  _globals['_CANCELALLOCATIONMETADATA']._serialized_start=998
-  _globals['_CANCELALLOCATIONMETADATA']._serialized_end=1237
-  _globals['_CREATEALLOCATIONREQUEST']._serialized_start=1240
-  _globals['_CREATEALLOCATIONREQUEST']._serialized_end=1413
-  _globals['_CREATEALLOCATIONRESPONSE']._serialized_start=1415
-  _globals['_CREATEALLOCATIONRESPONSE']._serialized_end=1486
-  _globals['_GETALLOCATIONREQUEST']._serialized_start=1488
-  _globals['_GETALLOCATIONREQUEST']._serialized_end=1533
-  _globals['_GETALLOCATIONRESPONSE']._serialized_start=1535
-  _globals['_GETALLOCATIONRESPONSE']._serialized_end=1603
-  _globals['_EXPLAINALLOCATIONREQUEST']._serialized_start=1605
-  _globals['_EXPLAINALLOCATIONREQUEST']._serialized_end=1654
-  _globals['_EXPLAINALLOCATIONRESPONSE']._serialized_start=1656
-  _globals['_EXPLAINALLOCATIONRESPONSE']._serialized_end=1773
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=1775
-  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=1902
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=1904
-  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=2000
-  _globals['_CANCELALLOCATIONREQUEST']._serialized_start=2002
-  _globals['_CANCELALLOCATIONREQUEST']._serialized_end=2050
-  _globals['_ALLOCATIONSERVICE']._serialized_start=2458
-  _globals['_ALLOCATIONSERVICE']._serialized_end=2945
+  _globals['_ALLOCATION']._serialized_end=654
+  _globals['_PENDINGREASON']._serialized_start=657
+  _globals['_PENDINGREASON']._serialized_end=841
+  _globals['_PENDINGREASON_FIGURESENTRY']._serialized_start=795
+  _globals['_PENDINGREASON_FIGURESENTRY']._serialized_end=841
+  _globals['_NODEREPLACEMENT']._serialized_start=844
+  _globals['_NODEREPLACEMENT']._serialized_end=1015
+  _globals['_CANCELALLOCATIONMETADATA']._serialized_start=1018
+  _globals['_CANCELALLOCATIONMETADATA']._serialized_end=1257
+  _globals['_CREATEALLOCATIONREQUEST']._serialized_start=1260
+  _globals['_CREATEALLOCATIONREQUEST']._serialized_end=1453
+  _globals['_CREATEALLOCATIONRESPONSE']._serialized_start=1455
+  _globals['_CREATEALLOCATIONRESPONSE']._serialized_end=1526
+  _globals['_GETALLOCATIONREQUEST']._serialized_start=1528
+  _globals['_GETALLOCATIONREQUEST']._serialized_end=1573
+  _globals['_GETALLOCATIONRESPONSE']._serialized_start=1575
+  _globals['_GETALLOCATIONRESPONSE']._serialized_end=1643
+  _globals['_EXPLAINALLOCATIONREQUEST']._serialized_start=1645
+  _globals['_EXPLAINALLOCATIONREQUEST']._serialized_end=1694
+  _globals['_EXPLAINALLOCATIONRESPONSE']._serialized_start=1696
+  _globals['_EXPLAINALLOCATIONRESPONSE']._serialized_end=1813
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_start=1815
+  _globals['_LISTALLOCATIONSREQUEST']._serialized_end=1942
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_start=1944
+  _globals['_LISTALLOCATIONSRESPONSE']._serialized_end=2040
+  _globals['_CANCELALLOCATIONREQUEST']._serialized_start=2042
+  _globals['_CANCELALLOCATIONREQUEST']._serialized_end=2090
+  _globals['_ALLOCATIONSERVICE']._serialized_start=2532
+  _globals['_ALLOCATIONSERVICE']._serialized_end=3019
 # @@protoc_insertion_point(module_scope)

@@ -69,6 +69,8 @@ class _PendingReasonKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Pen
     """The fleet has fewer nodes of its model than it asks for, in any state: it cannot be
     admitted until nodes are added. It holds nothing back from the allocations behind it.
     """
+    PENDING_REASON_KIND_TOPOLOGY: _PendingReasonKind.ValueType  # 5
+    """Enough nodes are free, but no leaf switch has as many free as a same_block gang needs."""
 
 class PendingReasonKind(_PendingReasonKind, metaclass=_PendingReasonKindEnumTypeWrapper):
     """Why a PENDING allocation is not admitted yet, by kind."""
@@ -86,6 +88,8 @@ PENDING_REASON_KIND_NO_ACCEPTABLE_MODEL: PendingReasonKind.ValueType  # 4
 """The fleet has fewer nodes of its model than it asks for, in any state: it cannot be
 admitted until nodes are added. It holds nothing back from the allocations behind it.
 """
+PENDING_REASON_KIND_TOPOLOGY: PendingReasonKind.ValueType  # 5
+"""Enough nodes are free, but no leaf switch has as many free as a same_block gang needs."""
 Global___PendingReasonKind: _TypeAlias = PendingReasonKind  # noqa: Y015
 
 @_typing.final
@@ -108,6 +112,7 @@ class Allocation(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     QUEUE_POSITION_FIELD_NUMBER: _builtins.int
     ADMIT_TIME_FIELD_NUMBER: _builtins.int
+    SAME_BLOCK_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -121,6 +126,8 @@ class Allocation(_message.Message):
     """Higher is admitted first; among equals, the older request."""
     queue_position: _builtins.int
     """While PENDING: its place in its model's queue, 1 for the head. 0 otherwise."""
+    same_block: _builtins.bool
+    """Every node under one leaf switch (one fabric block), as asked."""
     @_builtins.property
     def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes placed for this allocation, in placement order."""
@@ -162,10 +169,11 @@ class Allocation(_message.Message):
         priority: _builtins.int = ...,
         queue_position: _builtins.int = ...,
         admit_time: _timestamp_pb2.Timestamp | None = ...,
+        same_block: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -312,6 +320,7 @@ class CreateAllocationRequest(_message.Message):
     REQUEST_ID_FIELD_NUMBER: _builtins.int
     PRIORITY_FIELD_NUMBER: _builtins.int
     FAIL_IF_UNAVAILABLE_FIELD_NUMBER: _builtins.int
+    SAME_BLOCK_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     """For operators: the tenant to allocate for. Tenants leave it empty (or give their own)."""
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -325,6 +334,10 @@ class CreateAllocationRequest(_message.Message):
     """0-1000, default 0: higher is admitted first."""
     fail_if_unavailable: _builtins.bool
     """Refuse (RESOURCE_EXHAUSTED) rather than wait PENDING when it cannot be admitted now."""
+    same_block: _builtins.bool
+    """Every node under one leaf switch (one fabric block), so that the gang's traffic never
+    crosses a block's uplinks; it waits until one block has them all free.
+    """
     def __init__(
         self,
         *,
@@ -334,10 +347,11 @@ class CreateAllocationRequest(_message.Message):
         request_id: _builtins.str = ...,
         priority: _builtins.int = ...,
         fail_if_unavailable: _builtins.bool = ...,
+        same_block: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "same_block", b"same_block", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

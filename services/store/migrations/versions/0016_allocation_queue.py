@@ -1,5 +1,5 @@
-"""allocation queue: a priority and an admission time on allocations, and the index of a model's
-queue of PENDING allocations in admission order
+"""allocation queue: a priority, an admission time and a topology rule on allocations, and the
+index of a model's queue of PENDING allocations in admission order
 
 Revision ID: 0016
 Revises: 0015
@@ -23,6 +23,7 @@ def upgrade() -> None:
     # Raw ALTER TABLE, not alembic's batch mode: on SQLite a batch copies ``allocations`` and
     # its DROP TABLE fails the foreign keys that refer to it; SQLite 3.35+ alters in place.
     op.execute("ALTER TABLE allocations ADD COLUMN priority INTEGER NOT NULL DEFAULT 0")
+    op.execute("ALTER TABLE allocations ADD COLUMN same_block BOOLEAN NOT NULL DEFAULT false")
     op.add_column("allocations", sa.Column("admitted_us", sa.BigInteger(), nullable=True))
     # Every allocation before the queue was placed when it was created.
     op.execute("UPDATE allocations SET admitted_us = created_us")
@@ -31,5 +32,5 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.drop_index("ix_allocations_queue", table_name="allocations")
-    for column in ("admitted_us", "priority"):
+    for column in ("same_block", "admitted_us", "priority"):
         op.execute(f"ALTER TABLE allocations DROP COLUMN {column}")
