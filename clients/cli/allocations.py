@@ -100,8 +100,11 @@ def allocations_create(
 
     def note() -> str | None:
         if created is not None:
-            # The wait failed, not the create: the allocation stands, queued.
-            return f"{created.allocation_id} was created and waits in its queue; {_explain_hint(created)}"
+            # The wait failed, not the create: the allocation stands, queued or admitted since.
+            return (
+                f"{created.allocation_id} was created, queued; read it with: gpucloud allocations get"
+                f" {created.allocation_id}; {_explain_hint(created)}"
+            )
         if not outcome_unknown:
             return None
         return f"the outcome is unknown; to retry safely run the same command with --request-id {key}"
@@ -157,8 +160,10 @@ def _as_created(allocation: models.Allocation, replayed: bool) -> models.Created
 def _say_what_it_waits_for(allocation: models.Allocation, *, waited: bool, timeout: float, json_out: bool) -> None:
     """Under a create's output, on stderr: that it is still queued and how to see why (exit 3 when
     --wait ran out of time), or that it was cancelled while it waited (exit 1)."""
-    if allocation.state == "CANCELLED" and waited:
-        render.errors.print(Text(f"{allocation.allocation_id} was cancelled while it waited; nothing was allocated"))
+    if allocation.state in ("CANCELLING", "CANCELLED") and waited:
+        # Admitted and cancelled between two reads, or cancelled before its admission.
+        held = "after its admission" if allocation.admit_time is not None else "while it waited; nothing was allocated"
+        render.errors.print(Text(f"{allocation.allocation_id} was cancelled {held}"))
         raise typer.Exit(EXIT_ERROR)
     if allocation.state != PENDING:
         return

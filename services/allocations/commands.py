@@ -87,17 +87,20 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
     The nodes are those the policy ``policies`` names for the model's pool chooses.
     """
     policy = policies.of(request.gpu_model.value)
-    fingerprint = idempotency.fingerprint(
-        CREATE_METHOD,
-        {
-            "tenant_id": request.tenant_id,
-            "gpu_model": request.gpu_model,
-            "node_count": request.node_count,
-            "priority": request.priority,
-            "fail_if_unavailable": request.fail_if_unavailable,
-            "same_block": request.same_block,
-        },
-    )
+    fields: dict[str, str | int] = {
+        "tenant_id": request.tenant_id,
+        "gpu_model": request.gpu_model,
+        "node_count": request.node_count,
+    }
+    # The queue's fields count only when set, so that a key recorded before they existed
+    # still replays an identical retry.
+    queue_fields = {
+        "priority": request.priority,
+        "fail_if_unavailable": request.fail_if_unavailable,
+        "same_block": request.same_block,
+    }
+    fields.update({name: int(value) for name, value in queue_fields.items() if value})
+    fingerprint = idempotency.fingerprint(CREATE_METHOD, fields)
     locking = store.dialect == "postgresql"
     lost: Exception | None = None
     for _ in range(_MAX_ATTEMPTS):

@@ -79,8 +79,9 @@ def plan(
     ahead = 0  # allocations ahead in the queue still waiting, the head among them
     for position, row in enumerate(queue, start=1):
         needed = row.node_count
-        if needed > fleet_nodes:
-            waiting[row.allocation_id] = [_no_model(row, fleet_nodes)]
+        if needed > fleet_nodes - keep:
+            # Even with every node of the fleet free, the spares would be left short.
+            waiting[row.allocation_id] = [_no_model(row, fleet_nodes, keep)]
             continue
         if row.same_block and needed > fleet_block:
             waiting[row.allocation_id] = [_topology(row, fleet_block, pool.free, in_fleet=True)]
@@ -153,16 +154,17 @@ def _behind(row: Allocation, head: Allocation, ahead: int, position: int, free: 
     return Reason(
         ReasonKind.BEHIND_GANGS,
         f"behind {ahead} waiting allocation(s) in the {row.gpu_model} queue (position {position}):"
-        f" {head.allocation_id} at its head needs {head.node_count} node(s) and holds the"
+        f" the allocation at its head needs {head.node_count} node(s) and holds the"
         f" {max(free - keep, 0)} free for itself until it fits",
         {"ahead": ahead, "position": position, "head_needs": head.node_count, "free": free},
     )
 
 
-def _no_model(row: Allocation, fleet_nodes: int) -> Reason:
+def _no_model(row: Allocation, fleet_nodes: int, keep: int) -> Reason:
+    spares = f", {keep} of them held back as spares" if keep else ""
     return Reason(
         ReasonKind.NO_ACCEPTABLE_MODEL,
-        f"the fleet has {fleet_nodes} {row.gpu_model} node(s) in any state, fewer than the"
+        f"the fleet has {fleet_nodes} {row.gpu_model} node(s) in any state{spares}, fewer than the"
         f" {row.node_count} asked: it waits for nodes to be added, holding nothing back",
-        {"fleet": fleet_nodes, "needed": row.node_count},
+        {"fleet": fleet_nodes, "spares": keep, "needed": row.node_count},
     )

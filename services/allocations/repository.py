@@ -16,6 +16,7 @@ from typing import Any
 from services.allocations.states import AllocationState
 from services.errors import NotFound
 from services.nodes import repository as nodes_repo
+from services.nodes.transitions import NodeState
 from services.paging import Cursor, newest_first
 from services.store.tx import Sql, Tx, expand, for_update
 
@@ -192,14 +193,17 @@ def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
 
 def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
     """The highest priority waiting in each of the models' queues, for those with a queue: a
-    create of priority at most that waits behind it rather than overtaking it."""
+    create of priority at most that waits behind it rather than overtaking it. An allocation
+    larger than the fleet's nodes of its model never holds the queue (queue.py), so it is
+    not counted here either."""
     if not gpu_models:
         return {}
     models, params = expand("m", sorted(set(gpu_models)))
     result = yield Sql(
-        f"SELECT gpu_model, MAX(priority) FROM allocations WHERE state = :pending AND gpu_model IN ({models})"
-        " GROUP BY gpu_model",
-        {**params, "pending": AllocationState.PENDING.value},
+        "SELECT a.gpu_model, MAX(a.priority) FROM allocations a"
+        f" WHERE a.state = :pending AND a.gpu_model IN ({models}) AND a.node_count <= (SELECT COUNT(*) FROM nodes n"
+        " WHERE n.gpu_model = a.gpu_model AND n.state <> :retired) GROUP BY a.gpu_model",
+        {**params, "pending": AllocationState.PENDING.value, "retired": NodeState.RETIRED.value},
     )
     return {str(model): int(top) for model, top in result.rows}
 

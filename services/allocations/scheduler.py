@@ -11,8 +11,10 @@ admission. Level-triggered: a cycle acts on what the tables hold, so a restart o
 leader loses nothing.
 
 On PostgreSQL the cycle locks the queue's rows, so a cancel of one waits for the cycle that may
-admit it, and then the nodes it chose; a node a concurrent create took meanwhile fails the
-cycle, which runs again at once on what is left.
+admit it, and then the nodes it chose, passing over rows others hold; a node passed over or
+taken meanwhile fails the cycle, which runs again at once on what is left. Nodes are also
+row-locked briefly by work that takes none (a heartbeat flush, a health pass), so the last
+attempt waits for the locks instead of passing over them, as a create's placement does.
 """
 
 from __future__ import annotations
@@ -70,20 +72,27 @@ class Scheduler:
             await self.wake.wait(seen, self._interval_s)
 
     async def run_pass(self) -> dict[str, Plan]:
-        """A cycle for every model with a queue; the plans made, by model."""
+        """A cycle for every model with a queue; the plans made, by model. A model whose cycle
+        fails is logged and left to the next pass: it never holds up the others."""
         plans: dict[str, Plan] = {}
         for model in await self._store.query(repo.queued_models()):
-            plans[model] = await self._cycle(GpuModel(model))
+            try:
+                plans[model] = await self._cycle(GpuModel(model))
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                log.exception("scheduling_cycle_failed", gpu_model=model)
         return plans
 
     async def _cycle(self, gpu_model: GpuModel) -> Plan:
         locking = self._store.dialect == "postgresql"
         policy = self._policies.of(gpu_model.value)
         for attempt in range(1, _ATTEMPTS + 1):
+            last = attempt == _ATTEMPTS
             try:
-                made = await self._store.transact(partial(cycle, gpu_model, policy, locking=locking))
+                made = await self._store.transact(partial(cycle, gpu_model, policy, locking=locking, wait=last))
             except Aborted:
-                if attempt == _ATTEMPTS:
+                if last:
                     raise
                 continue
             if made.admitted:
@@ -97,9 +106,10 @@ class Scheduler:
         raise AssertionError("unreachable")
 
 
-def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait: bool = False) -> Tx[Plan]:
     """One scheduling cycle over ``gpu_model``'s queue: admit what ``queue.plan`` chose.
-    ABORTED (NODE_CHANGED_CONCURRENTLY) when a chosen node was taken meanwhile (PostgreSQL)."""
+    ABORTED (NODE_CHANGED_CONCURRENTLY) when a chosen node was taken meanwhile or, unless
+    ``wait`` (for the locks), is locked by another transaction (PostgreSQL)."""
     queued = yield from repo.queue(gpu_model.value, locking=locking)
     if not queued:
         return Plan([], {})
@@ -108,7 +118,7 @@ def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool) -> T
         return made
     if locking:
         chosen = [node for _, nodes in made.admitted for node in nodes]
-        locked = yield from nodes_repo.lock_free(chosen, skip_locked=True)
+        locked = yield from nodes_repo.lock_free(chosen, skip_locked=not wait)
         if len(locked) != len(chosen):
             raise Aborted(
                 reason="NODE_CHANGED_CONCURRENTLY",

@@ -80,7 +80,8 @@ async def test_a_large_gang_is_not_starved_by_a_stream_of_small_ones(
         reasons = (await operator.explain_allocation(arrived.allocation_id)).reasons
         if await _state(operator, gang.allocation_id) == "PENDING":
             assert [r.kind for r in reasons] == ["BEHIND_GANGS"]
-            assert gang.allocation_id in reasons[0].message
+            assert reasons[0].figures["head_needs"] == 8
+            assert gang.allocation_id not in reasons[0].message, "another allocation's id in a reason"
         stream.append(arrived)
         await _cancel_and_release(operator, small.allocation_id)
     await until(lambda: _admitted(operator, gang.allocation_id), timeout=15)
@@ -123,7 +124,8 @@ async def test_fail_if_unavailable_refuses_and_records_nothing(
     assert "3 free" in str(refused.value)
     assert (await operator.list_allocations(tenant_id="acme")).items == []
     # Behind a waiting allocation, a request that asks not to wait is refused even if it would fit.
-    waiting = await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme", priority=5)
+    await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+    waiting = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme", priority=5)
     assert waiting.state == "PENDING"
     with pytest.raises(ResourceExhaustedError, match="priority 0 or higher wait for them first"):
         await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme", fail_if_unavailable=True)
@@ -140,7 +142,8 @@ async def test_cancelling_a_pending_allocation_is_done_at_once_and_unblocks_the_
     await register_ready_nodes(operator, 4)
     tenant = await new_tenant(operator, control_plane, "acme")
     try:
-        head = await tenant.create_allocation(gpu_model="H100", node_count=6)
+        await tenant.create_allocation(gpu_model="H100", node_count=1)
+        head = await tenant.create_allocation(gpu_model="H100", node_count=4)
         behind = await tenant.create_allocation(gpu_model="H100", node_count=2)
         assert (head.state, behind.state) == ("PENDING", "PENDING")
         operation = await tenant.cancel_allocation(head.allocation_id)
@@ -160,12 +163,13 @@ async def test_a_gang_larger_than_the_fleet_waits_without_holding_up_the_rest(
 ) -> None:
     await register_ready_nodes(operator, 3)
     await operator.create_tenant("acme")
-    huge = await operator.create_allocation(gpu_model="H100", node_count=5, tenant_id="acme")
-    small = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
-    await until(lambda: _admitted(operator, small.allocation_id), timeout=15)
+    huge = await operator.create_allocation(gpu_model="H100", node_count=5, tenant_id="acme", priority=1000)
+    # Placed at once, even asking not to wait: the huge one is not counted as queued ahead.
+    small = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme", fail_if_unavailable=True)
+    assert small.state == "ACTIVE"
     [reason] = (await operator.explain_allocation(huge.allocation_id)).reasons
     assert reason.kind == "NO_ACCEPTABLE_MODEL"
-    assert reason.figures == {"fleet": 3, "needed": 5}
+    assert reason.figures == {"fleet": 3, "spares": 0, "needed": 5}
 
 
 async def test_every_pending_allocation_has_reasons_matching_the_fleet(

@@ -73,7 +73,7 @@ def test_a_gang_larger_than_the_fleet_holds_nothing_back() -> None:
     assert [row.allocation_id for row, _ in made.admitted] == ["small"]
     [reason] = made.waiting["huge"]
     assert reason.kind is ReasonKind.NO_ACCEPTABLE_MODEL
-    assert reason.figures == {"fleet": 10, "needed": 11}
+    assert reason.figures == {"fleet": 10, "spares": 0, "needed": 11}
 
 
 def test_spares_are_left_free_and_named_in_the_reason() -> None:
@@ -157,3 +157,15 @@ def test_every_allocation_is_admitted_whole_or_waits_with_a_reason_in_order(
             assert row.allocation_id not in admitted
         elif row.allocation_id not in admitted:
             blocked = True
+
+
+def test_a_gang_the_spares_leave_no_room_for_holds_nothing_back() -> None:
+    """Eight nodes, two of them spares: a gang of eight can never be admitted, so it is passed
+    over rather than holding the queue behind it for ever."""
+    made = plan(
+        [waiting("all", 8), waiting("small", 1)], pool(8), policy=FIRST_FIT, keep=2, fleet_nodes=8, fleet_block=8
+    )
+    assert [row.allocation_id for row, _ in made.admitted] == ["small"]
+    [reason] = made.waiting["all"]
+    assert reason.kind is ReasonKind.NO_ACCEPTABLE_MODEL
+    assert reason.figures == {"fleet": 8, "spares": 2, "needed": 8}

@@ -31,6 +31,11 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
+    # The schema before knows no PENDING state: an allocation still queued ends, never admitted.
+    op.execute(
+        "UPDATE allocations SET state = 'CANCELLED', cancel_us = created_us, released_us = created_us"
+        " WHERE state = 'PENDING'"
+    )
     op.drop_index("ix_allocations_queue", table_name="allocations")
     for column in ("same_block", "admitted_us", "priority"):
         op.execute(f"ALTER TABLE allocations DROP COLUMN {column}")
