@@ -59,6 +59,7 @@ from clients.models import (
     Operation,
     Page,
     PendingReason,
+    Quota,
     SparePool,
     Tenant,
 )
@@ -105,6 +106,7 @@ __all__ = [
     "PendingReason",
     "PermissionDeniedError",
     "QueryStats",
+    "Quota",
     "ResourceExhaustedError",
     "RetryPolicy",
     "Series",

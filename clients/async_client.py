@@ -604,7 +604,8 @@ class AsyncClient:
         ``priority`` (0-1000, higher first) waits; otherwise the answer is ``PENDING``, holding
         nothing, at its ``queue_position``, until the scheduler admits it whole (``wait_admitted``
         waits for that, ``explain_allocation`` says why it waits). With ``fail_if_unavailable``
-        the create is refused instead (``ResourceExhaustedError``, reason INSUFFICIENT_CAPACITY)
+        the create is refused instead (``ResourceExhaustedError``, reason INSUFFICIENT_CAPACITY,
+        or QUOTA_EXCEEDED when it would take its tenant over its quota of the model: ``set_quota``)
         and nothing is recorded. ``same_block``: every node under one leaf switch (one fabric
         block), so that the gang's traffic never crosses a block's uplinks; it waits for a block
         to have them all free, whatever the free count elsewhere.
@@ -729,6 +730,44 @@ class AsyncClient:
         stub = self._stubs().allocations
         request = allocation_pb2.CancelAllocationRequest(allocation_id=allocation_id)
         return convert.operation(await self._call(stub.CancelAllocation, request, timeout=timeout))
+
+    # Quotas ---------------------------------------------------------------------------------
+
+    async def set_quota(
+        self,
+        tenant_id: str,
+        gpu_model: str,
+        nodes: int,
+        *,
+        borrow_limit: int = 0,
+        cohort: str = "",
+        timeout: float | None = None,
+    ) -> models.Quota:
+        """Let ``tenant_id`` hold ``nodes`` of ``gpu_model`` (0-100,000) and borrow up to
+        ``borrow_limit`` more of what the other tenants of ``cohort`` ("" for none) leave unused
+        (operators); an unknown tenant is ``NotFoundError``. Creates over it wait PENDING
+        (QUOTA_EXCEEDED), holding up no other tenant; a tenant within its own quota reclaims what
+        its cohort borrowed, the scheduler preempting the borrowers' allocations (their
+        ``preempted_reason`` says so). Allocations held already stay. Idempotent, so retried."""
+        stub = self._stubs().allocations
+        request = allocation_pb2.SetQuotaRequest(
+            tenant_id=tenant_id,
+            gpu_model=convert.gpu_model_value(gpu_model),
+            nodes=nodes,
+            borrow_limit=borrow_limit,
+            cohort=cohort,
+        )
+        return convert.quota((await self._call(stub.SetQuota, request, timeout=timeout)).quota)
+
+    async def list_quotas(self, *, tenant_id: str = "", timeout: float | None = None) -> list[models.Quota]:
+        """Every quota, by tenant then GPU model, with the nodes each tenant's ACTIVE allocations
+        hold. Tenants see only their own (another tenant's ``tenant_id`` reads empty); operators
+        see all, or one tenant's with ``tenant_id``. A tenant without a quota of a model is not
+        limited."""
+        stub = self._stubs().allocations
+        request = allocation_pb2.ListQuotasRequest(tenant_id=tenant_id)
+        response = await self._call(stub.ListQuotas, request, timeout=timeout)
+        return [convert.quota(q) for q in response.quotas]
 
     # Operations -----------------------------------------------------------------------------
 

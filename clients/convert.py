@@ -147,6 +147,20 @@ def spare_pool(message: node_pb2.SparePool) -> models.SparePool:
     )
 
 
+def quota(message: allocation_pb2.Quota) -> models.Quota:
+    """The client's ``Quota`` of a Quota message."""
+    return models.Quota(
+        tenant_id=message.tenant_id,
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        nodes=message.nodes,
+        borrow_limit=message.borrow_limit,
+        cohort=message.cohort,
+        used_nodes=message.used_nodes,
+        actor=message.actor,
+        update_time=optional_time(message, "update_time"),
+    )
+
+
 def allocation(message: allocation_pb2.Allocation) -> models.Allocation:
     """The client's ``Allocation`` of an Allocation message."""
     return _allocation_as(models.Allocation, message)
@@ -183,6 +197,7 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         queue_position=message.queue_position,
         admit_time=optional_time(message, "admit_time"),
         same_block=message.same_block,
+        preempted_reason=message.preempted_reason,
         **extra,
     )
 

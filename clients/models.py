@@ -139,7 +139,9 @@ class Allocation:
     ``release_time`` is when its last node came back from the scrub.
     ``replacements`` lists the nodes taken from it for faults, with their spares; while it holds
     fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so.
-    ``same_block``: it asked for every node under one leaf switch."""
+    ``same_block``: it asked for every node under one leaf switch. ``preempted_reason`` is set when
+    the scheduler cancelled it so that another tenant of its cohort could have back the quota it
+    was borrowing: who reclaimed what, and what it held."""
 
     allocation_id: str
     tenant_id: str
@@ -156,6 +158,7 @@ class Allocation:
     queue_position: int = 0
     admit_time: datetime | None = None
     same_block: bool = False
+    preempted_reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -169,10 +172,29 @@ class CreatedAllocation(Allocation):
 
 
 @dataclass(frozen=True)
+class Quota:
+    """A tenant's quota of one GPU model: it may hold ``nodes`` of its own, and borrow up to
+    ``borrow_limit`` more of what the other tenants of its ``cohort`` ("" for none) leave unused;
+    ``used_nodes`` is what its ACTIVE allocations of the model hold now. ``actor`` and
+    ``update_time`` say who set it last, and when. A tenant without a quota of a model is not
+    limited."""
+
+    tenant_id: str
+    gpu_model: str
+    nodes: int
+    borrow_limit: int
+    cohort: str
+    used_nodes: int
+    actor: str
+    update_time: datetime | None
+
+
+@dataclass(frozen=True)
 class PendingReason:
     """One reason a PENDING allocation waits: ``kind`` (ADMISSION_DUE, WAITING_FOR_CAPACITY,
-    BEHIND_GANGS or NO_ACCEPTABLE_MODEL), a sentence with its figures, and the figures by name
-    (``free``, ``needed``, ``spares``, ``position``, ``ahead``, ``fleet``...)."""
+    BEHIND_GANGS, NO_ACCEPTABLE_MODEL, TOPOLOGY, QUOTA_EXCEEDED or WAITING_FOR_PREEMPTION), a
+    sentence with its figures, and the figures by name (``free``, ``needed``, ``spares``,
+    ``position``, ``ahead``, ``fleet``, ``used``, ``limit``, ``nominal``, ``reclaiming``...)."""
 
     kind: str
     message: str

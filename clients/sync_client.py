@@ -197,6 +197,8 @@ class Client:
     list_allocations = _blocking(AsyncClient.list_allocations)
     iter_allocations = _blocking_iter(AsyncClient.iter_allocations)
     cancel_allocation = _blocking(AsyncClient.cancel_allocation)
+    set_quota = _blocking(AsyncClient.set_quota)
+    list_quotas = _blocking(AsyncClient.list_quotas)
 
     get_operation = _blocking(AsyncClient.get_operation)
     wait_operation = _blocking(AsyncClient.wait_operation)

@@ -338,7 +338,7 @@ class ControlPlane:
         reconciler, node_health = NodeReconciler(store, directives, fleet), NodeHealth(store, config.health)
         self.slow_gpus = SlowGpuSweep(store, metrics.outliers, config.health)
         self.degraded = DegradedSweep(store, interval_s=config.health.resync_s, actor=HEALTH_ACTOR)
-        self.scheduler = scheduler = Scheduler(store, config.placement)
+        self.scheduler = scheduler = Scheduler(store, config.placement, preempted=wake_releaser)
         leader = FleetLeader(
             store, reconciler, reachability, fleet, node_health, config.health, self.slow_gpus, self.degraded, scheduler
         )

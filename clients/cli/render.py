@@ -274,6 +274,35 @@ def spare_pools_table(items: Sequence[models.SparePool], title: str) -> Table:
     )
 
 
+def quotas_table(items: Sequence[models.Quota], title: str = "Quotas") -> Table:
+    """Quotas: tenant, model, its own quota, what it may borrow, its cohort, and the nodes it
+    holds; a tenant holding more than its quota is borrowing, which the caption explains."""
+    borrowing = any(q.used_nodes > q.nodes for q in items)
+    grid = table(
+        title,
+        ["TENANT", "MODEL", "QUOTA", "BORROW LIMIT", "COHORT", "USED"],
+        items,
+        lambda q: [
+            q.tenant_id,
+            q.gpu_model,
+            str(q.nodes),
+            str(q.borrow_limit),
+            q.cohort or "-",
+            Text(str(q.used_nodes), style="yellow") if q.used_nodes > q.nodes else str(q.used_nodes),
+        ],
+        right=("QUOTA", "BORROW LIMIT", "USED"),
+        empty="none: a tenant without a quota of a model is not limited",
+    )
+    if borrowing:
+        # Why a count stands out: those are the allocations a lender's reclaim preempts.
+        add_caption(
+            grid,
+            "USED over QUOTA: borrowing from its cohort; the borrowers' allocations are preempted"
+            " when a tenant of the cohort reclaims its own quota",
+        )
+    return grid
+
+
 def isolation_table(items: Sequence[models.IsolationViolation], title: str) -> Table:
     """Isolation violations: node, kind, state, holder, partitions reported, what is wrong."""
     return table(
@@ -330,7 +359,8 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
     """Allocations: tenant, model, node count, state, creation and release times, node ids; with
     PRIORITY where some allocation has one, QUEUE (the position of each PENDING one in its model's
     queue) where some waits, and ADMITTED where some waited before it was placed. Under the table:
-    the nodes replaced under them, why any is degraded, and how to see why one waits."""
+    the nodes replaced under them, why any is degraded, why any was preempted (its STATE is marked
+    too), and how to see why one waits."""
     # Columns that would hold nothing telling in most listings are there only when a row needs them.
     optional: list[tuple[str, bool, Callable[[models.Allocation], Cell]]] = [
         ("PRIORITY", any(a.priority for a in items), lambda a: str(a.priority)),
@@ -347,7 +377,7 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
             "TENANT": a.tenant_id,
             "MODEL": a.gpu_model,
             "NODES": str(a.node_count),
-            "STATE": styled(a.state) + Text(" (degraded)", style="red") if a.degraded_reason else styled(a.state),
+            "STATE": _state_cell(a),
             "CREATED": when(a.create_time),
             "RELEASED": when(a.release_time),
             "NODE IDS": ", ".join(a.node_ids),
@@ -362,11 +392,23 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
         for a in items
         for made in a.replacements
     ] + [f"{a.allocation_id}: {a.degraded_reason}" for a in items if a.degraded_reason]
+    # The server's sentence begins "preempted: ...", as a degraded reason says what is missing.
+    notes += [f"{a.allocation_id}: {a.preempted_reason}" for a in items if a.preempted_reason]
     if "QUEUE" in shown:
         notes.append("why an allocation waits: gpucloud allocations explain ALLOCATION_ID")
     for note in notes:
         add_caption(grid, note)
     return grid
+
+
+def _state_cell(allocation: models.Allocation) -> Text:
+    """An allocation's state, marked when it is degraded or was preempted (the caption says why)."""
+    cell = styled(allocation.state)
+    if allocation.degraded_reason:
+        cell += Text(" (degraded)", style="red")
+    if allocation.preempted_reason:
+        cell += Text(" (preempted)", style="magenta")
+    return cell
 
 
 def _queue_cell(allocation: models.Allocation) -> Cell:
@@ -393,12 +435,15 @@ def pending_reasons_table(items: Sequence[models.PendingReason], title: str) -> 
 
 def explanation(explained: models.AllocationExplanation) -> Group:
     """``allocations explain``: a line with the allocation's state (and, while it is PENDING, its
-    place in its model's queue and its priority), then the reasons it waits, most binding first."""
+    place in its model's queue and its priority; once preempted, why), then the reasons it waits,
+    most binding first."""
     a = explained.allocation
     if a.state != "PENDING":
         head = Text.assemble(f"{a.allocation_id} is not pending: it is ", styled(a.state))
         if a.admit_time is not None:
             head.append(f", admitted {when(a.admit_time)} UTC")
+        if a.preempted_reason:
+            head.append(f"; {a.preempted_reason}")
         return Group(head)
     head = Text.assemble(
         f"{a.allocation_id}: ",

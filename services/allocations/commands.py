@@ -28,10 +28,10 @@ from functools import partial
 from typing import NamedTuple
 
 import scheduling
-from services.allocations import idempotency, spares
+from services.allocations import idempotency, queue, quotas, spares
 from services.allocations import repository as repo
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
-from services.allocations.repository import AllocationFilter, AllocationView
+from services.allocations.repository import Allocation, AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.set_based import cancel_many, create_many
 from services.allocations.states import AllocationState
@@ -154,8 +154,16 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
     # Allocations waiting in the model's queue at this priority or above go first (queue.py).
     top = (yield from repo.queued_ahead([request.gpu_model])).get(request.gpu_model)
     queued_ahead = top is not None and top >= request.priority
+    # A tenant with a quota of the model is counted against it (quotas.py); over it, it waits.
+    over_quota = None
+    if (request.tenant_id, request.gpu_model) in (
+        yield from quotas.limited_tenants([request.tenant_id], [request.gpu_model])
+    ):
+        ledger = yield from quotas.ledger(request.gpu_model, locking=locking)
+        if ledger is not None and not ledger.fits(request.tenant_id, request.node_count):
+            over_quota = ledger
     chosen = None
-    if not queued_ahead:
+    if not queued_ahead and over_quota is None:
         chosen = yield from place(
             request.gpu_model,
             request.node_count,
@@ -166,6 +174,8 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
             same_block=request.same_block,
         )
     if chosen is None and request.fail_if_unavailable:
+        if over_quota is not None:
+            raise _over_quota(request, over_quota)
         raise (yield from _unavailable(request, keep, queued_ahead=queued_ahead))
     # Stamped now that the chosen nodes are locked: a release of one of them that committed
     # while this create waited (for the key, for a lock) is earlier than this hand-over.
@@ -178,6 +188,18 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
     if chosen is not None:
         return created
     return Created((yield from repo.views([created.view.row]))[0], replayed=False)
+
+
+def _over_quota(request: AllocationRequest, ledger: quotas.Ledger) -> ResourceExhausted:
+    """The refusal of a create over its tenant's quota that asked not to wait."""
+    # The reason speaks of the tenant and the ask only: the allocation was never made.
+    row = Allocation("", request.tenant_id, request.gpu_model, request.node_count, AllocationState.PENDING.value, 0)
+    reason = queue.quota_reason(row, ledger)
+    return ResourceExhausted(
+        reason="QUOTA_EXCEEDED",
+        message=f"{reason.message}; nothing was allocated (fail_if_unavailable)",
+        metadata={"gpu_model": request.gpu_model, **{name: str(value) for name, value in reason.figures.items()}},
+    )
 
 
 def _unavailable(request: AllocationRequest, keep: int, *, queued_ahead: bool) -> Tx[ResourceExhausted]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2, node_pb2
 from services.allocations.queue import Reason, ReasonKind
+from services.allocations.quotas import Quota
 from services.allocations.repository import AllocationView
 from services.allocations.spares import SparePool
 from services.allocations.states import AllocationState
@@ -46,6 +47,21 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
         queue_position=view.queue_position,
         admit_time=timestamp(row.admitted_us),
         same_block=row.same_block,
+        preempted_reason=row.preempted_reason or "",
+    )
+
+
+def quota_to_proto(quota: Quota) -> allocation_pb2.Quota:
+    """The API form of a tenant's quota of one model."""
+    return allocation_pb2.Quota(
+        tenant_id=quota.tenant_id,
+        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(quota.gpu_model)],
+        nodes=quota.nodes,
+        borrow_limit=quota.borrow_limit,
+        cohort=quota.cohort,
+        used_nodes=quota.used,
+        actor=quota.actor,
+        update_time=timestamp(quota.updated_us),
     )
 
 

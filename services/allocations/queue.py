@@ -17,6 +17,13 @@ model the fleet has at all. ``plan`` walks the queue once:
   allocations declare no run time, so no start can be predicted, and every free node of the
   pool may be the one the gang needs. Other pools' queues are not held up.
 
+Quotas (quotas.py) are counted on the way: an allocation over its tenant's quota waits
+(QUOTA_EXCEEDED) and is passed over, holding nothing back, since one tenant's quota must not
+hold up the others. A head that fits within its tenant's own quota but not in the free nodes
+reclaims what its cohort borrowed: ``plan`` names the borrowers' allocations to preempt
+(lowest priority first, then the newest, only while their tenant borrows, and only when they
+free enough), and the head waits for their release (WAITING_FOR_PREEMPTION).
+
 A gang is admitted whole or not at all and waits holding nothing, so two gangs can never each
 hold part of what the other needs: neither deadlock nor partial hold is possible. The same
 function explains a waiting allocation (ExplainAllocation): the reasons are the cycle's own.
@@ -30,6 +37,7 @@ from enum import StrEnum
 
 import scheduling
 from services.allocations.placement import Pool
+from services.allocations.quotas import Ledger
 from services.allocations.repository import Allocation
 
 
@@ -41,6 +49,8 @@ class ReasonKind(StrEnum):
     BEHIND_GANGS = "BEHIND_GANGS"
     NO_ACCEPTABLE_MODEL = "NO_ACCEPTABLE_MODEL"
     TOPOLOGY = "TOPOLOGY"
+    QUOTA_EXCEEDED = "QUOTA_EXCEEDED"
+    WAITING_FOR_PREEMPTION = "WAITING_FOR_PREEMPTION"
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +65,12 @@ class Reason:
 @dataclass(frozen=True, slots=True)
 class Plan:
     """A cycle's decisions over one queue: the allocations admitted with their nodes (in
-    admission order), and the reasons of those that wait, most binding first."""
+    admission order), the reasons of those that wait, most binding first, and the running
+    allocations to preempt, each with the reason its tenant is told."""
 
     admitted: list[tuple[Allocation, list[str]]]
     waiting: dict[str, list[Reason]]
+    preempted: list[tuple[Allocation, str]] = field(default_factory=list)
 
 
 def plan(
@@ -69,12 +81,20 @@ def plan(
     keep: int,
     fleet_nodes: int,
     fleet_block: int,
+    ledger: Ledger | None = None,
+    running: Sequence[Allocation] = (),
+    reclaiming: int = 0,
 ) -> Plan:
     """Admit what the queue's order allows from ``pool`` (which the admissions take from),
     leaving ``keep`` nodes free as spares; ``fleet_nodes``: nodes of the model in any state
-    but retired, ``fleet_block``: the most of them under one leaf switch."""
+    but retired, ``fleet_block``: the most of them under one leaf switch. ``ledger``: the
+    model's quotas and what each tenant holds (None: no quotas); ``running``: the model's
+    ACTIVE allocations, which a reclaim may preempt; ``reclaiming``: nodes preempted
+    allocations still hold while they are released."""
+    ledger = ledger or Ledger((), {})
     admitted: list[tuple[Allocation, list[str]]] = []
     waiting: dict[str, list[Reason]] = {}
+    preempted: list[tuple[Allocation, str]] = []
     head: Allocation | None = None
     ahead = 0  # allocations ahead in the queue still waiting, the head among them
     for position, row in enumerate(queue, start=1):
@@ -86,14 +106,26 @@ def plan(
         if row.same_block and needed > fleet_block:
             waiting[row.allocation_id] = [_topology(row, fleet_block, pool.free, in_fleet=True)]
             continue
+        if not ledger.fits(row.tenant_id, needed):
+            waiting[row.allocation_id] = [quota_reason(row, ledger)]
+            continue
         if head is None:
             chosen = pool.choose(policy, needed, tenant=row.tenant_id, keep=keep, same_block=row.same_block)
             if chosen is not None:
                 pool.take(chosen)
+                ledger.take(row.tenant_id, needed)
                 admitted.append((row, chosen))
                 continue
             head = row
-            waiting[row.allocation_id] = [_short(row, pool, keep) or _capacity(row, pool.free, keep)]
+            binding = _short(row, pool, keep) or _capacity(row, pool.free, keep)
+            reclaim = None
+            if binding.kind is ReasonKind.WAITING_FOR_CAPACITY and ledger.within_nominal(row.tenant_id, needed):
+                reclaim = _reclaim(row, max(pool.free - keep, 0) + reclaiming, running, ledger)
+            if reclaim is None:
+                waiting[row.allocation_id] = [binding]
+            else:
+                preempted.extend(reclaim)
+                waiting[row.allocation_id] = [_preemption(row, pool.free, reclaiming, reclaim)]
         else:
             reasons = [_behind(row, head, ahead, position, pool.free, keep)]
             short = _short(row, pool, keep)
@@ -102,7 +134,74 @@ def plan(
                 reasons.insert(0, short)
             waiting[row.allocation_id] = reasons
         ahead += 1
-    return Plan(admitted, waiting)
+    return Plan(admitted, waiting, preempted)
+
+
+def _reclaim(
+    row: Allocation, coming: int, running: Sequence[Allocation], ledger: Ledger
+) -> list[tuple[Allocation, str]] | None:
+    """The borrowers' allocations to preempt so that ``row``, within its own quota, fits once
+    they are released (``coming``: nodes free or on their way back already); None when the
+    borrowers cannot free enough, so that no one is preempted for nothing. The ledger counts
+    the victims' nodes given back."""
+    short = row.node_count - coming
+    if short <= 0:
+        return []  # what is on its way back suffices
+    borrowed = {t: ledger.used(t) - ledger.nominal(t) for t in {a.tenant_id for a in running} if ledger.limited(t)}
+    candidates = sorted(
+        (a for a in running if a.tenant_id != row.tenant_id and ledger.same_cohort(row.tenant_id, a.tenant_id)),
+        key=lambda a: (a.priority, -(a.admitted_us or 0), a.allocation_id),
+    )
+    victims = []
+    for victim in candidates:
+        if borrowed[victim.tenant_id] <= 0:
+            continue  # its tenant no longer borrows: the rest is its own quota
+        borrowed[victim.tenant_id] -= victim.node_count
+        victims.append(victim)
+        short -= victim.node_count
+        if short <= 0:
+            break
+    if short > 0:
+        return None
+    reasons = []
+    for victim in victims:
+        reasons.append((victim, _victim_reason(victim, row, ledger)))
+        ledger.give_back(victim.tenant_id, victim.node_count)
+    return reasons
+
+
+def _victim_reason(victim: Allocation, reclaimer: Allocation, ledger: Ledger) -> str:
+    return (
+        f"preempted: tenant {reclaimer.tenant_id} reclaims its {reclaimer.gpu_model} quota"
+        f" ({ledger.nominal(reclaimer.tenant_id)} node(s)), which tenant {victim.tenant_id} was borrowing:"
+        f" it held {ledger.used(victim.tenant_id)} {victim.gpu_model} node(s) against a quota of"
+        f" {ledger.nominal(victim.tenant_id)}"
+    )
+
+
+def _preemption(row: Allocation, free: int, reclaiming: int, victims: Sequence[tuple[Allocation, str]]) -> Reason:
+    returning = reclaiming + sum(victim.node_count for victim, _ in victims)
+    return Reason(
+        ReasonKind.WAITING_FOR_PREEMPTION,
+        f"waiting for preemption: within its tenant's own quota, it reclaims {returning} {row.gpu_model} node(s)"
+        f" its cohort borrowed; they are scrubbed and released before it is admitted ({free} free now,"
+        f" {row.node_count} needed)",
+        {"reclaiming": returning, "free": free, "needed": row.node_count},
+    )
+
+
+def quota_reason(row: Allocation, ledger: Ledger) -> Reason:
+    """Why ``row`` waits for its tenant's quota: what the tenant holds, and its limit now."""
+    used, nominal, limit = ledger.used(row.tenant_id), ledger.nominal(row.tenant_id), ledger.limit(row.tenant_id)
+    borrow = (
+        f" (its quota {nominal}, and {limit - nominal} it may borrow from its cohort now)" if limit > nominal else ""
+    )
+    return Reason(
+        ReasonKind.QUOTA_EXCEEDED,
+        f"quota exceeded: tenant {row.tenant_id} holds {used} of {limit} {row.gpu_model} node(s){borrow};"
+        f" {row.node_count} more asked. It waits, holding nothing back from other tenants",
+        {"used": used, "limit": limit, "nominal": nominal, "needed": row.node_count},
+    )
 
 
 def due(row: Allocation) -> Reason:

@@ -36,6 +36,8 @@ class Allocation:
     priority: int = 0
     admitted_us: int | None = None
     same_block: bool = False
+    # Why the scheduler cancelled it for a quota's owner (quotas.py); None otherwise.
+    preempted_reason: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,16 +88,27 @@ class AllocationFilter:
 
 _COLUMNS = (
     "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority,"
-    " admitted_us, same_block"
+    " admitted_us, same_block, preempted_reason"
 )
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
 
 def _row(values: Sequence[Any]) -> Allocation:
-    allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel, released, priority, admitted, block = (
-        values
-    )
+    (
+        allocation_id,
+        tenant_id,
+        gpu_model,
+        node_count,
+        state,
+        created_us,
+        cancel,
+        released,
+        priority,
+        admitted,
+        block,
+        why,
+    ) = values
     return Allocation(
         allocation_id,
         tenant_id,
@@ -108,6 +121,7 @@ def _row(values: Sequence[Any]) -> Allocation:
         priority,
         admitted,
         bool(block),  # SQLite answers a boolean as 0 or 1
+        why,
     )
 
 
@@ -182,6 +196,34 @@ def queue(gpu_model: str, *, locking: bool = False) -> Tx[list[Allocation]]:
     return [_row(r) for r in result.rows]
 
 
+def running(gpu_model: str) -> Tx[list[Allocation]]:
+    """The ACTIVE allocations of ``gpu_model``: the ones a reclaim may preempt."""
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM allocations WHERE state = :active AND gpu_model = :model",
+        {"active": AllocationState.ACTIVE.value, "model": gpu_model},
+    )
+    return [_row(r) for r in result.rows]
+
+
+def reclaiming(gpu_model: str) -> Tx[int]:
+    """How many nodes of ``gpu_model`` preempted allocations still hold while they are released."""
+    result = yield Sql(
+        "SELECT COALESCE(SUM(node_count), 0) FROM allocations"
+        " WHERE state = :cancelling AND gpu_model = :model AND preempted_reason IS NOT NULL",
+        {"cancelling": AllocationState.CANCELLING.value, "model": gpu_model},
+    )
+    found = result.first()
+    return 0 if found is None else int(found[0])
+
+
+def mark_preempted(reasons: Sequence[tuple[str, str]]) -> Tx[None]:
+    """Record why the scheduler cancelled each (allocation id, reason)."""
+    yield Sql(
+        "UPDATE allocations SET preempted_reason = :reason WHERE allocation_id = :id",
+        rows=[{"id": allocation_id, "reason": reason} for allocation_id, reason in reasons],
+    )
+
+
 def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
     """Each PENDING allocation's place in its model's queue, 1 for the head: one query per model."""
     positions: dict[str, int] = {}
@@ -193,17 +235,27 @@ def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
 
 def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
     """The highest priority waiting in each of the models' queues, for those with a queue: a
-    create of priority at most that waits behind it rather than overtaking it. An allocation
-    larger than the fleet's nodes of its model never holds the queue (queue.py), so it is
-    not counted here either."""
+    create of priority at most that waits behind it rather than overtaking it. Allocations
+    that never hold the queue (queue.py) are not counted: one larger than the fleet's nodes
+    of its model, and one over its tenant's quota even if the tenant borrowed all it may (an
+    upper bound of its limit: one within it that its cohort cannot lend to still counts)."""
     if not gpu_models:
         return {}
     models, params = expand("m", sorted(set(gpu_models)))
     result = yield Sql(
         "SELECT a.gpu_model, MAX(a.priority) FROM allocations a"
         f" WHERE a.state = :pending AND a.gpu_model IN ({models}) AND a.node_count <= (SELECT COUNT(*) FROM nodes n"
-        " WHERE n.gpu_model = a.gpu_model AND n.state <> :retired) GROUP BY a.gpu_model",
-        {**params, "pending": AllocationState.PENDING.value, "retired": NodeState.RETIRED.value},
+        " WHERE n.gpu_model = a.gpu_model AND n.state <> :retired)"
+        " AND NOT EXISTS (SELECT 1 FROM quotas q WHERE q.tenant_id = a.tenant_id AND q.gpu_model = a.gpu_model"
+        " AND a.node_count + (SELECT COALESCE(SUM(h.node_count), 0) FROM allocations h WHERE h.tenant_id = a.tenant_id"
+        " AND h.gpu_model = a.gpu_model AND h.state = :active) > q.nodes + q.borrow_limit)"
+        " GROUP BY a.gpu_model",
+        {
+            **params,
+            "pending": AllocationState.PENDING.value,
+            "retired": NodeState.RETIRED.value,
+            "active": AllocationState.ACTIVE.value,
+        },
     )
     return {str(model): int(top) for model, top in result.rows}
 
@@ -354,7 +406,7 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
     a PENDING one): two statements however many there are."""
     yield Sql(
         f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
-        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block)",
+        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block, :preempted_reason)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(

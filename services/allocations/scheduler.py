@@ -6,8 +6,9 @@ replica that leads the fleet (fleet/leader.py), ``Scheduler.run`` then runs a cy
 with a queue whenever a create queues, a cancel or a release frees capacity, and at least every
 ``interval_s`` (a node that turns READY after burn-in, a repair or an uncordon is seen there):
 one transaction reads the queue in admission order, the pool of free nodes and the spares,
-lets ``queue.plan`` decide, and admits what it chose, each allocation billed from its
-admission. Level-triggered: a cycle acts on what the tables hold, so a restart or a change of
+lets ``queue.plan`` decide (quotas counted, quotas.py), cancels the allocations a reclaim
+preempts, as a cancel of theirs would, and admits what it chose, each allocation billed from
+its admission. Level-triggered: a cycle acts on what the tables hold, so a restart or a change of
 leader loses nothing.
 
 On PostgreSQL the cycle locks the queue's rows, so a cancel of one waits for the cycle that may
@@ -25,15 +26,17 @@ from functools import partial
 import structlog
 
 import scheduling
-from services.allocations import queue, spares
+from services.allocations import queue, quotas, spares
 from services.allocations import repository as repo
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
 from services.allocations.queue import Plan, Reason
 from services.allocations.repository import Allocation, AllocationView
 from services.allocations.states import AllocationState
-from services.allocations.writes import record_admissions
+from services.allocations.writes import PendingCancel, record_admissions, record_cancels
+from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
 from services.errors import Aborted
+from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.notify import Notifier
@@ -52,10 +55,19 @@ _ATTEMPTS = 5
 class Scheduler:
     """Runs scheduling cycles on the fleet's leader; ``wake`` asks for one soon."""
 
-    def __init__(self, store: Database, policies: Policies = DEFAULT_POLICIES, *, interval_s: float = 1.0) -> None:
+    def __init__(
+        self,
+        store: Database,
+        policies: Policies = DEFAULT_POLICIES,
+        *,
+        interval_s: float = 1.0,
+        preempted: Notifier | None = None,
+    ) -> None:
         self._store = store
         self._policies = policies
         self._interval_s = interval_s
+        # Told when a cycle cancelled allocations for a reclaim (the releaser's wake-up).
+        self._preempted = preempted
         self.wake = Notifier()
 
     async def run(self) -> None:
@@ -91,10 +103,18 @@ class Scheduler:
             last = attempt == _ATTEMPTS
             try:
                 made = await self._store.transact(partial(cycle, gpu_model, policy, locking=locking, wait=last))
-            except Aborted:
+            except (Aborted, VictimChanged):
                 if last:
                     raise
                 continue
+            if made.preempted:
+                log.info(
+                    "allocations_preempted",
+                    gpu_model=gpu_model.value,
+                    allocation_ids=[row.allocation_id for row, _ in made.preempted],
+                )
+                if self._preempted is not None:
+                    self._preempted.notify()
             if made.admitted:
                 log.info(
                     "allocations_admitted",
@@ -114,6 +134,8 @@ def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait
     if not queued:
         return Plan([], {})
     made = yield from _plan(gpu_model, queued, policy, locking=locking)
+    if made.preempted:
+        yield from _preempt(made.preempted, locking=locking)
     if not made.admitted:
         return made
     if locking:
@@ -128,6 +150,28 @@ def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait
     # Stamped once the chosen nodes are locked: after whatever committed on them before.
     yield from record_admissions(made.admitted, now_us=now_us(), actor=SCHEDULER_ACTOR)
     return made
+
+
+class VictimChanged(Exception):
+    """An allocation a reclaim chose to preempt was cancelled meanwhile (PostgreSQL): the cycle
+    runs again on what the tables hold now. Never answered to a call."""
+
+
+def _preempt(victims: list[tuple[Allocation, str]], *, locking: bool) -> Tx[None]:
+    """Cancel the victims of a reclaim, each told why: as a cancel of theirs would (writes.record_cancels),
+    their usage stopping now. ``VictimChanged`` when one is no longer ACTIVE."""
+    rows = []
+    for victim, _ in sorted(victims, key=lambda v: v[0].allocation_id):
+        # Locked as a cancel locks it, before its nodes: a tenant's cancel of it waits here.
+        row = yield from repo.get_row(victim.allocation_id, tenant_id=None, locking=locking)
+        if row.state != AllocationState.ACTIVE.value:
+            raise VictimChanged(row.allocation_id)
+        rows.append(row)
+    ids = [row.allocation_id for row in rows]
+    held = yield from repo.held_nodes(ids, locking=locking)
+    cancels = [(PendingCancel(CONTROL_PLANE, row.allocation_id, new_id("op")), row) for row in rows]
+    yield from record_cancels(cancels, held, now_us=now_us())
+    yield from repo.mark_preempted([(victim.allocation_id, reason) for victim, reason in victims])
 
 
 def explain(
@@ -150,4 +194,21 @@ def _plan(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Poli
     keep = yield from spares.reserve(gpu_model, locking=locking)
     pool = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model))))
     fleet_nodes, fleet_block = yield from nodes_repo.in_service(gpu_model)
-    return queue.plan(queued, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes, fleet_block=fleet_block)
+    ledger = yield from quotas.ledger(gpu_model.value, locking=locking)
+    running: list[Allocation] = []
+    reclaiming = 0
+    if ledger is not None:
+        # Read only for a model with quotas: most fleets' cycles skip both.
+        running = yield from repo.running(gpu_model.value)
+        reclaiming = yield from repo.reclaiming(gpu_model.value)
+    return queue.plan(
+        queued,
+        pool,
+        policy=policy,
+        keep=keep,
+        fleet_nodes=fleet_nodes,
+        fleet_block=fleet_block,
+        ledger=ledger,
+        running=running,
+        reclaiming=reclaiming,
+    )

@@ -8,10 +8,15 @@ import grpc
 from google.longrunning import operations_pb2
 
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
-from services.allocations import commands
+from services.allocations import commands, quotas
 from services.allocations.commands import resolve_tenant
 from services.allocations.placement import DEFAULT_POLICIES, Policies
-from services.allocations.proto import ALLOCATION_STATE_FROM_PROTO, allocation_to_proto, reason_to_proto
+from services.allocations.proto import (
+    ALLOCATION_STATE_FROM_PROTO,
+    allocation_to_proto,
+    quota_to_proto,
+    reason_to_proto,
+)
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
 from services.allocations.scheduler import explain
@@ -28,6 +33,7 @@ from services.validation import Violations, checked_id
 Context = grpc.aio.ServicerContext[Any, Any]
 MAX_NODES_PER_ALLOCATION = 256
 MAX_PRIORITY = 1000
+MAX_QUOTA_NODES = 100_000
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 # Trailing metadata on a create answered from an earlier call's result (the same request_id):
@@ -102,6 +108,46 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         return allocation_pb2.ExplainAllocationResponse(
             allocation=allocation_to_proto(view), reasons=[reason_to_proto(r) for r in reasons]
         )
+
+    async def SetQuota(
+        self, request: allocation_pb2.SetQuotaRequest, context: Context
+    ) -> allocation_pb2.SetQuotaResponse:
+        """Set a tenant's quota of one GPU model; NOT_FOUND for an unknown tenant."""
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id, required=True)
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        for name in ("nodes", "borrow_limit"):
+            value = getattr(request, name)
+            if not 0 <= value <= MAX_QUOTA_NODES:
+                v.add(name, f"must be 0 to {MAX_QUOTA_NODES:,}, not {value}")
+        if request.cohort:
+            v.identifier("cohort", request.cohort, required=False)
+        v.raise_if_any()
+        quota = await quotas.set_quota(
+            self._store,
+            current_principal(),
+            request.tenant_id,
+            GPU_MODEL_FROM_PROTO[request.gpu_model],
+            request.nodes,
+            request.borrow_limit,
+            request.cohort,
+        )
+        # A larger quota, or a new cohort to borrow from, may admit what waits.
+        self._wake_scheduler.notify()
+        return allocation_pb2.SetQuotaResponse(quota=quota_to_proto(quota))
+
+    async def ListQuotas(
+        self, request: allocation_pb2.ListQuotasRequest, context: Context
+    ) -> allocation_pb2.ListQuotasResponse:
+        """Quotas with what each tenant holds; a tenant sees only its own (another's reads empty)."""
+        v = Violations()
+        v.identifier("tenant_id", request.tenant_id, required=False)
+        v.raise_if_any()
+        listing = TenantList(current_principal(), request.tenant_id)
+        if listing.of_another_tenant:
+            return allocation_pb2.ListQuotasResponse()
+        found = await quotas.quotas(self._store, listing.tenant_id, tenant_must_exist=listing.tenant_must_exist)
+        return allocation_pb2.ListQuotasResponse(quotas=[quota_to_proto(q) for q in found])
 
     async def ListAllocations(
         self, request: allocation_pb2.ListAllocationsRequest, context: Context

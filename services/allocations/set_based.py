@@ -11,7 +11,8 @@ cost more than the rows they write, are paid once per group instead of once per 
 A runner takes the set in queue order for as long as the requests are plain ones, whose
 answer it gives exactly as the request's own transaction (commands.py) would at that place:
 a create with a new key (or none) for an existing tenant that fits in the nodes still free,
-with nothing at its priority or above waiting in its model's queue;
+with nothing at its priority or above waiting in its model's queue, for a tenant without a
+quota of the model;
 a cancel of an ACTIVE allocation the caller may see, with no cancel started. It stops at the
 first other one (a replayed or reused key, an unknown tenant, not enough capacity, a second
 request with the key or the allocation of an earlier one, a cancel repeated or refused),
@@ -31,8 +32,8 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
+from services.allocations import quotas, spares
 from services.allocations import repository as repo
-from services.allocations import spares
 from services.allocations.placement import Candidate, Pool
 from services.allocations.repository import Allocation, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, Created
@@ -56,6 +57,10 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
     keyed = [(p.request.tenant_id, p.request.request_id) for p in pending if p.request.request_id]
     recorded = yield from repo.recorded_keys(CREATE_METHOD, keyed)
     queued = yield from repo.queued_ahead(sorted({p.request.gpu_model for p in pending}))
+    # A tenant with a quota of the model is counted against it alone (commands.py).
+    limited = yield from quotas.limited_tenants(
+        [p.request.tenant_id for p in pending], [p.request.gpu_model for p in pending]
+    )
     plain = _prefix(
         pending,
         key=lambda p: (p.request.tenant_id, p.request.request_id or p.allocation_id),
@@ -63,6 +68,7 @@ def create_many(pending: Sequence[PendingCreate]) -> Tx[list[Created]]:
             p.request.tenant_id in tenants
             and (p.request.tenant_id, p.request.request_id) not in recorded
             and queued.get(p.request.gpu_model, -1) < p.request.priority
+            and (p.request.tenant_id, p.request.gpu_model) not in limited
         ),
     )
     # Every free node of each model the prefix asks for: the policy chooses among them all,

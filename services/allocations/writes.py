@@ -146,6 +146,7 @@ def record_cancels(
             priority=was.priority,
             admitted_us=was.admitted_us,
             same_block=was.same_block,
+            preempted_reason=was.preempted_reason,
         )
         operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
         answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))

@@ -51,6 +51,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.AllocationService/CreateAllocation": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/GetAllocation": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/ExplainAllocation": OPERATOR_OR_TENANT,
+    "/gpucloud.v1.AllocationService/SetQuota": OPERATOR,
+    "/gpucloud.v1.AllocationService/ListQuotas": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/ListAllocations": OPERATOR_OR_TENANT,
     "/gpucloud.v1.AllocationService/CancelAllocation": OPERATOR_OR_TENANT,
     "/google.longrunning.Operations/GetOperation": OPERATOR_OR_TENANT,

@@ -167,6 +167,22 @@ class SparePoolRow(SQLModel, table=True):
     updated_us: int = Field(sa_column=Column(BigInteger, nullable=False))
 
 
+class QuotaRow(SQLModel, table=True):
+    """How many nodes of one GPU model a tenant may hold, and how many more it may borrow from
+    the unused quota of its cohort; a tenant without a row for a model is not limited."""
+
+    __tablename__ = "quotas"
+
+    tenant_id: str = Field(foreign_key="tenants.tenant_id", primary_key=True, max_length=63)
+    gpu_model: str = Field(primary_key=True, max_length=16)
+    nodes: int
+    borrow_limit: int
+    # Tenants of one cohort lend one another their unused quota of the model ("" for none).
+    cohort: str = Field(default="", max_length=63)
+    actor: str = Field(max_length=96)
+    updated_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
 class ActionResultRow(SQLModel, table=True):
     """An action's result as the node's agent reported it: burn-in figures or a scrub report, as JSON.
 
@@ -232,6 +248,8 @@ class AllocationRow(SQLModel, table=True):
     admitted_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     # Every node under one leaf switch (fabric block), or none.
     same_block: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
+    # Why the scheduler cancelled it to give its nodes back to their quota's owner; NULL otherwise.
+    preempted_reason: str | None = Field(default=None, max_length=512)
 
 
 class AssignmentRow(SQLModel, table=True):

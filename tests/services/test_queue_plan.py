@@ -9,6 +9,7 @@ from hypothesis import strategies as st
 import scheduling
 from services.allocations.placement import Candidate, Pool
 from services.allocations.queue import ReasonKind, plan
+from services.allocations.quotas import Ledger, Quota
 from services.allocations.repository import Allocation
 
 FIRST_FIT = scheduling.POLICIES["first-fit"]
@@ -169,3 +170,87 @@ def test_a_gang_the_spares_leave_no_room_for_holds_nothing_back() -> None:
     [reason] = made.waiting["all"]
     assert reason.kind is ReasonKind.NO_ACCEPTABLE_MODEL
     assert reason.figures == {"fleet": 8, "spares": 2, "needed": 8}
+
+
+def ledger(*quotas: tuple[str, int, int, str], used: dict[str, int] | None = None) -> Ledger:
+    """Quotas as (tenant, nodes, borrow limit, cohort), and what each tenant holds."""
+    return Ledger((Quota(t, "H100", n, b, c, "operator", 0) for t, n, b, c in quotas), used or {})
+
+
+def owned(name: str, tenant: str, nodes: int, *, priority: int = 0, admitted_us: int = 0) -> Allocation:
+    return Allocation(name, tenant, "H100", nodes, "ACTIVE", 0, priority=priority, admitted_us=admitted_us)
+
+
+def test_over_quota_waits_without_holding_up_other_tenants() -> None:
+    quotas = ledger(("acme", 2, 0, ""), used={"acme": 2})
+    queued = [
+        Allocation("a", "acme", "H100", 1, "PENDING", 0),
+        Allocation("b", "bolt", "H100", 3, "PENDING", 1),
+    ]
+    made = plan(queued, pool(4), policy=FIRST_FIT, keep=0, fleet_nodes=8, fleet_block=8, ledger=quotas)
+    assert [row.allocation_id for row, _ in made.admitted] == ["b"]
+    [reason] = made.waiting["a"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert reason.figures == {"used": 2, "limit": 2, "nominal": 2, "needed": 1}
+
+
+def test_a_tenant_borrows_what_its_cohort_leaves_unused_up_to_its_limit() -> None:
+    quotas = ledger(("acme", 2, 3, "lab"), ("bolt", 4, 0, "lab"), used={"bolt": 1})
+    queued = [Allocation("a", "acme", "H100", 5, "PENDING", 0), Allocation("b", "acme", "H100", 1, "PENDING", 1)]
+    made = plan(queued, pool(8), policy=FIRST_FIT, keep=0, fleet_nodes=8, fleet_block=8, ledger=quotas)
+    assert [row.allocation_id for row, _ in made.admitted] == ["a"]  # 2 own + 3 of bolt's unused 3
+    [reason] = made.waiting["b"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert reason.figures["limit"] == 5
+
+
+def test_reclaim_preempts_only_borrowers_lowest_priority_then_newest() -> None:
+    """Eight nodes, all held: bolt borrows two beyond its four, carol holds its own two. acme,
+    within its own four, reclaims two: bolt's newest low-priority allocation goes, and no one
+    else's."""
+    quotas = ledger(("acme", 4, 0, "lab"), ("bolt", 4, 4, "lab"), ("carol", 2, 0, "lab"), used={"bolt": 6, "carol": 2})
+    running = [
+        owned("bolt-old", "bolt", 2, admitted_us=1),
+        owned("bolt-new", "bolt", 2, admitted_us=3),
+        owned("bolt-vip", "bolt", 2, priority=9, admitted_us=4),
+        owned("carol-1", "carol", 2, admitted_us=5),
+    ]
+    free = pool(8)
+    free.take([f"node-{i:03d}" for i in range(8)])
+    queued = [Allocation("a", "acme", "H100", 2, "PENDING", 0)]
+    made = plan(queued, free, policy=FIRST_FIT, keep=0, fleet_nodes=8, fleet_block=8, ledger=quotas, running=running)
+    assert [(row.allocation_id, "acme reclaims" in why) for row, why in made.preempted] == [("bolt-new", True)]
+    [reason] = made.waiting["a"]
+    assert reason.kind is ReasonKind.WAITING_FOR_PREEMPTION
+    assert reason.figures == {"reclaiming": 2, "free": 0, "needed": 2}
+    # The next cycle, the victim still scrubbing: nothing more is preempted.
+    quotas = ledger(("acme", 4, 0, "lab"), ("bolt", 4, 4, "lab"), ("carol", 2, 0, "lab"), used={"bolt": 4, "carol": 2})
+    again = plan(
+        queued,
+        free,
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=8,
+        fleet_block=8,
+        ledger=quotas,
+        running=[r for r in running if r.allocation_id != "bolt-new"],
+        reclaiming=2,
+    )
+    assert again.preempted == []
+    assert again.waiting["a"][0].kind is ReasonKind.WAITING_FOR_PREEMPTION
+
+
+def test_no_one_is_preempted_when_the_borrowers_cannot_free_enough() -> None:
+    quotas = ledger(("acme", 6, 0, "lab"), ("bolt", 2, 4, "lab"), used={"bolt": 3, "acme": 3})
+    running = [owned("bolt-1", "bolt", 3), owned("acme-1", "acme", 3)]
+    free = pool(6)
+    free.take([f"node-{i:03d}" for i in range(6)])
+    queued = [Allocation("a", "acme", "H100", 3, "PENDING", 0)]
+    # Three needed, bolt borrows one (3 held, 2 its own): taking its allocation frees three.
+    made = plan(queued, free, policy=FIRST_FIT, keep=0, fleet_nodes=6, fleet_block=8, ledger=quotas, running=running)
+    assert [row.allocation_id for row, _ in made.preempted] == ["bolt-1"]
+    # A tenant outside the cohort is never preempted, however much it holds.
+    quotas = ledger(("acme", 6, 0, "lab"), ("bolt", 2, 4, "other"), used={"bolt": 3, "acme": 3})
+    made = plan(queued, free, policy=FIRST_FIT, keep=0, fleet_nodes=6, fleet_block=8, ledger=quotas, running=running)
+    assert made.preempted == []
+    assert made.waiting["a"][0].kind is ReasonKind.WAITING_FOR_CAPACITY

@@ -71,6 +71,14 @@ class _PendingReasonKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_Pen
     """
     PENDING_REASON_KIND_TOPOLOGY: _PendingReasonKind.ValueType  # 5
     """Enough nodes are free, but no leaf switch has as many free as a same_block gang needs."""
+    PENDING_REASON_KIND_QUOTA_EXCEEDED: _PendingReasonKind.ValueType  # 6
+    """Its tenant's quota of the model (with what the cohort may lend) would be exceeded. It holds
+    nothing back from other tenants' allocations.
+    """
+    PENDING_REASON_KIND_WAITING_FOR_PREEMPTION: _PendingReasonKind.ValueType  # 7
+    """Within its tenant's own quota: allocations of the cohort that borrowed it are being
+    preempted, and it is admitted once their nodes are released.
+    """
 
 class PendingReasonKind(_PendingReasonKind, metaclass=_PendingReasonKindEnumTypeWrapper):
     """Why a PENDING allocation is not admitted yet, by kind."""
@@ -90,6 +98,14 @@ admitted until nodes are added. It holds nothing back from the allocations behin
 """
 PENDING_REASON_KIND_TOPOLOGY: PendingReasonKind.ValueType  # 5
 """Enough nodes are free, but no leaf switch has as many free as a same_block gang needs."""
+PENDING_REASON_KIND_QUOTA_EXCEEDED: PendingReasonKind.ValueType  # 6
+"""Its tenant's quota of the model (with what the cohort may lend) would be exceeded. It holds
+nothing back from other tenants' allocations.
+"""
+PENDING_REASON_KIND_WAITING_FOR_PREEMPTION: PendingReasonKind.ValueType  # 7
+"""Within its tenant's own quota: allocations of the cohort that borrowed it are being
+preempted, and it is admitted once their nodes are released.
+"""
 Global___PendingReasonKind: _TypeAlias = PendingReasonKind  # noqa: Y015
 
 @_typing.final
@@ -113,6 +129,7 @@ class Allocation(_message.Message):
     QUEUE_POSITION_FIELD_NUMBER: _builtins.int
     ADMIT_TIME_FIELD_NUMBER: _builtins.int
     SAME_BLOCK_FIELD_NUMBER: _builtins.int
+    PREEMPTED_REASON_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -128,6 +145,10 @@ class Allocation(_message.Message):
     """While PENDING: its place in its model's queue, 1 for the head. 0 otherwise."""
     same_block: _builtins.bool
     """Every node under one leaf switch (one fabric block), as asked."""
+    preempted_reason: _builtins.str
+    """Set when the scheduler cancelled it so that another tenant of its cohort could have back
+    the quota it was borrowing: who reclaimed what, and what it held.
+    """
     @_builtins.property
     def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes placed for this allocation, in placement order."""
@@ -170,14 +191,62 @@ class Allocation(_message.Message):
         queue_position: _builtins.int = ...,
         admit_time: _timestamp_pb2.Timestamp | None = ...,
         same_block: _builtins.bool = ...,
+        preempted_reason: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "preempted_reason", b"preempted_reason", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Allocation: _TypeAlias = Allocation  # noqa: Y015
+
+@_typing.final
+class Quota(_message.Message):
+    """A tenant's quota of one GPU model. A tenant without one for a model is not limited."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    BORROW_LIMIT_FIELD_NUMBER: _builtins.int
+    COHORT_FIELD_NUMBER: _builtins.int
+    USED_NODES_FIELD_NUMBER: _builtins.int
+    ACTOR_FIELD_NUMBER: _builtins.int
+    UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.str
+    gpu_model: _node_pb2.GpuModel.ValueType
+    nodes: _builtins.int
+    """Nodes it may hold of its own."""
+    borrow_limit: _builtins.int
+    """How many more it may borrow from the quota its cohort's other tenants leave unused."""
+    cohort: _builtins.str
+    """Tenants of one cohort lend one another their unused quota ("" for none)."""
+    used_nodes: _builtins.int
+    """Nodes its ACTIVE allocations of the model hold now."""
+    actor: _builtins.str
+    @_builtins.property
+    def update_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.str = ...,
+        gpu_model: _node_pb2.GpuModel.ValueType = ...,
+        nodes: _builtins.int = ...,
+        borrow_limit: _builtins.int = ...,
+        cohort: _builtins.str = ...,
+        used_nodes: _builtins.int = ...,
+        actor: _builtins.str = ...,
+        update_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "borrow_limit", b"borrow_limit", "cohort", b"cohort", "gpu_model", b"gpu_model", "nodes", b"nodes", "tenant_id", b"tenant_id", "update_time", b"update_time", "used_nodes", b"used_nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Quota: _TypeAlias = Quota  # noqa: Y015
 
 @_typing.final
 class PendingReason(_message.Message):
@@ -415,6 +484,102 @@ class GetAllocationResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetAllocationResponse: _TypeAlias = GetAllocationResponse  # noqa: Y015
+
+@_typing.final
+class SetQuotaRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    BORROW_LIMIT_FIELD_NUMBER: _builtins.int
+    COHORT_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.str
+    gpu_model: _node_pb2.GpuModel.ValueType
+    nodes: _builtins.int
+    """0 to 100,000."""
+    borrow_limit: _builtins.int
+    """0 to 100,000."""
+    cohort: _builtins.str
+    """A cohort's name (lower case, digits and dashes), or "" for none."""
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.str = ...,
+        gpu_model: _node_pb2.GpuModel.ValueType = ...,
+        nodes: _builtins.int = ...,
+        borrow_limit: _builtins.int = ...,
+        cohort: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["borrow_limit", b"borrow_limit", "cohort", b"cohort", "gpu_model", b"gpu_model", "nodes", b"nodes", "tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetQuotaRequest: _TypeAlias = SetQuotaRequest  # noqa: Y015
+
+@_typing.final
+class SetQuotaResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUOTA_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def quota(self) -> Global___Quota: ...
+    def __init__(
+        self,
+        *,
+        quota: Global___Quota | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quota", b"quota"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SetQuotaResponse: _TypeAlias = SetQuotaResponse  # noqa: Y015
+
+@_typing.final
+class ListQuotasRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    tenant_id: _builtins.str
+    """For operators: only this tenant's. Tenants always see only their own."""
+    def __init__(
+        self,
+        *,
+        tenant_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQuotasRequest: _TypeAlias = ListQuotasRequest  # noqa: Y015
+
+@_typing.final
+class ListQuotasResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    QUOTAS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def quotas(self) -> _containers.RepeatedCompositeFieldContainer[Global___Quota]:
+        """By tenant, then GPU model."""
+
+    def __init__(
+        self,
+        *,
+        quotas: _abc.Iterable[Global___Quota] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["quotas", b"quotas"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListQuotasResponse: _TypeAlias = ListQuotasResponse  # noqa: Y015
 
 @_typing.final
 class ExplainAllocationRequest(_message.Message):

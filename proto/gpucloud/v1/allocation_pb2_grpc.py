@@ -45,6 +45,16 @@ class AllocationServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.FromString,
                 _registered_method=True)
+        self.SetQuota = channel.unary_unary(
+                '/gpucloud.v1.AllocationService/SetQuota',
+                request_serializer=gpucloud_dot_v1_dot_allocation__pb2.SetQuotaRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_allocation__pb2.SetQuotaResponse.FromString,
+                _registered_method=True)
+        self.ListQuotas = channel.unary_unary(
+                '/gpucloud.v1.AllocationService/ListQuotas',
+                request_serializer=gpucloud_dot_v1_dot_allocation__pb2.ListQuotasRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ListQuotasResponse.FromString,
+                _registered_method=True)
         self.GetAllocation = channel.unary_unary(
                 '/gpucloud.v1.AllocationService/GetAllocation',
                 request_serializer=gpucloud_dot_v1_dot_allocation__pb2.GetAllocationRequest.SerializeToString,
@@ -84,6 +94,21 @@ class AllocationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetQuota(self, request, context):
+        """Sets a tenant's quota of one GPU model (operators). A tenant within its own quota reclaims
+        what its cohort borrowed by preempting the borrowers, lowest priority first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListQuotas(self, request, context):
+        """Quotas with what each tenant holds; tenants see only their own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetAllocation(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -118,6 +143,16 @@ def add_AllocationServiceServicer_to_server(servicer, server):
                     servicer.ExplainAllocation,
                     request_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.SerializeToString,
+            ),
+            'SetQuota': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetQuota,
+                    request_deserializer=gpucloud_dot_v1_dot_allocation__pb2.SetQuotaRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_allocation__pb2.SetQuotaResponse.SerializeToString,
+            ),
+            'ListQuotas': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQuotas,
+                    request_deserializer=gpucloud_dot_v1_dot_allocation__pb2.ListQuotasRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_allocation__pb2.ListQuotasResponse.SerializeToString,
             ),
             'GetAllocation': grpc.unary_unary_rpc_method_handler(
                     servicer.GetAllocation,
@@ -189,6 +224,60 @@ class AllocationService:
             '/gpucloud.v1.AllocationService/ExplainAllocation',
             gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationRequest.SerializeToString,
             gpucloud_dot_v1_dot_allocation__pb2.ExplainAllocationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetQuota(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.AllocationService/SetQuota',
+            gpucloud_dot_v1_dot_allocation__pb2.SetQuotaRequest.SerializeToString,
+            gpucloud_dot_v1_dot_allocation__pb2.SetQuotaResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQuotas(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.AllocationService/ListQuotas',
+            gpucloud_dot_v1_dot_allocation__pb2.ListQuotasRequest.SerializeToString,
+            gpucloud_dot_v1_dot_allocation__pb2.ListQuotasResponse.FromString,
             options,
             channel_credentials,
             insecure,

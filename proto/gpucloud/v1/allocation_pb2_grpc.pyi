@@ -25,6 +25,12 @@ class AllocationServiceStub:
     """
     ExplainAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ExplainAllocationRequest, _allocation_pb2.ExplainAllocationResponse]
     """Why an allocation is PENDING, most binding reason first; empty for any other state."""
+    SetQuota: _aio.UnaryUnaryMultiCallable[_allocation_pb2.SetQuotaRequest, _allocation_pb2.SetQuotaResponse]
+    """Sets a tenant's quota of one GPU model (operators). A tenant within its own quota reclaims
+    what its cohort borrowed by preempting the borrowers, lowest priority first.
+    """
+    ListQuotas: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListQuotasRequest, _allocation_pb2.ListQuotasResponse]
+    """Quotas with what each tenant holds; tenants see only their own."""
     GetAllocation: _aio.UnaryUnaryMultiCallable[_allocation_pb2.GetAllocationRequest, _allocation_pb2.GetAllocationResponse]
     ListAllocations: _aio.UnaryUnaryMultiCallable[_allocation_pb2.ListAllocationsRequest, _allocation_pb2.ListAllocationsResponse]
     """Newest first, paged by an opaque signed token over (create_time, allocation_id)."""
@@ -56,6 +62,24 @@ class AllocationServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _aio.ServicerContext[_allocation_pb2.ExplainAllocationRequest, _abc.Awaitable[_allocation_pb2.ExplainAllocationResponse]],
     ) -> _abc.Awaitable[_allocation_pb2.ExplainAllocationResponse]:
         """Why an allocation is PENDING, most binding reason first; empty for any other state."""
+
+    @_abc_1.abstractmethod
+    def SetQuota(
+        self,
+        request: _allocation_pb2.SetQuotaRequest,
+        context: _aio.ServicerContext[_allocation_pb2.SetQuotaRequest, _abc.Awaitable[_allocation_pb2.SetQuotaResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.SetQuotaResponse]:
+        """Sets a tenant's quota of one GPU model (operators). A tenant within its own quota reclaims
+        what its cohort borrowed by preempting the borrowers, lowest priority first.
+        """
+
+    @_abc_1.abstractmethod
+    def ListQuotas(
+        self,
+        request: _allocation_pb2.ListQuotasRequest,
+        context: _aio.ServicerContext[_allocation_pb2.ListQuotasRequest, _abc.Awaitable[_allocation_pb2.ListQuotasResponse]],
+    ) -> _abc.Awaitable[_allocation_pb2.ListQuotasResponse]:
+        """Quotas with what each tenant holds; tenants see only their own."""
 
     @_abc_1.abstractmethod
     def GetAllocation(

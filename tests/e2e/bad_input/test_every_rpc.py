@@ -690,6 +690,40 @@ async def test_create_allocation_bad_input(world: World) -> None:
     )
 
 
+async def test_quota_bad_input(world: World) -> None:
+    """SetQuota names a bad tenant, model, count or cohort and sets nothing; an unknown tenant is
+    NOT_FOUND; ListQuotas names a bad tenant, and an unknown one is NOT_FOUND."""
+    a, m = "allocation", "SetQuota"
+
+    def request(**overrides: Any) -> allocation_pb2.SetQuotaRequest:
+        fields: dict[str, Any] = {"tenant_id": TENANT, "gpu_model": node_pb2.GPU_MODEL_H100, "nodes": 2}
+        fields.update(overrides)
+        return allocation_pb2.SetQuotaRequest(**fields)
+
+    await check_cases(
+        world,
+        [
+            invalid("no tenant", a, m, request(tenant_id=""), "tenant_id"),
+            invalid("bad tenant", a, m, request(tenant_id="Bad Tenant"), "tenant_id"),
+            invalid("model unspecified", a, m, request(gpu_model=0), "gpu_model"),
+            invalid("negative nodes", a, m, request(nodes=-1), "nodes"),
+            invalid("borrow over 100,000", a, m, request(borrow_limit=100_001), "borrow_limit"),
+            invalid("bad cohort", a, m, request(cohort="Lab One"), "cohort"),
+            not_found("unknown tenant", a, m, request(tenant_id="ghost"), "tenant_id"),
+            invalid(
+                "list: bad tenant", a, "ListQuotas", allocation_pb2.ListQuotasRequest(tenant_id="Bad"), "tenant_id"
+            ),
+            not_found(
+                "list: unknown tenant",
+                a,
+                "ListQuotas",
+                allocation_pb2.ListQuotasRequest(tenant_id="ghost"),
+                "tenant_id",
+            ),
+        ],
+    )
+
+
 async def test_other_allocation_rpcs_bad_input(world: World) -> None:
     """Get/Explain/List/CancelAllocation refuse empty, oversized and control-char ids, bad filters
     and tokens; 404 unknown."""

@@ -1,0 +1,209 @@
+"""Quotas: how many nodes of a GPU model each tenant may hold, and what its cohort lends it.
+
+A tenant with a quota for a model may hold ``nodes`` of them (its nominal quota) and borrow up
+to ``borrow_limit`` more from the quota its cohort's other tenants leave unused; a tenant
+without one is not limited. Quota and capacity are separate: an allocation within its quota
+may still wait for free nodes, and one over it waits (QUOTA_EXCEEDED) without holding up other
+tenants' work, whatever is free.
+
+A tenant that wants back what it lent reclaims it: when its allocation fits within its nominal
+quota but not in the free nodes, the scheduling cycle preempts allocations of the cohort's
+borrowers (tenants holding more than their nominal quota), lowest priority first, then the most
+recently admitted, and only while their tenant still borrows. The victim is cancelled with the
+reason (``preempted_reason``), and the allocation waits (WAITING_FOR_PREEMPTION) while their
+nodes are scrubbed. ``Ledger`` keeps these counts for one model during a cycle; no I/O there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from functools import partial
+
+from services.auth.principal import Principal
+from services.clock import now_us
+from services.nodes.inventory import GpuModel
+from services.store.engine import Database
+from services.store.tx import Sql, Tx, expand, for_update
+from services.tenants import repository as tenants_repo
+
+
+@dataclass(frozen=True, slots=True)
+class Quota:
+    """A tenant's quota of one model, and how many of its nodes the tenant holds now."""
+
+    tenant_id: str
+    gpu_model: str
+    nodes: int
+    borrow_limit: int
+    cohort: str
+    actor: str
+    updated_us: int
+    used: int = 0
+
+
+class Ledger:
+    """The quotas of one model's tenants and what each holds, as a cycle admits and preempts."""
+
+    def __init__(self, quotas: Iterable[Quota], used: Mapping[str, int]) -> None:
+        self._quotas = {q.tenant_id: q for q in quotas}
+        self._used = dict(used)
+
+    def limited(self, tenant: str) -> bool:
+        """Whether ``tenant`` has a quota of the model."""
+        return tenant in self._quotas
+
+    def used(self, tenant: str) -> int:
+        """The nodes of the model ``tenant`` holds."""
+        return self._used.get(tenant, 0)
+
+    def nominal(self, tenant: str) -> int:
+        """``tenant``'s own quota."""
+        return self._quotas[tenant].nodes
+
+    def limit(self, tenant: str) -> int:
+        """The most ``tenant`` may hold now: its quota, and what it may borrow of its cohort's unused quota."""
+        quota = self._quotas[tenant]
+        return quota.nodes + min(quota.borrow_limit, self._lendable(quota.cohort, tenant))
+
+    def fits(self, tenant: str, nodes: int) -> bool:
+        """Whether ``tenant`` may take ``nodes`` more; always, for a tenant without a quota."""
+        return not self.limited(tenant) or self.used(tenant) + nodes <= self.limit(tenant)
+
+    def within_nominal(self, tenant: str, nodes: int) -> bool:
+        """Whether ``tenant`` has a quota and ``nodes`` more stay inside it: what it may reclaim."""
+        return self.limited(tenant) and self.used(tenant) + nodes <= self.nominal(tenant)
+
+    def borrowing(self, tenant: str) -> bool:
+        """Whether ``tenant`` holds more than its own quota."""
+        return self.limited(tenant) and self.used(tenant) > self.nominal(tenant)
+
+    def same_cohort(self, tenant: str, other: str) -> bool:
+        """Whether both tenants have a quota in one cohort."""
+        a, b = self._quotas.get(tenant), self._quotas.get(other)
+        return a is not None and b is not None and bool(a.cohort) and a.cohort == b.cohort
+
+    def take(self, tenant: str, nodes: int) -> None:
+        """``tenant`` holds ``nodes`` more."""
+        self._used[tenant] = self.used(tenant) + nodes
+
+    def give_back(self, tenant: str, nodes: int) -> None:
+        """``tenant`` holds ``nodes`` fewer."""
+        self._used[tenant] = self.used(tenant) - nodes
+
+    def _lendable(self, cohort: str, borrower: str) -> int:
+        if not cohort:
+            return 0
+        return sum(
+            max(q.nodes - self.used(t), 0) for t, q in self._quotas.items() if q.cohort == cohort and t != borrower
+        )
+
+
+_COLUMNS = "tenant_id, gpu_model, nodes, borrow_limit, cohort, actor, updated_us"
+
+
+def of_model(gpu_model: str, *, locking: bool = False) -> Tx[list[Quota]]:
+    """Every quota of ``gpu_model``; locked when ``locking`` (PostgreSQL), so that the creates
+    and cycles that count them run one at a time: two that each fit alone could together
+    exceed a quota, or borrow the same unused quota twice."""
+    result = yield Sql(
+        f"SELECT {_COLUMNS} FROM quotas WHERE gpu_model = :model ORDER BY tenant_id" + for_update(locking),
+        {"model": gpu_model},
+    )
+    return [Quota(str(t), str(m), int(n), int(b), str(c), str(a), int(u)) for t, m, n, b, c, a, u in result.rows]
+
+
+def ledger(gpu_model: str, *, locking: bool) -> Tx[Ledger | None]:
+    """The model's quotas and what each tenant holds; None when the model has no quota."""
+    limits = yield from of_model(gpu_model, locking=locking)
+    if not limits:
+        return None
+    return Ledger(limits, (yield from usage(gpu_model)))
+
+
+def limited_tenants(tenant_ids: Iterable[str], gpu_models: Iterable[str]) -> Tx[set[tuple[str, str]]]:
+    """Which (tenant, model) pairs among these tenants and models have a quota: their creates
+    are decided by the scheduling cycle, where the quotas are counted."""
+    tenants, models = sorted(set(tenant_ids)), sorted(set(gpu_models))
+    if not tenants or not models:
+        return set()
+    tenant_list, tenant_params = expand("t", tenants)
+    model_list, model_params = expand("m", models)
+    result = yield Sql(
+        f"SELECT tenant_id, gpu_model FROM quotas WHERE tenant_id IN ({tenant_list}) AND gpu_model IN ({model_list})",
+        {**tenant_params, **model_params},
+    )
+    return {(str(t), str(m)) for t, m in result.rows}
+
+
+def usage(gpu_model: str) -> Tx[dict[str, int]]:
+    """The nodes of ``gpu_model`` each tenant's ACTIVE allocations hold (by what they asked)."""
+    result = yield Sql(
+        "SELECT tenant_id, SUM(node_count) FROM allocations WHERE state = 'ACTIVE' AND gpu_model = :model"
+        " GROUP BY tenant_id",
+        {"model": gpu_model},
+    )
+    return {str(t): int(n) for t, n in result.rows}
+
+
+def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[Quota]]:
+    if tenant_must_exist and tenant_id is not None:
+        yield from tenants_repo.require(tenant_id)
+    where, params = ("WHERE q.tenant_id = :tenant", {"tenant": tenant_id}) if tenant_id else ("", {})
+    result = yield Sql(
+        f"SELECT {', '.join(f'q.{c.strip()}' for c in _COLUMNS.split(','))}, COALESCE(SUM(a.node_count), 0)"
+        " FROM quotas q LEFT JOIN allocations a ON a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model"
+        f" AND a.state = 'ACTIVE' {where} GROUP BY {', '.join(f'q.{c.strip()}' for c in _COLUMNS.split(','))}"
+        " ORDER BY q.tenant_id, q.gpu_model",
+        params,
+    )
+    return [
+        Quota(str(t), str(m), int(n), int(b), str(c), str(a), int(u), int(used))
+        for t, m, n, b, c, a, u, used in result.rows
+    ]
+
+
+def _set(
+    tenant_id: str, gpu_model: GpuModel, nodes: int, borrow_limit: int, cohort: str, *, actor: str, now: int
+) -> Tx[Quota]:
+    yield from tenants_repo.require(tenant_id)
+    yield Sql(
+        "INSERT INTO quotas (tenant_id, gpu_model, nodes, borrow_limit, cohort, actor, updated_us)"
+        " VALUES (:tenant, :model, :nodes, :borrow, :cohort, :actor, :now) ON CONFLICT (tenant_id, gpu_model)"
+        " DO UPDATE SET nodes = excluded.nodes, borrow_limit = excluded.borrow_limit, cohort = excluded.cohort,"
+        " actor = excluded.actor, updated_us = excluded.updated_us",
+        {
+            "tenant": tenant_id,
+            "model": gpu_model.value,
+            "nodes": nodes,
+            "borrow": borrow_limit,
+            "cohort": cohort,
+            "actor": actor,
+            "now": now,
+        },
+    )
+    [quota] = [q for q in (yield from _list(tenant_id)) if q.gpu_model == gpu_model.value]
+    return quota
+
+
+async def set_quota(
+    store: Database,
+    principal: Principal,
+    tenant_id: str,
+    gpu_model: GpuModel,
+    nodes: int,
+    borrow_limit: int,
+    cohort: str,
+) -> Quota:
+    """Set ``tenant_id``'s quota of ``gpu_model``; NOT_FOUND for an unknown tenant. Allocations
+    held already stay: a quota below what the tenant holds makes its next creates wait."""
+    return await store.transact(
+        partial(_set, tenant_id, gpu_model, nodes, borrow_limit, cohort, actor=principal.actor, now=now_us())
+    )
+
+
+async def quotas(store: Database, tenant_id: str | None, *, tenant_must_exist: bool = False) -> list[Quota]:
+    """Every quota (of ``tenant_id`` only, when given), with what each tenant holds, by tenant
+    and model. ``tenant_must_exist``: an operator named the tenant, and one that does not exist
+    is NOT_FOUND rather than an empty list (as ListAllocations answers)."""
+    return await store.query(_list(tenant_id, tenant_must_exist=tenant_must_exist))
