@@ -577,6 +577,27 @@ class AsyncClient:
         response = await self._call(stub.ListSparePools, node_pb2.ListSparePoolsRequest(), timeout=timeout)
         return [convert.spare_pool(pool) for pool in response.pools]
 
+    async def get_fragmentation(self, *, timeout: float | None = None) -> list[models.PoolFragmentation]:
+        """Each pool's free capacity and how it lies across leaf switches, by GPU model; every
+        node in service in fabric order (operators). A read, so retried."""
+        stub = self._stubs().nodes
+        response = await self._call(stub.GetFragmentation, node_pb2.GetFragmentationRequest(), timeout=timeout)
+        return [convert.pool_fragmentation(pool) for pool in response.pools]
+
+    async def plan_defragmentation(
+        self, gpu_model: str, *, blocks: int = 1, max_allocation_nodes: int = 4, timeout: float | None = None
+    ) -> models.DefragmentationPlan:
+        """The fewest moves of small allocations (of at most ``max_allocation_nodes`` nodes) to free
+        nodes elsewhere that would free ``blocks`` leaf switches of ``gpu_model`` whole, and what
+        they cost each allocation (operators). A plan only: nothing moves, so it is retried as a
+        read. Fewer switches than asked, or none, when no more can be freed: ``summary`` says so."""
+        stub = self._stubs().nodes
+        request = node_pb2.PlanDefragmentationRequest(
+            gpu_model=convert.gpu_model_value(gpu_model), blocks=blocks, max_allocation_nodes=max_allocation_nodes
+        )
+        response = await self._call(stub.PlanDefragmentation, request, timeout=timeout)
+        return convert.defragmentation_plan(response)
+
     async def audit_isolation(self, *, timeout: float | None = None) -> models.IsolationAudit:
         """Every node's fabric partitions, as its agent reported them, checked against whom the
         node belongs to: the nodes checked and every violation (operators)."""

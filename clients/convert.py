@@ -147,6 +147,45 @@ def spare_pool(message: node_pb2.SparePool) -> models.SparePool:
     )
 
 
+def pool_fragmentation(message: node_pb2.PoolFragmentation) -> models.PoolFragmentation:
+    """The client's ``PoolFragmentation`` of a PoolFragmentation message, its nodes in the server's
+    (fabric) order; a node's empty ``allocation_id`` reads None."""
+    return models.PoolFragmentation(
+        gpu_model=enum_name("GpuModel", "GPU_MODEL_", message.gpu_model),
+        nodes=message.nodes,
+        free_nodes=message.free_nodes,
+        free_gpus=message.free_gpus,
+        largest_free_block=message.largest_free_block,
+        stranded_gpus=message.stranded_gpus,
+        node_capacity=tuple(
+            models.NodeCapacity(
+                node_id=n.node_id,
+                leaf_switch=n.leaf_switch,
+                state=enum_name("NodeState", "NODE_STATE_", n.state),
+                free_gpus=n.free_gpus,
+                stranded=n.stranded,
+                allocation_id=n.allocation_id or None,
+            )
+            for n in message.node_capacity
+        ),
+    )
+
+
+def defragmentation_plan(message: node_pb2.PlanDefragmentationResponse) -> models.DefragmentationPlan:
+    """The client's ``DefragmentationPlan`` of a PlanDefragmentationResponse, in the server's order."""
+    return models.DefragmentationPlan(
+        freed_leaf_switches=tuple(message.freed_leaf_switches),
+        moves=tuple(
+            models.DefragmentationMove(m.allocation_id, m.tenant_id, m.from_node_id, m.to_node_id)
+            for m in message.moves
+        ),
+        costs=tuple(
+            models.DefragmentationCost(c.allocation_id, c.tenant_id, c.nodes_moved, c.node_count) for c in message.costs
+        ),
+        summary=message.summary,
+    )
+
+
 def quota(message: allocation_pb2.Quota) -> models.Quota:
     """The client's ``Quota`` of a Quota message."""
     return models.Quota(

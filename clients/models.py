@@ -96,6 +96,70 @@ class SparePool:
 
 
 @dataclass(frozen=True)
+class NodeCapacity:
+    """A node in service as fragmentation sees it: where it is (``leaf_switch``), its ``state``,
+    its ``free_gpus`` (8 when it is free, 0 otherwise: nodes are allocated whole), whether it is
+    ``stranded`` (READY but cordoned or unreachable: free, and no allocation can have it) and
+    the allocation holding it, if any."""
+
+    node_id: str
+    leaf_switch: str
+    state: str
+    free_gpus: int
+    stranded: bool
+    allocation_id: str | None
+
+
+@dataclass(frozen=True)
+class PoolFragmentation:
+    """A pool's (one GPU model's) free capacity: ``nodes`` in service, ``free_nodes`` (READY and
+    placeable) and their ``free_gpus``, ``largest_free_block`` (the most free nodes under one leaf
+    switch: the largest same-block gang that fits now), ``stranded_gpus`` (free GPUs on READY
+    nodes cordoned or unreachable), and every node in service in fabric order."""
+
+    gpu_model: str
+    nodes: int
+    free_nodes: int
+    free_gpus: int
+    largest_free_block: int
+    stranded_gpus: int
+    node_capacity: tuple[NodeCapacity, ...]
+
+
+@dataclass(frozen=True)
+class DefragmentationMove:
+    """One node of an allocation that a plan would move to a free node elsewhere: the work on it
+    checkpointed and restarted there."""
+
+    allocation_id: str
+    tenant_id: str
+    from_node_id: str
+    to_node_id: str
+
+
+@dataclass(frozen=True)
+class DefragmentationCost:
+    """What a plan costs one allocation it touches: ``nodes_moved`` of its ``node_count``."""
+
+    allocation_id: str
+    tenant_id: str
+    nodes_moved: int
+    node_count: int
+
+
+@dataclass(frozen=True)
+class DefragmentationPlan:
+    """What ``plan_defragmentation`` proposes: the leaf switches its moves would free whole
+    (cheapest first), the moves, their cost per allocation, and the plan in a sentence (or why
+    there is none). A plan only: nothing has moved."""
+
+    freed_leaf_switches: tuple[str, ...]
+    moves: tuple[DefragmentationMove, ...]
+    costs: tuple[DefragmentationCost, ...]
+    summary: str
+
+
+@dataclass(frozen=True)
 class IsolationViolation:
     """A node whose fabric partitions break tenant isolation: ``kind`` is TWO_PARTITIONS,
     FREE_NODE_IN_PARTITION or ANOTHER_TENANTS_PARTITION; ``message`` says what is wrong."""

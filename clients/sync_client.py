@@ -189,6 +189,8 @@ class Client:
     list_spare_pools = _blocking(AsyncClient.list_spare_pools)
     list_health_events = _blocking(AsyncClient.list_health_events)
     audit_isolation = _blocking(AsyncClient.audit_isolation)
+    get_fragmentation = _blocking(AsyncClient.get_fragmentation)
+    plan_defragmentation = _blocking(AsyncClient.plan_defragmentation)
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)

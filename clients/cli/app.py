@@ -16,6 +16,7 @@ from clients.cli import allocations as allocations_verbs
 from clients.cli import audit as audit_verbs
 from clients.cli import billing as billing_verbs
 from clients.cli import exercises as exercises_verbs
+from clients.cli import fleet as fleet_verbs
 from clients.cli import health as health_verbs
 from clients.cli import metrics as metrics_verbs
 from clients.cli import nodes as nodes_verbs
@@ -39,6 +40,7 @@ app = typer.Typer(
 app.add_typer(tenants_verbs.tenants, name="tenants")
 app.add_typer(tokens_verbs.tokens, name="tokens")
 app.add_typer(nodes_verbs.nodes, name="nodes")
+app.add_typer(fleet_verbs.fleet, name="fleet")
 app.add_typer(health_verbs.health, name="health")
 app.add_typer(audit_verbs.audit, name="audit")
 app.add_typer(allocations_verbs.allocations, name="allocations")

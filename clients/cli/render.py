@@ -320,6 +320,98 @@ def isolation_table(items: Sequence[models.IsolationViolation], title: str) -> T
     )
 
 
+def fragmentation_table(items: Sequence[models.PoolFragmentation], title: str = "Fragmentation") -> Table:
+    """Pools and their free capacity: model, nodes in service, free nodes and GPUs, the largest
+    free block (the most free nodes under one leaf switch) and the GPUs stranded on READY nodes
+    cordoned or unreachable."""
+    grid = table(
+        title,
+        ["MODEL", "NODES", "FREE NODES", "FREE GPUS", "LARGEST FREE BLOCK", "STRANDED GPUS"],
+        items,
+        lambda p: [
+            p.gpu_model,
+            str(p.nodes),
+            str(p.free_nodes),
+            str(p.free_gpus),
+            str(p.largest_free_block),
+            Text(str(p.stranded_gpus), style="yellow") if p.stranded_gpus else "0",
+        ],
+        right=("NODES", "FREE NODES", "FREE GPUS", "LARGEST FREE BLOCK", "STRANDED GPUS"),
+        empty="none: no nodes in service",
+    )
+    if any(p.free_nodes > p.largest_free_block for p in items):
+        # Why the two differ: a same-block gang needs its nodes under one switch.
+        add_caption(
+            grid,
+            "LARGEST FREE BLOCK under FREE NODES: the free nodes are spread over leaf switches;"
+            " gpucloud fleet defrag --plan proposes the moves that would free a whole one",
+        )
+    return grid
+
+
+CapacityKind = Literal["free", "held", "stranded", "other"]
+"""What a node's capacity is to placement (``capacity_kind``)."""
+
+
+def capacity_kind(node: models.NodeCapacity) -> CapacityKind:
+    """What a node's capacity is to placement: free (READY and placeable), held by an allocation,
+    stranded (READY but cordoned or unreachable) or other (burning in, scrubbing, out of service)."""
+    if node.stranded:
+        return "stranded"
+    if node.allocation_id:
+        return "held"
+    return "free" if node.free_gpus > 0 else "other"
+
+
+def by_leaf_switch(pool: models.PoolFragmentation) -> dict[str, list[models.NodeCapacity]]:
+    """A pool's nodes per leaf switch, both in the server's fabric order."""
+    switches: dict[str, list[models.NodeCapacity]] = {}
+    for node in pool.node_capacity:
+        switches.setdefault(node.leaf_switch, []).append(node)
+    return switches
+
+
+def leaf_switches_table(pool: models.PoolFragmentation) -> Table:
+    """A pool's leaf switches in fabric order: nodes in service under each, how many are free,
+    and how many held by allocations."""
+    rows = list(by_leaf_switch(pool).items())
+    return table(
+        f"{pool.gpu_model}: by leaf switch",
+        ["LEAF SWITCH", "NODES", "FREE", "HELD"],
+        rows,
+        lambda row: [
+            row[0] or "-",
+            str(len(row[1])),
+            str(sum(capacity_kind(n) == "free" for n in row[1])),
+            str(sum(capacity_kind(n) == "held" for n in row[1])),
+        ],
+        right=("NODES", "FREE", "HELD"),
+    )
+
+
+def defrag_moves_table(items: Sequence[models.DefragmentationMove], title: str = "Moves") -> Table:
+    """A defragmentation plan's moves: the allocation, its tenant, the node it leaves and the one it goes to."""
+    return table(
+        title,
+        ["ALLOCATION", "TENANT", "FROM", "TO"],
+        items,
+        lambda mv: [mv.allocation_id, mv.tenant_id, mv.from_node_id, mv.to_node_id],
+        empty="none",
+    )
+
+
+def defrag_costs_table(items: Sequence[models.DefragmentationCost], title: str = "Costs") -> Table:
+    """What a defragmentation plan costs each allocation it touches: its nodes moved, of its node count."""
+    return table(
+        title,
+        ["ALLOCATION", "TENANT", "NODES MOVED", "NODE COUNT"],
+        items,
+        lambda c: [c.allocation_id, c.tenant_id, str(c.nodes_moved), str(c.node_count)],
+        right=("NODES MOVED", "NODE COUNT"),
+        empty="none",
+    )
+
+
 def peer_groups_table(items: Sequence[m.PeerGroup], title: str) -> Table:
     """Peer groups of an outlier listing: model, load class, GPUs, median and spread."""
     return table(

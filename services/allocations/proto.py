@@ -4,13 +4,16 @@ service; and of the spare pools they leave free (NodeService)."""
 from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2, node_pb2
+from services.allocations.capacity import GPUS_PER_NODE, PoolCapacity
+from services.allocations.defrag import DefragPlan, Held
 from services.allocations.queue import Reason, ReasonKind
 from services.allocations.quotas import Quota
 from services.allocations.repository import AllocationView
 from services.allocations.spares import SparePool
 from services.allocations.states import AllocationState
 from services.nodes.inventory import GpuModel
-from services.nodes.proto import GPU_MODEL_TO_PROTO
+from services.nodes.proto import GPU_MODEL_TO_PROTO, NODE_STATE_TO_PROTO
+from services.nodes.transitions import NodeState
 from services.timestamps import timestamp
 
 # Built from both enums, so a state missing from one fails at import.
@@ -69,6 +72,50 @@ def reason_to_proto(reason: Reason) -> allocation_pb2.PendingReason:
     """The API form of a reason an allocation waits."""
     return allocation_pb2.PendingReason(
         kind=REASON_KIND_TO_PROTO[reason.kind], message=reason.message, figures=reason.figures
+    )
+
+
+def pool_capacity_to_proto(pool: PoolCapacity) -> node_pb2.PoolFragmentation:
+    """The API form of a pool's free capacity."""
+    return node_pb2.PoolFragmentation(
+        gpu_model=GPU_MODEL_TO_PROTO[GpuModel(pool.gpu_model)],
+        nodes=len(pool.nodes),
+        free_nodes=pool.free_nodes,
+        free_gpus=GPUS_PER_NODE * pool.free_nodes,
+        largest_free_block=pool.largest_free_block,
+        stranded_gpus=pool.stranded_gpus,
+        node_capacity=[
+            node_pb2.NodeCapacity(
+                node_id=n.node_id,
+                leaf_switch=n.leaf_switch,
+                state=NODE_STATE_TO_PROTO[NodeState(n.state)],
+                free_gpus=GPUS_PER_NODE if n.free else 0,
+                stranded=n.stranded,
+                allocation_id=n.allocation_id,
+            )
+            for n in pool.nodes
+        ],
+    )
+
+
+def defrag_plan_to_proto(made: DefragPlan, held: dict[str, Held]) -> node_pb2.PlanDefragmentationResponse:
+    """The API form of a defragmentation plan."""
+    return node_pb2.PlanDefragmentationResponse(
+        freed_leaf_switches=made.freed,
+        moves=[
+            node_pb2.DefragmentationMove(
+                allocation_id=m.allocation_id,
+                tenant_id=m.tenant_id,
+                from_node_id=m.from_node_id,
+                to_node_id=m.to_node_id,
+            )
+            for m in made.moves
+        ],
+        costs=[
+            node_pb2.DefragmentationCost(allocation_id=a, tenant_id=t, nodes_moved=moved, node_count=count)
+            for a, t, moved, count in made.costs(held)
+        ],
+        summary=made.summary,
     )
 
 

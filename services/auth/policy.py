@@ -44,6 +44,8 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.NodeService/AuditIsolation": OPERATOR,
     "/gpucloud.v1.NodeService/SetSparePool": OPERATOR,
     "/gpucloud.v1.NodeService/ListSparePools": OPERATOR,
+    "/gpucloud.v1.NodeService/GetFragmentation": OPERATOR,
+    "/gpucloud.v1.NodeService/PlanDefragmentation": OPERATOR,
     "/gpucloud.v1.AgentService/RegisterAgent": AGENT,
     "/gpucloud.v1.AgentService/Heartbeat": AGENT,
     "/gpucloud.v1.AgentService/Connect": AGENT,

@@ -7,8 +7,8 @@ from typing import Any
 import grpc
 
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
-from services.allocations import spares
-from services.allocations.proto import spare_pool_to_proto
+from services.allocations import capacity, spares
+from services.allocations.proto import defrag_plan_to_proto, pool_capacity_to_proto, spare_pool_to_proto
 from services.auth.principal import current_principal
 from services.fabric.commands import audit_isolation
 from services.fabric.proto import audit_to_proto
@@ -31,6 +31,10 @@ _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
 _KNOWN_STATES = frozenset(NODE_STATE_FROM_PROTO)
 # A pool's spares: more than any fleet has nodes is a typo.
 MAX_SPARES = 100_000
+# PlanDefragmentation: at most this many switches to free, or nodes of an allocation to move.
+MAX_DEFRAG = 10_000
+# Allocations of at most this many nodes are moved when the request leaves it 0.
+DEFAULT_MOVABLE_NODES = 4
 
 
 def _node_id_and_reason(request: Any) -> tuple[str, str]:
@@ -205,6 +209,33 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
         return node_pb2.ListSparePoolsResponse(
             pools=[spare_pool_to_proto(pool) for pool in await spares.pools(self._store)]
         )
+
+    async def GetFragmentation(
+        self, request: node_pb2.GetFragmentationRequest, context: Context
+    ) -> node_pb2.GetFragmentationResponse:
+        """Each pool's free capacity and how it lies across leaf switches."""
+        found = await self._store.query(capacity.pools())
+        return node_pb2.GetFragmentationResponse(pools=[pool_capacity_to_proto(pool) for pool in found])
+
+    async def PlanDefragmentation(
+        self, request: node_pb2.PlanDefragmentationRequest, context: Context
+    ) -> node_pb2.PlanDefragmentationResponse:
+        """The fewest moves of small allocations that free whole leaf switches; moves nothing."""
+        v = Violations()
+        v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
+        for name in ("blocks", "max_allocation_nodes"):
+            value = getattr(request, name)
+            if not 0 <= value <= MAX_DEFRAG:
+                v.add(name, f"must be 0 to {MAX_DEFRAG:,}, not {value}")
+        v.raise_if_any()
+        made, held = await self._store.query(
+            capacity.defragmentation(
+                GPU_MODEL_FROM_PROTO[request.gpu_model],
+                blocks=request.blocks or 1,
+                max_allocation_nodes=request.max_allocation_nodes or DEFAULT_MOVABLE_NODES,
+            )
+        )
+        return defrag_plan_to_proto(made, held)
 
     async def ListHealthEvents(
         self, request: node_pb2.ListHealthEventsRequest, context: Context

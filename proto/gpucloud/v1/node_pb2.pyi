@@ -294,6 +294,248 @@ class NodeEvent(_message.Message):
 Global___NodeEvent: _TypeAlias = NodeEvent  # noqa: Y015
 
 @_typing.final
+class GetFragmentationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFragmentationRequest: _TypeAlias = GetFragmentationRequest  # noqa: Y015
+
+@_typing.final
+class GetFragmentationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOLS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def pools(self) -> _containers.RepeatedCompositeFieldContainer[Global___PoolFragmentation]:
+        """One per GPU model with nodes in service, in the enum's order."""
+
+    def __init__(
+        self,
+        *,
+        pools: _abc.Iterable[Global___PoolFragmentation] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["pools", b"pools"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetFragmentationResponse: _TypeAlias = GetFragmentationResponse  # noqa: Y015
+
+@_typing.final
+class PoolFragmentation(_message.Message):
+    """A pool's free capacity. Allocations are whole nodes, so a node is free whole or not at all."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    NODES_FIELD_NUMBER: _builtins.int
+    FREE_NODES_FIELD_NUMBER: _builtins.int
+    FREE_GPUS_FIELD_NUMBER: _builtins.int
+    LARGEST_FREE_BLOCK_FIELD_NUMBER: _builtins.int
+    STRANDED_GPUS_FIELD_NUMBER: _builtins.int
+    NODE_CAPACITY_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    nodes: _builtins.int
+    """Nodes in any state but RETIRED."""
+    free_nodes: _builtins.int
+    """READY and placeable (neither cordoned nor unreachable)."""
+    free_gpus: _builtins.int
+    largest_free_block: _builtins.int
+    """The most free nodes under one leaf switch: the largest same_block gang that fits now."""
+    stranded_gpus: _builtins.int
+    """Free GPUs no allocation can use: on READY nodes cordoned or unreachable."""
+    @_builtins.property
+    def node_capacity(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeCapacity]:
+        """Every node in service, in fabric order."""
+
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        nodes: _builtins.int = ...,
+        free_nodes: _builtins.int = ...,
+        free_gpus: _builtins.int = ...,
+        largest_free_block: _builtins.int = ...,
+        stranded_gpus: _builtins.int = ...,
+        node_capacity: _abc.Iterable[Global___NodeCapacity] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_gpus", b"free_gpus", "free_nodes", b"free_nodes", "gpu_model", b"gpu_model", "largest_free_block", b"largest_free_block", "node_capacity", b"node_capacity", "nodes", b"nodes", "stranded_gpus", b"stranded_gpus"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PoolFragmentation: _TypeAlias = PoolFragmentation  # noqa: Y015
+
+@_typing.final
+class NodeCapacity(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    LEAF_SWITCH_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    FREE_GPUS_FIELD_NUMBER: _builtins.int
+    STRANDED_FIELD_NUMBER: _builtins.int
+    ALLOCATION_ID_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    leaf_switch: _builtins.str
+    state: Global___NodeState.ValueType
+    free_gpus: _builtins.int
+    """8 for a free node, 0 otherwise."""
+    stranded: _builtins.bool
+    """READY but cordoned or unreachable: free, and not placeable."""
+    allocation_id: _builtins.str
+    """The allocation holding it, if any."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        leaf_switch: _builtins.str = ...,
+        state: Global___NodeState.ValueType = ...,
+        free_gpus: _builtins.int = ...,
+        stranded: _builtins.bool = ...,
+        allocation_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "free_gpus", b"free_gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "state", b"state", "stranded", b"stranded"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeCapacity: _TypeAlias = NodeCapacity  # noqa: Y015
+
+@_typing.final
+class PlanDefragmentationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    BLOCKS_FIELD_NUMBER: _builtins.int
+    MAX_ALLOCATION_NODES_FIELD_NUMBER: _builtins.int
+    gpu_model: Global___GpuModel.ValueType
+    blocks: _builtins.int
+    """Leaf switches to free whole; 0 means 1."""
+    max_allocation_nodes: _builtins.int
+    """Only allocations of at most this many nodes are moved; 0 means 4."""
+    def __init__(
+        self,
+        *,
+        gpu_model: Global___GpuModel.ValueType = ...,
+        blocks: _builtins.int = ...,
+        max_allocation_nodes: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["blocks", b"blocks", "gpu_model", b"gpu_model", "max_allocation_nodes", b"max_allocation_nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanDefragmentationRequest: _TypeAlias = PlanDefragmentationRequest  # noqa: Y015
+
+@_typing.final
+class PlanDefragmentationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FREED_LEAF_SWITCHES_FIELD_NUMBER: _builtins.int
+    MOVES_FIELD_NUMBER: _builtins.int
+    COSTS_FIELD_NUMBER: _builtins.int
+    SUMMARY_FIELD_NUMBER: _builtins.int
+    summary: _builtins.str
+    """The plan in a sentence, or why there is none."""
+    @_builtins.property
+    def freed_leaf_switches(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """The leaf switches the moves would free whole, cheapest first."""
+
+    @_builtins.property
+    def moves(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefragmentationMove]: ...
+    @_builtins.property
+    def costs(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefragmentationCost]:
+        """What the moves cost each allocation they touch."""
+
+    def __init__(
+        self,
+        *,
+        freed_leaf_switches: _abc.Iterable[_builtins.str] | None = ...,
+        moves: _abc.Iterable[Global___DefragmentationMove] | None = ...,
+        costs: _abc.Iterable[Global___DefragmentationCost] | None = ...,
+        summary: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["costs", b"costs", "freed_leaf_switches", b"freed_leaf_switches", "moves", b"moves", "summary", b"summary"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanDefragmentationResponse: _TypeAlias = PlanDefragmentationResponse  # noqa: Y015
+
+@_typing.final
+class DefragmentationMove(_message.Message):
+    """One node of an allocation moved to another: the work on it is checkpointed and restarted there."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOCATION_ID_FIELD_NUMBER: _builtins.int
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    FROM_NODE_ID_FIELD_NUMBER: _builtins.int
+    TO_NODE_ID_FIELD_NUMBER: _builtins.int
+    allocation_id: _builtins.str
+    tenant_id: _builtins.str
+    from_node_id: _builtins.str
+    to_node_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        allocation_id: _builtins.str = ...,
+        tenant_id: _builtins.str = ...,
+        from_node_id: _builtins.str = ...,
+        to_node_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "from_node_id", b"from_node_id", "tenant_id", b"tenant_id", "to_node_id", b"to_node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DefragmentationMove: _TypeAlias = DefragmentationMove  # noqa: Y015
+
+@_typing.final
+class DefragmentationCost(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ALLOCATION_ID_FIELD_NUMBER: _builtins.int
+    TENANT_ID_FIELD_NUMBER: _builtins.int
+    NODES_MOVED_FIELD_NUMBER: _builtins.int
+    NODE_COUNT_FIELD_NUMBER: _builtins.int
+    allocation_id: _builtins.str
+    tenant_id: _builtins.str
+    nodes_moved: _builtins.int
+    """Its nodes the plan moves, of node_count."""
+    node_count: _builtins.int
+    def __init__(
+        self,
+        *,
+        allocation_id: _builtins.str = ...,
+        tenant_id: _builtins.str = ...,
+        nodes_moved: _builtins.int = ...,
+        node_count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "node_count", b"node_count", "nodes_moved", b"nodes_moved", "tenant_id", b"tenant_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DefragmentationCost: _TypeAlias = DefragmentationCost  # noqa: Y015
+
+@_typing.final
 class AuditIsolationRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

@@ -120,6 +120,16 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.FromString,
                 _registered_method=True)
+        self.GetFragmentation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/GetFragmentation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.GetFragmentationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.GetFragmentationResponse.FromString,
+                _registered_method=True)
+        self.PlanDefragmentation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/PlanDefragmentation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -251,6 +261,21 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetFragmentation(self, request, context):
+        """Each pool's free capacity and how it lies in the fabric (operators).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanDefragmentation(self, request, context):
+        """Proposes the fewest moves of small allocations that free whole leaf switches (operators).
+        A plan only: nothing moves.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -338,6 +363,16 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.ListSparePools,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.SerializeToString,
+            ),
+            'GetFragmentation': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetFragmentation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.GetFragmentationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.GetFragmentationResponse.SerializeToString,
+            ),
+            'PlanDefragmentation': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanDefragmentation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -800,6 +835,60 @@ class NodeService:
             '/gpucloud.v1.NodeService/ListSparePools',
             gpucloud_dot_v1_dot_node__pb2.ListSparePoolsRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.ListSparePoolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetFragmentation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/GetFragmentation',
+            gpucloud_dot_v1_dot_node__pb2.GetFragmentationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.GetFragmentationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanDefragmentation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/PlanDefragmentation',
+            gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -62,6 +62,12 @@ class NodeServiceStub:
     """
     ListSparePools: _aio.UnaryUnaryMultiCallable[_node_pb2.ListSparePoolsRequest, _node_pb2.ListSparePoolsResponse]
     """Every pool's spares and its free nodes now; a pool never set keeps none."""
+    GetFragmentation: _aio.UnaryUnaryMultiCallable[_node_pb2.GetFragmentationRequest, _node_pb2.GetFragmentationResponse]
+    """Each pool's free capacity and how it lies in the fabric (operators)."""
+    PlanDefragmentation: _aio.UnaryUnaryMultiCallable[_node_pb2.PlanDefragmentationRequest, _node_pb2.PlanDefragmentationResponse]
+    """Proposes the fewest moves of small allocations that free whole leaf switches (operators).
+    A plan only: nothing moves.
+    """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator (and, later, agent) view of the fleet."""
@@ -213,5 +219,23 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _aio.ServicerContext[_node_pb2.ListSparePoolsRequest, _abc.Awaitable[_node_pb2.ListSparePoolsResponse]],
     ) -> _abc.Awaitable[_node_pb2.ListSparePoolsResponse]:
         """Every pool's spares and its free nodes now; a pool never set keeps none."""
+
+    @_abc_1.abstractmethod
+    def GetFragmentation(
+        self,
+        request: _node_pb2.GetFragmentationRequest,
+        context: _aio.ServicerContext[_node_pb2.GetFragmentationRequest, _abc.Awaitable[_node_pb2.GetFragmentationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.GetFragmentationResponse]:
+        """Each pool's free capacity and how it lies in the fabric (operators)."""
+
+    @_abc_1.abstractmethod
+    def PlanDefragmentation(
+        self,
+        request: _node_pb2.PlanDefragmentationRequest,
+        context: _aio.ServicerContext[_node_pb2.PlanDefragmentationRequest, _abc.Awaitable[_node_pb2.PlanDefragmentationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.PlanDefragmentationResponse]:
+        """Proposes the fewest moves of small allocations that free whole leaf switches (operators).
+        A plan only: nothing moves.
+        """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _aio.Server) -> None: ...

@@ -12,10 +12,10 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from rich.console import Console
 
 from clients import models
 from clients.cli import render
+from tests.clients.cli.rendered import rendered, words
 from tests.clients.cli.test_commands import connect, document
 from tests.clients.cli.test_connection import gpucloud
 from tests.conftest import RunningControlPlane, register_ready_nodes
@@ -34,18 +34,6 @@ def _quota(tenant_id: str = "acme", **fields: Any) -> models.Quota:
     return dataclasses.replace(made, **fields)
 
 
-def _text(monkeypatch: pytest.MonkeyPatch, shown: Any, width: int = 160) -> str:
-    console = Console(width=width, record=True)
-    monkeypatch.setattr(render, "console", console)
-    console.print(shown)
-    return console.export_text()
-
-
-def _words(line: str) -> list[str]:
-    """The words of a table's line, without its borders."""
-    return line.replace("│", " ").replace("┃", " ").split()
-
-
 def _listed(output: str) -> Any:
     """The JSON list in a command's output; the in-process server's log lines share it."""
     lines = output.splitlines(keepends=True)
@@ -62,21 +50,21 @@ def _flat(output: str) -> str:
 
 def test_the_quota_table_shows_each_quota_with_what_the_tenant_holds(monkeypatch: pytest.MonkeyPatch) -> None:
     quotas = [_quota(), _quota("beta", gpu_model="A100", nodes=8, borrow_limit=0, cohort="", used_nodes=0)]
-    text = _text(monkeypatch, render.quotas_table(quotas))
+    text = rendered(monkeypatch, render.quotas_table(quotas))
     header = next(line for line in text.splitlines() if "TENANT" in line)
-    assert _words(header) == ["TENANT", "MODEL", "QUOTA", "BORROW", "LIMIT", "COHORT", "USED"]
-    rows = [_words(line) for line in text.splitlines() if "acme" in line or "beta" in line]
+    assert words(header) == ["TENANT", "MODEL", "QUOTA", "BORROW", "LIMIT", "COHORT", "USED"]
+    rows = [words(line) for line in text.splitlines() if "acme" in line or "beta" in line]
     assert rows == [["acme", "H100", "4", "2", "lab", "1"], ["beta", "A100", "8", "0", "-", "0"]]
     assert "borrowing" not in text
 
 
 def test_a_tenant_holding_more_than_its_quota_is_said_to_borrow(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = _text(monkeypatch, render.quotas_table([_quota(nodes=1, used_nodes=3)]))
+    text = rendered(monkeypatch, render.quotas_table([_quota(nodes=1, used_nodes=3)]))
     assert "USED over QUOTA: borrowing from its cohort" in _flat(text)
 
 
 def test_no_quotas_says_that_tenants_are_then_unlimited(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = _text(monkeypatch, render.quotas_table([]))
+    text = rendered(monkeypatch, render.quotas_table([]))
     assert "none: a tenant without a quota of a model is not limited" in text
 
 
@@ -103,22 +91,22 @@ def _allocation(allocation_id: str, state: str = "ACTIVE", **fields: Any) -> mod
 
 def test_a_preempted_allocation_is_marked_and_the_caption_says_why(monkeypatch: pytest.MonkeyPatch) -> None:
     preempted = _allocation("alloc-p", "CANCELLED", preempted_reason=PREEMPTED)
-    text = _text(monkeypatch, render.allocations_table([preempted, _allocation("alloc-a")]), width=200)
-    [row] = [_words(line) for line in text.splitlines() if "alloc-p" in line and "│" in line]
+    text = rendered(monkeypatch, render.allocations_table([preempted, _allocation("alloc-a")]), width=200)
+    [row] = [words(line) for line in text.splitlines() if "alloc-p" in line and "│" in line]
     assert row[4:6] == ["CANCELLED", "(preempted)"]
-    [other] = [_words(line) for line in text.splitlines() if "alloc-a" in line and "│" in line]
+    [other] = [words(line) for line in text.splitlines() if "alloc-a" in line and "│" in line]
     assert "(preempted)" not in other
     assert f"alloc-p: {PREEMPTED}" in _flat(text)
 
 
 def test_allocations_none_preempted_say_nothing_of_it(monkeypatch: pytest.MonkeyPatch) -> None:
-    text = _text(monkeypatch, render.allocations_table([_allocation("alloc-a")]), width=200)
+    text = rendered(monkeypatch, render.allocations_table([_allocation("alloc-a")]), width=200)
     assert "preempted" not in text
 
 
 def test_explain_of_a_preempted_allocation_says_why_it_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     preempted = _allocation("alloc-p", "CANCELLED", preempted_reason=PREEMPTED)
-    text = _text(monkeypatch, render.explanation(models.AllocationExplanation(preempted)), width=300)
+    text = rendered(monkeypatch, render.explanation(models.AllocationExplanation(preempted)), width=300)
     assert text.strip() == (f"alloc-p is not pending: it is CANCELLED, admitted 2026-12-01 21:33:06 UTC; {PREEMPTED}")
 
 
@@ -152,14 +140,14 @@ async def test_an_operator_sets_and_lists_quotas_and_a_tenant_sees_only_its_own(
     assert set_["actor"].startswith("operator:")
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "tenants", "quota", "beta", "a100", "5")
     assert code == 0, output
-    assert ["beta", "A100", "5", "0", "-", "0"] in [_words(line) for line in output.splitlines()]
+    assert ["beta", "A100", "5", "0", "-", "0"] in [words(line) for line in output.splitlines()]
 
     async with control_plane.client() as operator:
         # Held: ACTIVE allocations' nodes count.
         await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme")
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "tenants", "quotas")
     assert code == 0, output
-    rows = [_words(line) for line in output.splitlines() if "│" in line and "TENANT" not in line]
+    rows = [words(line) for line in output.splitlines() if "│" in line and "TENANT" not in line]
     assert rows == [["acme", "H100", "2", "1", "lab", "2"], ["beta", "A100", "5", "0", "-", "0"]]
     listing = ["tenants", "quotas", "beta", "--json"]
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *listing)

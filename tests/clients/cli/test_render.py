@@ -13,6 +13,7 @@ from rich.console import Console
 from clients import models
 from clients.cli import render
 from clients.errors import InvalidArgumentError
+from tests.clients.cli.rendered import words
 
 NAME = "operations/op-01a232acff999e5ba067abcdef0123"
 
@@ -215,13 +216,8 @@ def _allocations_text(monkeypatch: pytest.MonkeyPatch, items: list[models.Alloca
     return console.export_text()
 
 
-def _words(line: str) -> list[str]:
-    """The words of a table's line, without its borders."""
-    return line.replace("│", " ").replace("┃", " ").split()
-
-
 def _header(text: str) -> list[str]:
-    return _words(next(line for line in text.splitlines() if "ALLOCATION" in line))
+    return words(next(line for line in text.splitlines() if "ALLOCATION" in line))
 
 
 def test_allocations_that_never_queued_show_no_queue_columns(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,9 +233,9 @@ def test_a_pending_allocation_shows_its_place_in_the_queue_and_how_to_see_why(
     pending = _allocation("alloc-p", "PENDING", queue_position=3, priority=500, admit_time=None)
     text = _allocations_text(monkeypatch, [pending, _allocation("alloc-a")])
     assert _header(text)[4:7] == ["PRIORITY", "STATE", "QUEUE"]
-    [row] = [_words(line) for line in text.splitlines() if "alloc-p" in line]
+    [row] = [words(line) for line in text.splitlines() if "alloc-p" in line]
     assert row[4:7] == ["500", "PENDING", "3"]
-    [active] = [_words(line) for line in text.splitlines() if "alloc-a" in line]
+    [active] = [words(line) for line in text.splitlines() if "alloc-a" in line]
     assert active[4:6] == ["0", "ACTIVE"]  # no queue position: it is not queued
     assert "why an allocation waits: gpucloud allocations explain ALLOCATION_ID" in text
 
@@ -284,7 +280,7 @@ def test_an_explanation_ranks_the_reasons_under_the_allocations_place_in_the_que
     )
     text = _explanation_text(monkeypatch, explained)
     assert "alloc-p: PENDING, position 2 in the H100 queue, priority 10, 4 node(s) asked whole" in text
-    ranked = [_words(line)[:2] for line in text.splitlines() if "_" in line and "│" in line]
+    ranked = [words(line)[:2] for line in text.splitlines() if "_" in line and "│" in line]
     assert ranked == [["1", "WAITING_FOR_CAPACITY"], ["2", "BEHIND_GANGS"]]
     assert capacity in text
     assert behind in text

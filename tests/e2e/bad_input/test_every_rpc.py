@@ -415,6 +415,25 @@ async def test_spare_pool_bad_input(world: World) -> None:
     )
 
 
+async def test_defragmentation_bad_input(world: World) -> None:
+    """PlanDefragmentation names an unknown pool or a count out of range."""
+    n, m = "node", "PlanDefragmentation"
+
+    def request(gpu_model: int = 2, blocks: int = 1, nodes: int = 4) -> node_pb2.PlanDefragmentationRequest:
+        return node_pb2.PlanDefragmentationRequest(
+            gpu_model=_as_gpu_model(gpu_model), blocks=blocks, max_allocation_nodes=nodes
+        )
+
+    await check_cases(
+        world,
+        [
+            invalid("model unspecified", n, m, request(0), "gpu_model"),
+            invalid("negative blocks", n, m, request(blocks=-1), "blocks"),
+            invalid("too many nodes", n, m, request(nodes=10_001), "max_allocation_nodes"),
+        ],
+    )
+
+
 async def test_health_automation_and_events_bad_input(world: World) -> None:
     """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing;
     ListHealthEvents names a time a Timestamp cannot hold."""

@@ -1,0 +1,109 @@
+"""What each pool's free capacity looks like in the fabric, read for GetFragmentation and
+PlanDefragmentation (operators); the plan itself is defrag.py's."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.allocations.defrag import DefragPlan, Held, NodeSlot, plan
+from services.allocations.states import AllocationState
+from services.nodes import repository as nodes_repo
+from services.nodes.inventory import GpuModel
+from services.nodes.transitions import NodeState
+from services.store.tx import Sql, Tx
+
+# RegisterNode takes exactly eight GPUs a node.
+GPUS_PER_NODE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class NodeCapacity:
+    """A node in service: where it is, its state, and what of it is free."""
+
+    node_id: str
+    leaf_switch: str
+    state: str
+    free: bool
+    # READY but cordoned or unreachable: free, and no allocation can have it.
+    stranded: bool
+    allocation_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class PoolCapacity:
+    """A pool's free capacity, and every node of it in service in fabric order."""
+
+    gpu_model: str
+    nodes: list[NodeCapacity]
+
+    @property
+    def free_nodes(self) -> int:
+        """READY, placeable nodes."""
+        return sum(n.free for n in self.nodes)
+
+    @property
+    def largest_free_block(self) -> int:
+        """The most free nodes under one leaf switch."""
+        per_switch: dict[str, int] = {}
+        for n in self.nodes:
+            per_switch[n.leaf_switch] = per_switch.get(n.leaf_switch, 0) + n.free
+        return max(per_switch.values(), default=0)
+
+    @property
+    def stranded_gpus(self) -> int:
+        """Free GPUs no allocation can use."""
+        return GPUS_PER_NODE * sum(n.stranded for n in self.nodes)
+
+
+def pool(gpu_model: GpuModel) -> Tx[PoolCapacity]:
+    """``gpu_model``'s nodes in service, with the allocation holding each."""
+    result = yield Sql(
+        "SELECT n.node_id, n.leaf_switch, n.state, n.cordoned, n.unreachable, a.allocation_id FROM nodes n"
+        " LEFT JOIN assignments a ON a.node_id = n.node_id AND a.released_us IS NULL"
+        f" WHERE n.gpu_model = :model AND n.state <> :retired ORDER BY {nodes_repo.fabric_order('n')}",
+        {"model": gpu_model.value, "retired": NodeState.RETIRED.value},
+    )
+    nodes = []
+    for node_id, leaf, state, cordoned, unreachable, allocation_id in result.rows:
+        ready = state == NodeState.READY.value
+        unplaceable = bool(cordoned) or bool(unreachable)
+        nodes.append(
+            NodeCapacity(
+                str(node_id),
+                str(leaf),
+                str(state),
+                ready and not unplaceable,
+                ready and unplaceable,
+                allocation_id or "",
+            )
+        )
+    return PoolCapacity(gpu_model.value, nodes)
+
+
+def pools() -> Tx[list[PoolCapacity]]:
+    """Every model with nodes in service, in ``GpuModel``'s order."""
+    found = []
+    for model in GpuModel:
+        capacity = yield from pool(model)
+        if capacity.nodes:
+            found.append(capacity)
+    return found
+
+
+def defragmentation(
+    gpu_model: GpuModel, *, blocks: int, max_allocation_nodes: int
+) -> Tx[tuple[DefragPlan, dict[str, Held]]]:
+    """The plan that frees ``blocks`` of ``gpu_model``'s leaf switches, and the allocations it
+    may move (for their costs)."""
+    capacity = yield from pool(gpu_model)
+    result = yield Sql(
+        "SELECT allocation_id, tenant_id, node_count FROM allocations WHERE gpu_model = :model AND state = :active",
+        {"model": gpu_model.value, "active": AllocationState.ACTIVE.value},
+    )
+    held = {str(a): Held(str(t), int(n)) for a, t, n in result.rows}
+    slots = [
+        # A node held by an allocation no longer ACTIVE (being released) is not movable.
+        NodeSlot(n.node_id, n.leaf_switch, n.free, n.allocation_id if n.allocation_id in held else "")
+        for n in capacity.nodes
+    ]
+    return plan(slots, held, blocks=blocks, max_allocation_nodes=max_allocation_nodes), held

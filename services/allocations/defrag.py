@@ -1,0 +1,134 @@
+"""A pool's fragmentation, and the fewest moves that free whole leaf switches. No I/O.
+
+Allocations are whole nodes, so a node is free whole or not at all, and what fragments a pool
+is how its free nodes lie across leaf switches: a ``same_block`` gang needs one switch with
+enough free. ``plan`` frees whole switches by moving small allocations' nodes (those of
+allocations of at most ``max_allocation_nodes``) to free nodes elsewhere:
+
+- A switch can be freed only if every node of it in service is free or held by a movable
+  allocation (a node burning in, scrubbing or quarantined stays where it is).
+- Its cost is the nodes to move; the cheapest switches are freed first, each move counted once.
+- Moves go to free nodes in switches that are partly held, fullest first, never into a switch
+  that is wholly free already or one being freed: a plan that freed one switch by breaking
+  another up would gain nothing.
+
+A plan moves nothing: an operator decides, since every move checkpoints and restarts work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True, slots=True)
+class NodeSlot:
+    """A node in service, in fabric order: its leaf switch, whether it is free (READY and
+    placeable), and the allocation holding it ("" for none)."""
+
+    node_id: str
+    leaf_switch: str
+    free: bool
+    allocation_id: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Held:
+    """An allocation holding nodes: its tenant and size."""
+
+    tenant_id: str
+    node_count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Move:
+    """One node of an allocation moved to another."""
+
+    allocation_id: str
+    tenant_id: str
+    from_node_id: str
+    to_node_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DefragPlan:
+    """The switches freed, cheapest first, and the moves that free them; ``summary`` says it in
+    a sentence, or why there is no plan."""
+
+    freed: list[str] = field(default_factory=list)
+    moves: list[Move] = field(default_factory=list)
+    summary: str = ""
+
+    def costs(self, held: dict[str, Held]) -> list[tuple[str, str, int, int]]:
+        """Per allocation touched, in the order first moved: (id, tenant, nodes moved, node count)."""
+        moved: dict[str, int] = {}
+        for move in self.moves:
+            moved[move.allocation_id] = moved.get(move.allocation_id, 0) + 1
+        return [(a, held[a].tenant_id, n, held[a].node_count) for a, n in moved.items()]
+
+
+def plan(slots: Sequence[NodeSlot], held: dict[str, Held], *, blocks: int, max_allocation_nodes: int) -> DefragPlan:
+    """The fewest moves that free ``blocks`` leaf switches whole (fewer if no more can be)."""
+    switches: dict[str, list[NodeSlot]] = {}
+    for slot in slots:
+        switches.setdefault(slot.leaf_switch, []).append(slot)
+
+    def movable(slot: NodeSlot) -> bool:
+        return slot.free or (bool(slot.allocation_id) and held[slot.allocation_id].node_count <= max_allocation_nodes)
+
+    wholly_free = {leaf for leaf, members in switches.items() if all(s.free for s in members)}
+    candidates = sorted(
+        (
+            (sum(not s.free for s in members), leaf)
+            for leaf, members in switches.items()
+            if leaf not in wholly_free and all(movable(s) for s in members)
+        ),
+    )
+    freed: list[str] = []
+    moves: list[Move] = []
+    receiving: set[str] = set()  # switches moves go into: they can no longer be freed
+    leaf_of = {slot.node_id: slot.leaf_switch for slot in slots}
+    for cost, leaf in candidates:
+        if len(freed) == blocks:
+            break
+        if leaf in receiving:
+            continue
+        targets = _destinations(switches, excluded={*wholly_free, *freed, leaf}, taken={m.to_node_id for m in moves})
+        if len(targets) < cost:
+            continue
+        for slot, target in zip((s for s in switches[leaf] if not s.free), targets, strict=False):
+            moves.append(Move(slot.allocation_id, held[slot.allocation_id].tenant_id, slot.node_id, target))
+            receiving.add(leaf_of[target])
+        freed.append(leaf)
+    return DefragPlan(freed, moves, _summary(freed, moves, blocks, switches, wholly_free))
+
+
+def _destinations(switches: dict[str, list[NodeSlot]], *, excluded: set[str], taken: set[str]) -> list[str]:
+    """Free nodes outside ``excluded`` switches and not ``taken``, fullest switch first."""
+    open_switches = sorted(
+        ((sum(s.free and s.node_id not in taken for s in members), leaf) for leaf, members in switches.items()),
+    )
+    return [
+        s.node_id
+        for _, leaf in open_switches
+        if leaf not in excluded
+        for s in switches[leaf]
+        if s.free and s.node_id not in taken
+    ]
+
+
+def _summary(
+    freed: list[str], moves: list[Move], blocks: int, switches: dict[str, list[NodeSlot]], wholly_free: set[str]
+) -> str:
+    if not switches:
+        return "the pool has no node in service: nothing to free"
+    already = f"{len(wholly_free)} leaf switch(es) already wholly free"
+    if not freed:
+        return f"no leaf switch can be freed by moving small allocations to free nodes elsewhere; {already}"
+    touched = len({m.allocation_id for m in moves})
+    nodes = sum(len(switches[leaf]) for leaf in freed)
+    short = f" (only {len(freed)} of the {blocks} asked can be)" if len(freed) < blocks else ""
+    return (
+        f"moving {len(moves)} node(s) of {touched} allocation(s) frees {', '.join(freed)} whole"
+        f" ({nodes} node(s)){short}; {already}"
+    )
