@@ -115,10 +115,12 @@ class Pool:
             self._free_ids.difference_update(taken)
 
 
-def nearest_to(anchor: Candidate) -> scheduling.Policy:
+def nearest_to(anchor: Candidate, *, within_leaf: bool = False) -> scheduling.Policy:
     """A policy choosing the free nodes nearest ``anchor`` in the fabric: under its leaf switch,
-    then in its rack, then in its zone, then anywhere; fabric order among equals. A spare near
-    the node it replaces keeps the allocation's traffic on the switches it used."""
+    then in its rack, then in its zone, then anywhere (only under its leaf switch when
+    ``within_leaf``); fabric order among equals. A spare near the node it replaces keeps the
+    allocation's traffic on the switches it used; one of a ``same_block`` allocation must
+    stay under its switch."""
 
     def distance(node: NodeSpec) -> int:
         if node.zone != anchor.zone:
@@ -131,6 +133,8 @@ def nearest_to(anchor: Candidate) -> scheduling.Policy:
         if not isinstance(request, WholeNodes):
             return None
         idle = [int(i) for i in np.flatnonzero(cluster.idle())]
+        if within_leaf:
+            idle = [i for i in idle if cluster.nodes[i].leaf_switch == anchor.leaf_switch]
         if len(idle) < request.count:
             return None
         idle.sort(key=lambda i: (distance(cluster.nodes[i]), int(cluster.rank[i])))

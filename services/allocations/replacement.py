@@ -112,9 +112,11 @@ def _spare(
     locking: bool,
 ) -> Tx[tuple[str, int] | None]:
     """Place a spare for ``removed`` at ``position`` of the allocation, the free node nearest it
-    in the fabric but those ``excluding``, billed from when it is held (the clock read once the
-    spare is locked); the spare and that time, or None when none is free."""
-    near = placement.nearest_to(Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id))
+    in the fabric but those ``excluding`` (under its leaf switch for a ``same_block``
+    allocation, which stays degraded until one frees there), billed from when it is held (the
+    clock read once the spare is locked); the spare and that time, or None when none is free."""
+    anchor = Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id)
+    near = placement.nearest_to(anchor, within_leaf=allocation.same_block)
     chosen = yield from place(
         GpuModel(allocation.gpu_model),
         1,

@@ -177,6 +177,17 @@ def test_nearest_takes_the_same_leaf_switch_then_rack_then_zone_then_anywhere() 
     assert choose(candidates, 1) == ["a-far"]
 
 
+def test_nearest_within_the_leaf_switch_takes_nothing_outside_it() -> None:
+    """A same_block allocation's spare: under the removed node's leaf switch, or none."""
+    anchor = Candidate(zone="z1", rack="r2", leaf_switch="l2", node_id="gone")
+    rack = Candidate(zone="z1", rack="r2", leaf_switch="l3", node_id="c-rack")
+    leaf = Candidate(zone="z1", rack="r3", leaf_switch="l2", node_id="d-leaf")
+    within = nearest_to(anchor, within_leaf=True)
+    assert choose([rack, leaf], 1, within) == ["d-leaf"]
+    assert choose([rack], 1, within) is None
+    assert choose([rack, leaf], 2, within) is None
+
+
 def test_each_pool_places_with_its_configured_policy() -> None:
     """First fit unless a pool's model names another; unknown names are refused, saying what is known."""
     assert DEFAULT_POLICIES.of("H100") is FIRST_FIT
