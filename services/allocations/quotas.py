@@ -16,10 +16,12 @@ nodes are scrubbed. ``Ledger`` keeps these counts for one model during a cycle; 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from functools import partial
+from typing import Any
 
+from services.allocations.states import AllocationState
 from services.auth.principal import Principal
 from services.clock import now_us
 from services.nodes.inventory import GpuModel
@@ -110,7 +112,13 @@ def of_model(gpu_model: str, *, locking: bool = False) -> Tx[list[Quota]]:
         f"SELECT {_COLUMNS} FROM quotas WHERE gpu_model = :model ORDER BY tenant_id" + for_update(locking),
         {"model": gpu_model},
     )
-    return [Quota(str(t), str(m), int(n), int(b), str(c), str(a), int(u)) for t, m, n, b, c, a, u in result.rows]
+    return [_quota(row) for row in result.rows]
+
+
+def _quota(row: Sequence[Any]) -> Quota:
+    """A ``quotas`` row (``_COLUMNS``), with what the tenant holds when the row carries it."""
+    tenant, model, nodes, borrow, cohort, actor, updated, *used = row
+    return Quota(str(tenant), str(model), int(nodes), int(borrow), str(cohort), str(actor), int(updated), *used)
 
 
 def ledger(gpu_model: str, *, locking: bool) -> Tx[Ledger | None]:
@@ -139,9 +147,9 @@ def limited_tenants(tenant_ids: Iterable[str], gpu_models: Iterable[str]) -> Tx[
 def usage(gpu_model: str) -> Tx[dict[str, int]]:
     """The nodes of ``gpu_model`` each tenant's ACTIVE allocations hold (by what they asked)."""
     result = yield Sql(
-        "SELECT tenant_id, SUM(node_count) FROM allocations WHERE state = 'ACTIVE' AND gpu_model = :model"
+        "SELECT tenant_id, SUM(node_count) FROM allocations WHERE state = :active AND gpu_model = :model"
         " GROUP BY tenant_id",
-        {"model": gpu_model},
+        {"model": gpu_model, "active": AllocationState.ACTIVE.value},
     )
     return {str(t): int(n) for t, n in result.rows}
 
@@ -149,18 +157,17 @@ def usage(gpu_model: str) -> Tx[dict[str, int]]:
 def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[Quota]]:
     if tenant_must_exist and tenant_id is not None:
         yield from tenants_repo.require(tenant_id)
-    where, params = ("WHERE q.tenant_id = :tenant", {"tenant": tenant_id}) if tenant_id else ("", {})
+    params: dict[str, str] = {"active": AllocationState.ACTIVE.value}
+    where = ""
+    if tenant_id:
+        where, params["tenant"] = "WHERE q.tenant_id = :tenant", tenant_id
     result = yield Sql(
-        f"SELECT {', '.join(f'q.{c.strip()}' for c in _COLUMNS.split(','))}, COALESCE(SUM(a.node_count), 0)"
-        " FROM quotas q LEFT JOIN allocations a ON a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model"
-        f" AND a.state = 'ACTIVE' {where} GROUP BY {', '.join(f'q.{c.strip()}' for c in _COLUMNS.split(','))}"
-        " ORDER BY q.tenant_id, q.gpu_model",
+        f"SELECT {_COLUMNS}, (SELECT COALESCE(SUM(a.node_count), 0) FROM allocations a"
+        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active)"
+        f" FROM quotas q {where} ORDER BY tenant_id, gpu_model",
         params,
     )
-    return [
-        Quota(str(t), str(m), int(n), int(b), str(c), str(a), int(u), int(used))
-        for t, m, n, b, c, a, u, used in result.rows
-    ]
+    return [_quota(row) for row in result.rows]
 
 
 def _set(

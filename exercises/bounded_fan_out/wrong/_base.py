@@ -18,12 +18,22 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """``limit`` workers (fewer for fewer items), supervised; the results by index."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     workers = start_workers(items, work, results, min(limit, len(items)))
     await supervise(workers, deadline_s)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))
+
+
+def check_limit(limit: int) -> None:
+    """The refusal every answer shares: fewer than one call at a time could never finish."""
+    if limit < 1:
+        raise ValueError(f"limit must be 1 or more, not {limit}")
+
+
+def in_order(results: dict[int, R], count: int) -> list[R]:
+    """The results by item index, as the caller's items were ordered."""
+    return [results[index] for index in range(count)]
 
 
 def start_workers(

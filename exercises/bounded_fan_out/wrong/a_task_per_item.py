@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, supervise
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, supervise
 
 __all__ = ["fan_out"]
 
@@ -15,8 +15,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: the limit bounds the calls, not the tasks."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     slots = asyncio.Semaphore(limit)
 
@@ -25,4 +24,4 @@ async def fan_out(
             results[index] = await work(items[index])
 
     await supervise([asyncio.create_task(call(index)) for index in range(len(items))], deadline_s)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, supervise
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, supervise
 
 __all__ = ["fan_out"]
 
@@ -15,8 +15,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: ``asyncio.timeout(deadline_s)`` around each call instead of around them all."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     indexes = iter(range(len(items)))
 
@@ -26,4 +25,4 @@ async def fan_out(
                 results[index] = await work(items[index])
 
     await supervise([asyncio.create_task(worker()) for _ in range(min(limit, len(items)))], None)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))

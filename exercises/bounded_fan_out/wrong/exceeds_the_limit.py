@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, start_workers, supervise
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, start_workers, supervise
 
 __all__ = ["fan_out"]
 
@@ -14,8 +14,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: ``limit`` is checked, then ignored."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     await supervise(start_workers(items, work, results, len(items)), deadline_s)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, start_workers
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, start_workers
 
 __all__ = ["fan_out"]
 
@@ -15,8 +15,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: the workers are cancelled and left to end whenever they do."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     workers = start_workers(items, work, results, min(limit, len(items)))
     try:
@@ -26,4 +25,4 @@ async def fan_out(
     finally:
         for task in workers:
             task.cancel()
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))

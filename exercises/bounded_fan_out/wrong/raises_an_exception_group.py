@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, start_workers
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, start_workers
 
 __all__ = ["fan_out"]
 
@@ -15,9 +15,8 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: the task group's ExceptionGroup is raised as it is."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
     async with asyncio.timeout(deadline_s), asyncio.TaskGroup() as group:
         start_workers(items, work, results, min(limit, len(items)), spawn=group.create_task)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, supervise
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, supervise
 
 __all__ = ["fan_out"]
 
@@ -15,8 +15,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: the workers append each result as it arrives."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: list[R] = []
     remaining = iter(items)
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Sequence
 
-from exercises.bounded_fan_out.wrong._base import R, T, supervise
+from exercises.bounded_fan_out.wrong._base import R, T, check_limit, in_order, supervise
 
 __all__ = ["fan_out"]
 
@@ -15,8 +15,7 @@ async def fan_out(
     items: Sequence[T], work: Callable[[T], Awaitable[R]], *, limit: int, deadline_s: float | None = None
 ) -> list[R]:
     """Wrong: the next item waits for the whole batch, not for a free slot."""
-    if limit < 1:
-        raise ValueError(f"limit must be 1 or more, not {limit}")
+    check_limit(limit)
     results: dict[int, R] = {}
 
     async def call(index: int) -> None:
@@ -26,4 +25,4 @@ async def fan_out(
         for start in range(0, len(items), limit):
             batch = range(start, min(start + limit, len(items)))
             await supervise([asyncio.create_task(call(index)) for index in batch], None)
-    return [results[index] for index in range(len(items))]
+    return in_order(results, len(items))
