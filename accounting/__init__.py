@@ -29,6 +29,7 @@ from accounting.model import (
     UsageEvent,
     datetime_to_us,
     rfc3339,
+    split_unit,
     us_to_datetime,
 )
 from accounting.periods import FIRST_PERIOD, BadPeriod, BillingPeriod, parse_period
@@ -65,6 +66,7 @@ __all__ = [
     "load_rate_card",
     "parse_period",
     "rfc3339",
+    "split_unit",
     "union_intervals",
     "us_to_datetime",
     "write_events",

@@ -17,6 +17,8 @@ from enum import StrEnum
 
 US_PER_SECOND = 1_000_000
 SECONDS_PER_HOUR = 3600
+# A fraction of a GPU is counted in thousandths (Rates.rate).
+MILLI_PER_GPU = 1000
 
 
 class EventKind(StrEnum):
@@ -105,8 +107,17 @@ class Rates:
             seen.add(key)
 
     def rate(self, gpu_model: str, price_class: PriceClass) -> Decimal | None:
-        """The per-GPU-hour price, or None when the price book has none (the line is unpriced)."""
-        return self.gpu_hour.get(gpu_model, {}).get(price_class)
+        """The per-GPU-hour price, or None when the price book has none (the line is unpriced).
+
+        A fraction of a GPU (a MIG slice or a soft share) is billed as a unit of its own,
+        ``<model>/<thousandths>`` (``H100/500``: half an H100), at that fraction of the model's
+        rate unless the price book names the unit itself."""
+        named = self.gpu_hour.get(gpu_model, {}).get(price_class)
+        base, milli = split_unit(gpu_model)
+        if named is not None or milli == MILLI_PER_GPU:
+            return named
+        whole = self.gpu_hour.get(base, {}).get(price_class)
+        return None if whole is None else whole * milli / MILLI_PER_GPU
 
     def commitment(self, tenant_id: str, gpu_model: str) -> Commitment | None:
         """The tenant's commitment on this model, if it has one (at most one per pair)."""
@@ -114,6 +125,16 @@ class Rates:
             if commitment.tenant_id == tenant_id and commitment.gpu_model == gpu_model:
                 return commitment
         return None
+
+
+def split_unit(gpu_model: str) -> tuple[str, int]:
+    """A billed unit's GPU model and the thousandths of one GPU it is: ``H100/500`` is
+    ("H100", 500), a whole GPU's ``H100`` ("H100", 1000). A name that is not a fraction of
+    the form (thousandths 1-999) is a model of its own."""
+    base, slash, milli = gpu_model.partition("/")
+    if slash and milli.isdigit() and 0 < int(milli) < MILLI_PER_GPU:
+        return base, int(milli)
+    return gpu_model, MILLI_PER_GPU
 
 
 @dataclass(frozen=True)

@@ -611,15 +611,20 @@ class AsyncClient:
         self,
         *,
         gpu_model: str,
-        node_count: int,
+        node_count: int = 0,
         tenant_id: str = "",
         request_id: str | None = None,
         priority: int = 0,
         fail_if_unavailable: bool = False,
         same_block: bool = False,
+        gpus: int = 0,
+        mig_profile: str = "",
+        share_milli: int = 0,
+        cpu_milli: int = 0,
+        memory_mib: int = 0,
         timeout: float | None = None,
     ) -> models.CreatedAllocation:
-        """Allocate ``node_count`` whole nodes, all or nothing.
+        """Allocate ``node_count`` whole nodes, all or nothing; or part of one node.
 
         Placed at once when the nodes are free and no allocation of the model at least as high in
         ``priority`` (0-1000, higher first) waits; otherwise the answer is ``PENDING``, holding
@@ -630,6 +635,15 @@ class AsyncClient:
         and nothing is recorded. ``same_block``: every node under one leaf switch (one fabric
         block), so that the gang's traffic never crosses a block's uplinks; it waits for a block
         to have them all free, whatever the free count elsewhere.
+        Part of one node instead (``node_count`` left 0): at most one of ``gpus`` (1, 2, 4 or 8
+        whole GPUs), ``mig_profile`` (one MIG slice: ``"1g.10gb"``, ``"1g.20gb"``, ``"2g.20gb"``,
+        ``"3g.40gb"``, ``"4g.40gb"``, ``"7g.80gb"``) or ``share_milli`` (a soft share of one GPU,
+        1-999 thousandths), with ``cpu_milli`` (thousandths of a core) and ``memory_mib`` beside on
+        the same node; none of the three with either of these last two is CPU and memory alone.
+        Such a create is answered ``PENDING`` and the scheduler admits it within a moment
+        (``wait_admitted`` waits for that; once ACTIVE, ``node_ids`` is its node and ``gpu_holds``
+        what it holds there); with ``fail_if_unavailable`` it is refused unless there is room now.
+        A bad combination is ``InvalidArgumentError`` naming the field.
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts. The
         answer's ``replayed`` is True when the server answered from the record of an earlier call
@@ -651,6 +665,11 @@ class AsyncClient:
             priority=priority,
             fail_if_unavailable=fail_if_unavailable,
             same_block=same_block,
+            gpus=gpus,
+            mig_profile=mig_profile,
+            share_milli=share_milli,
+            cpu_milli=cpu_milli,
+            memory_mib=memory_mib,
         )
         replayed = False
 

@@ -16,7 +16,9 @@ from gpucloud.v1 import billing_pb2
 
 @dataclass(frozen=True)
 class InvoiceLine:
-    """One priced line of the period's own usage: the GPU-seconds of one GPU model and price class."""
+    """One priced line of the period's own usage: the seconds of one billed unit and price
+    class. The unit is a GPU model (``H100``), or a fraction of one for MIG slices and soft
+    shares (``H100/500``: half an H100, ``gpu_milli`` 500), priced at that fraction of the rate."""
 
     gpu_model: str
     price_class: str
@@ -24,6 +26,7 @@ class InvoiceLine:
     # None when the rate card has no price for the line: it is excluded from the totals.
     gpu_hour_rate: Decimal | None
     amount: Decimal | None
+    gpu_milli: int = 1000
 
 
 @dataclass(frozen=True)
@@ -35,6 +38,7 @@ class InvoiceAdjustment:
     price_class: str
     gpu_seconds: Decimal
     amount: Decimal | None
+    gpu_milli: int = 1000
 
 
 @dataclass(frozen=True)
@@ -116,6 +120,18 @@ class UsageEvent:
     event_time: datetime | None
     record_time: datetime | None
     source: str
+    # The thousandths of a GPU the billed unit is (``gpu_model`` names the fraction: ``H100/500``).
+    gpu_milli: int = 1000
+
+
+WHOLE_GPU = 1000
+
+
+def _unit(model: int, milli: int) -> str:
+    """A billed unit's name as the offline engine writes it: the model, with ``/<thousandths>``
+    for a fraction of a GPU (0, from a server before fractions, and 1000 are whole GPUs)."""
+    name = _gpu_model(model)
+    return name if milli in (0, WHOLE_GPU) else f"{name}/{milli}"
 
 
 def _decimal(text: str) -> Decimal:
@@ -145,11 +161,12 @@ def invoice(message: billing_pb2.Invoice) -> Invoice:
         currency=message.currency,
         lines=tuple(
             InvoiceLine(
-                gpu_model=_gpu_model(line.gpu_model),
+                gpu_model=_unit(line.gpu_model, line.gpu_milli),
                 price_class=_price_class(line.price_class),
                 gpu_seconds=_decimal(line.gpu_seconds),
                 gpu_hour_rate=_maybe_decimal(line.gpu_hour_rate),
                 amount=_maybe_decimal(line.amount),
+                gpu_milli=line.gpu_milli or WHOLE_GPU,
             )
             for line in message.lines
         ),
@@ -158,10 +175,11 @@ def invoice(message: billing_pb2.Invoice) -> Invoice:
         adjustments=tuple(
             InvoiceAdjustment(
                 adjusted_period=a.adjusted_period,
-                gpu_model=_gpu_model(a.gpu_model),
+                gpu_model=_unit(a.gpu_model, a.gpu_milli),
                 price_class=_price_class(a.price_class),
                 gpu_seconds=_decimal(a.gpu_seconds),
                 amount=_maybe_decimal(a.amount),
+                gpu_milli=a.gpu_milli or WHOLE_GPU,
             )
             for a in message.adjustments
         ),
@@ -207,10 +225,11 @@ def usage_event(message: billing_pb2.UsageEvent) -> UsageEvent:
         allocation_id=message.allocation_id,
         node_id=message.node_id,
         gpu_uuid=message.gpu_uuid,
-        gpu_model=_gpu_model(message.gpu_model),
+        gpu_model=_unit(message.gpu_model, message.gpu_milli),
         kind=enum_label(billing_pb2.UsageEventKind.DESCRIPTOR, "USAGE_EVENT_KIND_", message.kind),
         price_class=_price_class(message.price_class),
         event_time=optional_time(message, "event_time"),
         record_time=optional_time(message, "record_time"),
         source=message.source,
+        gpu_milli=message.gpu_milli or WHOLE_GPU,
     )

@@ -237,6 +237,21 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         admit_time=optional_time(message, "admit_time"),
         same_block=message.same_block,
         preempted_reason=message.preempted_reason,
+        gpus=message.gpus,
+        mig_profile=message.mig_profile,
+        share_milli=message.share_milli,
+        cpu_milli=message.cpu_milli,
+        memory_mib=message.memory_mib,
+        gpu_holds=tuple(
+            models.GpuHold(
+                node_id=hold.node_id,
+                gpu_index=hold.gpu_index,
+                gpu_uuid=hold.gpu_uuid,
+                milli=hold.milli,
+                mig_start=hold.mig_start,
+            )
+            for hold in message.gpu_holds
+        ),
         **extra,
     )
 

@@ -195,17 +195,36 @@ class NodeReplacement:
 
 
 @dataclass(frozen=True)
+class GpuHold:
+    """What a part-node allocation holds of one GPU of its node: the GPU's index on the node and
+    UUID (``gpu_index`` -1 and ``gpu_uuid`` empty for CPU and memory alone), the thousandths of the
+    GPU held (``milli``: 1000 for a whole GPU, a share's own, 125 per memory slice of a MIG slice)
+    and a MIG slice's first memory slice on the GPU (``mig_start``, -1 unless MIG)."""
+
+    node_id: str
+    gpu_index: int
+    gpu_uuid: str
+    milli: int
+    mig_start: int
+
+
+@dataclass(frozen=True)
 class Allocation:
-    """A tenant's hold on whole nodes of one GPU model. While ``state`` is ``PENDING`` it waits in
-    its model's queue holding nothing, at ``queue_position`` (1 for the head; 0 in any other state),
-    and ``admit_time`` is None; ``priority`` (0-1000) orders that queue, higher first. Billing for it
+    """A tenant's hold on whole nodes of one GPU model, or on part of one node. While ``state`` is
+    ``PENDING`` it waits in its model's queue holding nothing, at ``queue_position`` (1 for the
+    head; 0 in any other state), and ``admit_time`` is None; ``priority`` (0-1000) orders that
+    queue, higher first. Billing for it
     runs from ``admit_time`` and ends at ``cancel_time``, when its cancel was accepted;
     ``release_time`` is when its last node came back from the scrub.
     ``replacements`` lists the nodes taken from it for faults, with their spares; while it holds
     fewer nodes than ``node_count`` for want of a spare, ``degraded_reason`` says so.
     ``same_block``: it asked for every node under one leaf switch. ``preempted_reason`` is set when
     the scheduler cancelled it so that another tenant of its cohort could have back the quota it
-    was borrowing: who reclaimed what, and what it held."""
+    was borrowing: who reclaimed what, and what it held.
+    A part-node allocation (``node_count`` 0) asks for one of ``gpus`` whole GPUs, a MIG slice
+    (``mig_profile``) or a soft share of one GPU (``share_milli`` thousandths), or for none of them
+    and CPU and memory alone, with ``cpu_milli`` (thousandths of a core) and ``memory_mib`` beside;
+    once admitted its ``node_ids`` is its one node and ``gpu_holds`` what it holds there."""
 
     allocation_id: str
     tenant_id: str
@@ -223,6 +242,17 @@ class Allocation:
     admit_time: datetime | None = None
     same_block: bool = False
     preempted_reason: str = ""
+    gpus: int = 0
+    mig_profile: str = ""
+    share_milli: int = 0
+    cpu_milli: int = 0
+    memory_mib: int = 0
+    gpu_holds: tuple[GpuHold, ...] = ()
+
+    @property
+    def part_node(self) -> bool:
+        """Whether it asks for part of one node (GPUs, a MIG slice, a share, or CPU and memory)."""
+        return bool(self.gpus or self.mig_profile or self.share_milli or self.cpu_milli or self.memory_mib)
 
 
 @dataclass(frozen=True)

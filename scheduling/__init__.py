@@ -18,11 +18,12 @@ from scheduling.mig import PROFILES, Profile, best_start, is_valid_layout, start
 from scheduling.model import Cluster, NodeSpec
 from scheduling.placement import Placement, apply, release
 from scheduling.policies import POLICIES, Policy, best_fit, fgd, fgd_refined, first_fit, worst_fit
-from scheduling.requests import CpuOnly, Gpus, MigSlice, Request, Share, WholeNodes
+from scheduling.requests import GPU_COUNTS, CpuOnly, Gpus, MigSlice, Request, Share, WholeNodes
 from scheduling.workload import DEFAULT_MIX, TaskShape, WorkloadMix, blend, shape_of, typical, workload_mix
 
 __all__ = [
     "DEFAULT_MIX",
+    "GPU_COUNTS",
     "POLICIES",
     "PROFILES",
     "Cluster",

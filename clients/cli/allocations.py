@@ -1,10 +1,11 @@
-"""``gpucloud allocations ...``: allocate whole nodes (safe to retry with the same request id),
-waiting for the admission of one that queues if asked; list and show allocations, say why one
-waits, and cancel them, waiting for the release if asked."""
+"""``gpucloud allocations ...``: allocate whole nodes or part of one node (safe to retry with the
+same request id), waiting for the admission of one that queues if asked; list and show
+allocations, say why one waits, and cancel them, waiting for the release if asked."""
 
 from __future__ import annotations
 
 import dataclasses
+import math
 import time
 from typing import Annotated
 
@@ -19,7 +20,6 @@ from clients.cli.context import (
     EXIT_NOT_DONE,
     EXIT_USAGE,
     call,
-    call_and_show,
     call_noting,
     check_wait_timeout,
     exit_not_done,
@@ -30,20 +30,46 @@ from clients.cli.options import AllPages, JsonFlag, PageSize, PageToken
 from clients.errors import DeadlineExceededError, UnavailableError
 from clients.request_ids import new_request_id
 
-allocations = typer.Typer(help="Allocate and release whole nodes.", no_args_is_help=True)
+allocations = typer.Typer(help="Allocate and release whole nodes, or part of one node.", no_args_is_help=True)
 
 # The state of an allocation that waits in its model's queue, holding nothing.
 PENDING = "PENDING"
 # How often --wait reads the allocation again, and how often its spinner shows the queue position.
 _POLL_S = 0.5
 _REDRAW_S = 2.0
+# The options that ask for part of one node rather than whole nodes.
+_PART_OPTIONS = "--gpus, --mig, --share, --cpu or --memory"
+
+
+def cores(text: str) -> int:
+    """Parse ``--cpu``: cores, fractions of a core too (``0.5``), as the thousandths of a core the
+    API carries; refused when not a finite number, or one that is not 0 but rounds to no thousandth."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not a number of cores") from None
+    if not math.isfinite(value):
+        raise typer.BadParameter(f"{text!r} is not a number of cores")
+    milli = round(value * 1000)
+    if milli == 0 and value != 0:
+        raise typer.BadParameter(f"{text}: less than a thousandth of a core")
+    # Within int32 as thousandths; the server says what a node holds.
+    return int32(str(milli))
 
 
 @allocations.command("create")
 def allocations_create(
     ctx: typer.Context,
     gpu_model: Annotated[str, typer.Option(help="A100, H100, H200, B200 or L40S.")],
-    nodes_: Annotated[int, typer.Option("--nodes", parser=int32, help="Whole nodes, all or nothing.")] = 1,
+    nodes_: Annotated[
+        int | None,
+        typer.Option(
+            "--nodes",
+            parser=int32,
+            show_default=False,
+            help=f"Whole nodes, all or nothing (default 1; leave it out with {_PART_OPTIONS}).",
+        ),
+    ] = None,
     tenant: Annotated[str, typer.Option(help="Operators: the tenant to allocate for.")] = "",
     request_id: Annotated[str | None, typer.Option(help="Idempotency key; default a fresh UUIDv7.")] = None,
     priority: Annotated[
@@ -55,6 +81,48 @@ def allocations_create(
     same_block: Annotated[
         bool, typer.Option("--same-block", help="Every node under one leaf switch, or wait until one has them.")
     ] = False,
+    gpus: Annotated[
+        int,
+        typer.Option(
+            "--gpus", show_default=False, parser=int32, help="Part of one node: 1, 2, 4 or 8 whole GPUs on it."
+        ),
+    ] = 0,
+    mig_profile: Annotated[
+        str,
+        typer.Option(
+            "--mig",
+            show_default=False,
+            help="Part of one node: one MIG slice of a GPU (1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb).",
+        ),
+    ] = "",
+    share_milli: Annotated[
+        int,
+        typer.Option(
+            "--share",
+            show_default=False,
+            parser=int32,
+            help="Part of one node: a soft share of one GPU, 1-999 thousandths.",
+        ),
+    ] = 0,
+    cpu_milli: Annotated[
+        int,
+        typer.Option(
+            "--cpu",
+            metavar="<float>",
+            parser=cores,
+            show_default=False,
+            help="Part of one node: CPU cores (0.5 too), beside the GPUs, or alone.",
+        ),
+    ] = 0,
+    memory_mib: Annotated[
+        int,
+        typer.Option(
+            "--memory",
+            show_default=False,
+            parser=int32,
+            help="Part of one node: memory in MiB, beside the GPUs, or alone.",
+        ),
+    ] = 0,
     wait: Annotated[bool, typer.Option(help="If it waits PENDING, wait until it is admitted.")] = False,
     timeout: Annotated[
         float, typer.Option(min=0, help="With --wait: seconds to wait at most (then exit code 3).")
@@ -63,16 +131,24 @@ def allocations_create(
 ) -> None:
     """Allocate whole nodes of one GPU model: placed at once when they are free, else PENDING in
     the model's queue, holding nothing, until the scheduler admits it whole (`allocations explain
-    ID` says why it waits; --fail-if-unavailable refuses instead, exit code 1). With --wait, exit
-    code 3 if it is still PENDING after --timeout; it stays queued. When the outcome is unknown
-    (the server did not answer), the command names the key it sent: run it again with that
-    --request-id to get the allocation the first try may have made instead of a second one;
-    such a rerun says it was replayed (JSON: "replayed": true)."""
+    ID` says why it waits; --fail-if-unavailable refuses instead, exit code 1). Or part of one
+    node, without --nodes: one of --gpus, --mig or --share, with --cpu and --memory beside, or
+    these two alone; PENDING until the scheduler places it, within a moment when there is room
+    (--fail-if-unavailable: refused unless there is room now); `allocations get ID` shows the GPUs it holds
+    once it is ACTIVE. With --wait, exit code 3 if it is still PENDING after --timeout; it stays
+    queued. When the outcome is unknown (the server did not answer), the command names the key it
+    sent: run it again with that --request-id to get the allocation the first try may have made
+    instead of a second one; such a rerun says it was replayed (JSON: "replayed": true)."""
     if request_id is not None and not request_id:
         # An unset shell variable ("--request-id $RID") must not quietly become a fresh key:
         # the script's retry would then allocate twice.
         render.fail("--request-id: must not be empty; leave the option out for a fresh key")
         raise typer.Exit(EXIT_USAGE)
+    part = bool(gpus or mig_profile or share_milli or cpu_milli or memory_mib)
+    if part and nodes_ is not None:
+        render.fail(f"--nodes: whole nodes; leave it out with {_PART_OPTIONS} (part of one node)")
+        raise typer.Exit(EXIT_USAGE)
+    node_count = 0 if part else 1 if nodes_ is None else nodes_
     check_wait_timeout(timeout)
     key = request_id or new_request_id()
     outcome_unknown = False
@@ -83,12 +159,17 @@ def allocations_create(
         try:
             created = await client.create_allocation(
                 gpu_model=gpu_model,
-                node_count=nodes_,
+                node_count=node_count,
                 tenant_id=tenant,
                 request_id=key,
                 priority=priority,
                 fail_if_unavailable=fail_if_unavailable,
                 same_block=same_block,
+                gpus=gpus,
+                mig_profile=mig_profile,
+                share_milli=share_milli,
+                cpu_milli=cpu_milli,
+                memory_mib=memory_mib,
             )
         except (UnavailableError, DeadlineExceededError):
             outcome_unknown = True
@@ -111,13 +192,21 @@ def allocations_create(
 
     allocation = call_noting(ctx, create, note)
     title = "Allocated" if allocation.state != PENDING else "Queued"
-    render.show_one(allocation, json_out, render.allocations_table([allocation], title))
+    _show(allocation, json_out, title)
     if allocation.replayed and not json_out:
         render.errors.print(
             Text(f"replayed: an earlier call with --request-id {key} made this allocation; nothing new was allocated"),
             soft_wrap=True,
         )
     _say_what_it_waits_for(allocation, waited=wait, timeout=timeout, json_out=json_out)
+
+
+def _show(allocation: models.Allocation, json_out: bool, title: str) -> None:
+    """One allocation: as JSON, or its row and, for a part-node one, the GPUs it holds."""
+    if json_out:
+        render.print_json(allocation)
+    else:
+        render.console.print(render.allocation_detail(allocation, title))
 
 
 async def _wait_admitted(client: AsyncClient, allocation: models.Allocation, timeout: float) -> models.Allocation:
@@ -177,8 +266,9 @@ def _say_what_it_waits_for(allocation: models.Allocation, *, waited: bool, timeo
         )
         raise typer.Exit(EXIT_NOT_DONE)
     if not json_out:
+        until = "the scheduler places it (--wait waits)" if allocation.part_node else "it is admitted whole"
         render.errors.print(
-            Text(f"{_queued(allocation)}, holding nothing until it is admitted whole; {_explain_hint(allocation)}"),
+            Text(f"{_queued(allocation)}, holding nothing until {until}; {_explain_hint(allocation)}"),
             soft_wrap=True,
         )
 
@@ -208,8 +298,8 @@ def allocations_list(
 
 @allocations.command("get")
 def allocations_get(ctx: typer.Context, allocation_id: str, json_out: JsonFlag = False) -> None:
-    """Show one allocation."""
-    call_and_show(ctx, lambda c: c.get_allocation(allocation_id), json_out, render.allocations_table, "Allocation")
+    """Show one allocation; for part of one node, the GPUs it holds there."""
+    _show(call(ctx, lambda c: c.get_allocation(allocation_id)), json_out, "Allocation")
 
 
 @allocations.command("explain")

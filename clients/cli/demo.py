@@ -175,8 +175,17 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str, gpus: di
             console.print("[red]unexpectedly allocated[/red]")
         except ResourceExhaustedError as err:
             console.print(f"with fail_if_unavailable it is refused instead: {err}")
+        two_gpus = await tenant.create_allocation(gpu_model="H100", gpus=2)
+        console.print(render.allocations_table([two_gpus], "Two GPUs of one node, asked behind it"))
+        console.print(render.explanation(await tenant.explain_allocation(two_gpus.allocation_id)))
         cancelled = await tenant.cancel_allocation(waiting.allocation_id)
         console.print(f"cancelling the queued allocation is done at once: done={cancelled.done}, {cancelled.state}")
+        with console.status("waiting for the scheduler to admit the two GPUs..."):
+            admitted = await tenant.wait_admitted(two_gpus.allocation_id, timeout=30)
+        if admitted.state != "ACTIVE":
+            raise RuntimeError(f"the two GPUs were not admitted once the nodes freed: {admitted.state}")
+        console.print(render.gpu_holds_table(admitted, "The two GPUs, on a node now shared"))
+        shared_id, shared_nodes = admitted.allocation_id, admitted.node_ids
 
         step("6. List")
         console.print(render.allocations_table((await tenant.list_allocations()).items))
@@ -200,15 +209,15 @@ async def _tenant_walkthrough(plane: ControlPlane, operator_token: str, gpus: di
 
         step("9. Cancel: accepted at once, done when the nodes are scrubbed and released")
         async with AsyncClient(plane.address, created.token) as tenant:
-            operation = await tenant.cancel_allocation(allocation.allocation_id)
-            console.print(render.operations_table([operation], "Cancel accepted"))
+            operations = [await tenant.cancel_allocation(a) for a in (allocation.allocation_id, shared_id)]
+            console.print(render.operations_table(operations, "Cancels accepted"))
             with console.status("waiting for the release..."):
-                operation = await tenant.wait_operation(operation.name, timeout=60)
-            console.print(render.operations_table([operation], "Cancel done"))
-            if not operation.done:
-                raise RuntimeError("the cancel operation did not finish within 60 s")
+                operations = [await tenant.wait_operation(op.name, timeout=60) for op in operations]
+            console.print(render.operations_table(operations, "Cancels done"))
+            if not all(op.done for op in operations):
+                raise RuntimeError("a cancel operation did not finish within 60 s")
         with console.status("waiting for the agents to confirm the scrub..."):
-            await _scrubbed(operator, [*replaced.node_ids, faulty])
+            await _scrubbed(operator, [*replaced.node_ids, faulty, *shared_nodes])
         console.print(render.nodes_table((await operator.list_nodes(gpu_model="H100")).items, "H100 nodes"))
         events = (await operator.list_node_events(replaced.node_ids[-1])).items
         console.print(render.node_events_table(events, f"Why the spare {replaced.node_ids[-1]} is READY"))

@@ -440,21 +440,23 @@ def outliers_table(items: Sequence[m.GpuOutlier], title: str) -> Table:
     )
 
 
-# In the order shown; PRIORITY, QUEUE and ADMITTED only where a row needs them (allocations_table).
+# In the order shown; PART, PRIORITY, QUEUE and ADMITTED only where a row needs them (allocations_table).
 _ALLOCATION_COLUMNS = (
-    "ALLOCATION", "TENANT", "MODEL", "NODES", "PRIORITY", "STATE", "QUEUE",
+    "ALLOCATION", "TENANT", "MODEL", "NODES", "PART", "PRIORITY", "STATE", "QUEUE",
     "CREATED", "ADMITTED", "RELEASED", "NODE IDS",
 )  # fmt: skip
 
 
 def allocations_table(items: Sequence[models.Allocation], title: str = "Allocations") -> Table:
     """Allocations: tenant, model, node count, state, creation and release times, node ids; with
-    PRIORITY where some allocation has one, QUEUE (the position of each PENDING one in its model's
-    queue) where some waits, and ADMITTED where some waited before it was placed. Under the table:
-    the nodes replaced under them, why any is degraded, why any was preempted (its STATE is marked
-    too), and how to see why one waits."""
+    PART (what a part-node allocation asks of its one node: ``part_asked``) where some asks for part
+    of a node, PRIORITY where some allocation has one, QUEUE (the position of each PENDING one in
+    its model's queue) where some waits, and ADMITTED where some waited before it was placed. Under
+    the table: the nodes replaced under them, why any is degraded, why any was preempted (its STATE
+    is marked too), and how to see why one waits."""
     # Columns that would hold nothing telling in most listings are there only when a row needs them.
     optional: list[tuple[str, bool, Callable[[models.Allocation], Cell]]] = [
+        ("PART", any(a.part_node for a in items), part_asked),
         ("PRIORITY", any(a.priority for a in items), lambda a: str(a.priority)),
         ("QUEUE", any(a.state == "PENDING" for a in items), _queue_cell),
         ("ADMITTED", any(_waited(a) for a in items), lambda a: when(a.admit_time)),
@@ -468,7 +470,8 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
             "ALLOCATION": a.allocation_id,
             "TENANT": a.tenant_id,
             "MODEL": a.gpu_model,
-            "NODES": str(a.node_count),
+            # A part-node allocation asks for no whole nodes (node_count 0): PART says what.
+            "NODES": "-" if a.part_node else str(a.node_count),
             "STATE": _state_cell(a),
             "CREATED": when(a.create_time),
             "RELEASED": when(a.release_time),
@@ -491,6 +494,56 @@ def allocations_table(items: Sequence[models.Allocation], title: str = "Allocati
     for note in notes:
         add_caption(grid, note)
     return grid
+
+
+def part_asked(allocation: models.Allocation) -> str:
+    """What a part-node allocation asks of its one node: "2 GPUs", "MIG 3g.40gb", "share
+    250/1000", each with "CPU 4" and "16384 MiB" where asked, or "CPU 4, 16384 MiB" alone;
+    "-" for one of whole nodes."""
+    a = allocation
+    asked = []
+    if a.gpus:
+        asked.append(f"{a.gpus} GPU" + ("s" if a.gpus != 1 else ""))
+    elif a.mig_profile:
+        asked.append(f"MIG {a.mig_profile}")
+    elif a.share_milli:
+        asked.append(f"share {a.share_milli}/1000")
+    if a.cpu_milli:
+        asked.append(f"CPU {a.cpu_milli / 1000:g}")
+    if a.memory_mib:
+        asked.append(f"{a.memory_mib} MiB")
+    return ", ".join(asked) or "-"
+
+
+def gpu_holds_table(allocation: models.Allocation, title: str = "GPU holds") -> Table:
+    """What a part-node allocation holds on its node, a GPU per row: the node, the GPU's index and
+    UUID ("-" for CPU and memory alone), how much of it (``held``) and, where some hold is a MIG
+    slice, its first memory slice (MIG START)."""
+    mig = any(hold.mig_start >= 0 for hold in allocation.gpu_holds)
+    columns = ["NODE", "GPU", "UUID", "HELD", *(["MIG START"] if mig else [])]
+
+    def cells(hold: models.GpuHold) -> list[Cell]:
+        gpu = [str(hold.gpu_index), hold.gpu_uuid or "-"] if hold.gpu_index >= 0 else ["-", "-"]
+        start = [str(hold.mig_start) if hold.mig_start >= 0 else "-"] if mig else []
+        return [hold.node_id, *gpu, held(hold), *start]
+
+    return table(title, columns, allocation.gpu_holds, cells, right=("GPU", "MIG START"))
+
+
+def held(hold: models.GpuHold) -> str:
+    """How much of its GPU a hold has: "whole GPU", "500/1000" of it, or "CPU and memory" (no GPU)."""
+    if hold.gpu_index < 0:
+        return "CPU and memory"
+    return "whole GPU" if hold.milli == 1000 else f"{hold.milli}/1000"
+
+
+def allocation_detail(allocation: models.Allocation, title: str = "Allocation") -> Table | Group:
+    """One allocation: its row (``allocations_table``), and for a part-node one what it holds
+    on its node (``gpu_holds_table``) once it holds anything."""
+    row = allocations_table([allocation], title)
+    if not allocation.gpu_holds:
+        return row
+    return Group(row, gpu_holds_table(allocation))
 
 
 def _state_cell(allocation: models.Allocation) -> Text:
@@ -541,9 +594,16 @@ def explanation(explained: models.AllocationExplanation) -> Group:
         f"{a.allocation_id}: ",
         styled(a.state),
         f", position {a.queue_position} in the {a.gpu_model} queue, priority {a.priority},"
-        f" {a.node_count} node(s) asked whole; created {when(a.create_time)} UTC",
+        f" {_asked(a)}; created {when(a.create_time)} UTC",
     )
     return Group(head, pending_reasons_table(explained.reasons, "Why it waits, most binding first"))
+
+
+def _asked(allocation: models.Allocation) -> str:
+    """ "2 node(s) asked whole", or "asks 2 GPUs of one node" (``part_asked``)."""
+    if allocation.part_node:
+        return f"asks {part_asked(allocation)} of one node"
+    return f"{allocation.node_count} node(s) asked whole"
 
 
 def operations_table(items: Sequence[models.Operation], title: str = "Operations") -> Table:

@@ -33,6 +33,7 @@ from services.allocations import repository as repo
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
 from services.allocations.repository import Allocation, AllocationFilter, AllocationView
 from services.allocations.requests import CANCEL_KIND, CREATE_METHOD, AllocationRequest, Created, cancel_operation
+from services.allocations.scheduler import plan_model
 from services.allocations.set_based import cancel_many, create_many
 from services.allocations.states import AllocationState
 from services.allocations.writes import PendingCancel, PendingCreate, record_cancels, record_creates
@@ -94,20 +95,26 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
     }
     # The queue's fields count only when set, so that a key recorded before they existed
     # still replays an identical retry.
-    queue_fields = {
+    optional_fields: dict[str, str | int] = {
         "priority": request.priority,
-        "fail_if_unavailable": request.fail_if_unavailable,
-        "same_block": request.same_block,
+        "fail_if_unavailable": int(request.fail_if_unavailable),
+        "same_block": int(request.same_block),
+        "gpus": request.gpus,
+        "mig_profile": request.mig_profile,
+        "share_milli": request.share_milli,
+        "cpu_milli": request.cpu_milli,
+        "memory_mib": request.memory_mib,
     }
-    fields.update({name: int(value) for name, value in queue_fields.items() if value})
+    fields.update({name: value for name, value in optional_fields.items() if value})
     fingerprint = idempotency.fingerprint(CREATE_METHOD, fields)
     locking = store.dialect == "postgresql"
     lost: Exception | None = None
     for _ in range(_MAX_ATTEMPTS):
         allocation_id = new_id("alloc")
-        # On SQLite, the plain creates of one group run together (set_based.py).
+        # On SQLite, the plain creates of one group run together (set_based.py); a part-node
+        # one always waits for the scheduling cycle, which alone places on shared nodes.
         pending = PendingCreate(request, fingerprint, allocation_id, policy)
-        set_based = None if locking else SetBased(create_many, pending)
+        set_based = None if locking or request.part_node else SetBased(create_many, pending)
         try:
             return await store.transact(partial(_create, pending, locking=locking), set_based)
         except (Conflict, Aborted) as error:
@@ -124,31 +131,16 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
 
 
 def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
-    request, fingerprint, allocation_id, policy = (
-        pending.request,
-        pending.fingerprint,
-        pending.allocation_id,
-        pending.policy,
-    )
-    if request.request_id:
-        key = yield from repo.idempotency_key(request.tenant_id, CREATE_METHOD, request.request_id)
-        if key is not None:
-            recorded_fingerprint, recorded_id = key
-            if recorded_fingerprint != fingerprint:
-                raise idempotency.reused(request.request_id)
-            return Created((yield from repo.get_view(recorded_id, tenant_id=request.tenant_id)), replayed=True)
-    else:
-        yield from tenants_repo.require(request.tenant_id)
-    if request.request_id and locking:
-        # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
-        yield from repo.claim_idempotency_key(
-            request.tenant_id,
-            CREATE_METHOD,
-            request.request_id,
-            fingerprint=fingerprint,
-            result_id=allocation_id,
-            now_us=now_us(),
-        )
+    request, policy = pending.request, pending.policy
+    replayed = yield from _replay_or_claim(pending, locking=locking)
+    if replayed is not None:
+        return replayed
+    if request.part_node:
+        # Placed by the scheduling cycle alone (part_node.py): only asked whether it could be now.
+        if request.fail_if_unavailable:
+            yield from _check_part_fits(request, policy)
+        created = (yield from record_creates([(pending, None)], now_us=now_us(), claim_keys=not locking))[0]
+        return Created((yield from repo.views([created.view.row]))[0], replayed=False)
     # The pool's spares, locked on PostgreSQL until this create commits (spares.py).
     keep = yield from spares.reserve(request.gpu_model, locking=locking)
     # Allocations waiting in the model's queue at this priority or above go first (queue.py).
@@ -188,6 +180,65 @@ def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
     if chosen is not None:
         return created
     return Created((yield from repo.views([created.view.row]))[0], replayed=False)
+
+
+def _replay_or_claim(pending: PendingCreate, *, locking: bool) -> Tx[Created | None]:
+    """A create's first step: the recorded result of its ``request_id`` (a replay), or None
+    once the tenant is known to exist and, on PostgreSQL, the key is claimed."""
+    request = pending.request
+    if request.request_id:
+        key = yield from repo.idempotency_key(request.tenant_id, CREATE_METHOD, request.request_id)
+        if key is not None:
+            recorded_fingerprint, recorded_id = key
+            if recorded_fingerprint != pending.fingerprint:
+                raise idempotency.reused(request.request_id)
+            return Created((yield from repo.get_view(recorded_id, tenant_id=request.tenant_id)), replayed=True)
+    else:
+        yield from tenants_repo.require(request.tenant_id)
+    if request.request_id and locking:
+        # On PostgreSQL, claim the key before placing anything: concurrent duplicates queue here.
+        yield from repo.claim_idempotency_key(
+            request.tenant_id,
+            CREATE_METHOD,
+            request.request_id,
+            fingerprint=pending.fingerprint,
+            result_id=pending.allocation_id,
+            now_us=now_us(),
+        )
+    return None
+
+
+def _check_part_fits(request: AllocationRequest, policy: scheduling.Policy) -> Tx[None]:
+    """RESOURCE_EXHAUSTED unless the next scheduling cycle would admit a part-node request
+    that asked not to wait: the cycle's own plan, of the model's queue with it at its place."""
+    row = Allocation(
+        "",
+        request.tenant_id,
+        request.gpu_model,
+        0,
+        AllocationState.PENDING.value,
+        now_us(),
+        priority=request.priority,
+        gpus=request.gpus,
+        mig_profile=request.mig_profile,
+        share_milli=request.share_milli,
+        cpu_milli=request.cpu_milli,
+        memory_mib=request.memory_mib,
+    )
+    queued = yield from repo.queue(request.gpu_model)
+    ahead = [q for q in queued if q.priority >= row.priority]
+    made = yield from plan_model(request.gpu_model, [*ahead, row], policy, locking=False)
+    reasons = made.waiting.get("")
+    if reasons:
+        raise ResourceExhausted(
+            reason="INSUFFICIENT_CAPACITY",
+            message=f"{reasons[0].message}; nothing was allocated (fail_if_unavailable)",
+            metadata={
+                "gpu_model": request.gpu_model,
+                "reason": reasons[0].kind.value,
+                **{name: str(value) for name, value in reasons[0].figures.items()},
+            },
+        )
 
 
 def _over_quota(request: AllocationRequest, ledger: quotas.Ledger) -> ResourceExhausted:

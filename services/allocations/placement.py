@@ -107,6 +107,11 @@ class Pool:
             raise PolicyError(f"a placement policy chose {chosen!r} across leaf switches for one that asked for one")
         return chosen
 
+    def candidate(self, node_id: str) -> Candidate:
+        """The pool's node ``node_id``, by its place in the fabric."""
+        node = self._cluster.nodes[self._cluster.index[node_id]]
+        return Candidate(node.zone, node.rack, node.leaf_switch, node.node_id)
+
     def take(self, node_ids: Sequence[str]) -> None:
         """``node_ids`` are no longer free (chosen by this pool, or taken by another transaction)."""
         taken = [n for n in node_ids if n in self._free_ids]

@@ -51,6 +51,17 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
         admit_time=timestamp(row.admitted_us),
         same_block=row.same_block,
         preempted_reason=row.preempted_reason or "",
+        gpus=row.gpus,
+        mig_profile=row.mig_profile,
+        share_milli=row.share_milli,
+        cpu_milli=row.cpu_milli,
+        memory_mib=row.memory_mib,
+        gpu_holds=[
+            allocation_pb2.GpuHold(
+                node_id=h.node_id, gpu_index=h.gpu_index, gpu_uuid=h.gpu_uuid, milli=h.milli, mig_start=h.mig_start
+            )
+            for h in view.holds
+        ],
     )
 
 

@@ -36,9 +36,12 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 import scheduling
+from services.allocations import part_node
+from services.allocations.part_node import PartPlacement, SharedNodes
 from services.allocations.placement import Pool
 from services.allocations.quotas import Ledger
 from services.allocations.repository import Allocation
+from services.nodes.inventory import GpuModel
 
 
 class ReasonKind(StrEnum):
@@ -71,6 +74,8 @@ class Plan:
     admitted: list[tuple[Allocation, list[str]]]
     waiting: dict[str, list[Reason]]
     preempted: list[tuple[Allocation, str]] = field(default_factory=list)
+    # Part-node allocations admitted, each with where it goes.
+    parts: list[PartPlacement] = field(default_factory=list)
 
 
 def plan(
@@ -84,20 +89,37 @@ def plan(
     ledger: Ledger | None = None,
     running: Sequence[Allocation] = (),
     reclaiming: int = 0,
+    shared: SharedNodes | None = None,
 ) -> Plan:
     """Admit what the queue's order allows from ``pool`` (which the admissions take from),
     leaving ``keep`` nodes free as spares; ``fleet_nodes``: nodes of the model in any state
     but retired, ``fleet_block``: the most of them under one leaf switch. ``ledger``: the
     model's quotas and what each tenant holds (None: no quotas); ``running``: the model's
     ACTIVE allocations, which a reclaim may preempt; ``reclaiming``: nodes preempted
-    allocations still hold while they are released."""
+    allocations still hold while they are released; ``shared``: the model's shared nodes, for
+    part-node allocations (part_node.py)."""
     ledger = ledger or Ledger((), {})
     admitted: list[tuple[Allocation, list[str]]] = []
     waiting: dict[str, list[Reason]] = {}
     preempted: list[tuple[Allocation, str]] = []
+    parts: list[PartPlacement] = []
     head: Allocation | None = None
     ahead = 0  # allocations ahead in the queue still waiting, the head among them
     for position, row in enumerate(queue, start=1):
+        if row.part_node:
+            shared = shared or SharedNodes(GpuModel(row.gpu_model), (), ())
+            placed, reasons = _part(row, shared, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes, head=head)
+            if placed is not None:
+                parts.append(placed)
+                continue
+            # Waiting in the queue's order (the head if nothing ahead is blocked), unless it
+            # can never be placed and is passed over.
+            blocks = not reasons or reasons[0].kind is not ReasonKind.NO_ACCEPTABLE_MODEL
+            behind = [_behind(row, head, ahead, position, pool.free, keep)] if blocks and head else []
+            waiting[row.allocation_id] = reasons + behind
+            head = head or (row if blocks else None)
+            ahead += blocks
+            continue
         needed = row.node_count
         if needed > fleet_nodes - keep:
             # Even with every node of the fleet free, the spares would be left short.
@@ -134,7 +156,53 @@ def plan(
                 reasons.insert(0, short)
             waiting[row.allocation_id] = reasons
         ahead += 1
-    return Plan(admitted, waiting, preempted)
+    return Plan(admitted, waiting, preempted, parts)
+
+
+def _part(
+    row: Allocation,
+    shared: SharedNodes,
+    pool: Pool,
+    *,
+    policy: scheduling.Policy,
+    keep: int,
+    fleet_nodes: int,
+    head: Allocation | None,
+) -> tuple[PartPlacement | None, list[Reason]]:
+    """A part-node allocation's placement, while no allocation ahead is blocked: on a shared
+    node if one has room, else on a free node it opens. Otherwise why it waits, beside the
+    allocation ahead (which ``plan`` adds): behind a blocked allocation nothing is placed, on
+    shared nodes either, since allocations declare no run time and any node, shared or free,
+    may be the one it waits for."""
+    model = GpuModel(row.gpu_model)
+    never = part_node.never_fits(model, mig_profile=row.mig_profile, cpu_milli=row.cpu_milli, memory_mib=row.memory_mib)
+    if never is not None or (fleet_nodes - keep < 1 and shared.nodes == 0):
+        return None, [_no_model(row, fleet_nodes, keep, never and never[1])]
+    if head is None:
+        placed = shared.place(policy, row) or shared.open(policy, row, pool, keep=keep)
+        if placed is not None:
+            return placed, []
+    elif shared.fits(policy, row) or pool.free - keep >= 1:
+        return None, []  # it would fit: only the blocked allocation ahead holds it back
+    return None, [_part_capacity(row, shared, pool.free, keep)]
+
+
+def _part_capacity(row: Allocation, shared: SharedNodes, free: int, keep: int) -> Reason:
+    held_back = f" ({keep} of them held back as spares)" if keep else ""
+    return Reason(
+        ReasonKind.WAITING_FOR_CAPACITY,
+        f"waiting for capacity: {shared.free_gpus} {row.gpu_model} GPU(s) free over {shared.nodes} shared node(s),"
+        f" none with room for {part_node.describe(row)} (the most free on one node: {shared.most_free_on_one}),"
+        f" and {free} free node(s){held_back} to open",
+        {
+            "free_gpus": shared.free_gpus,
+            "shared_nodes": shared.nodes,
+            "most_free_on_one": shared.most_free_on_one,
+            "needed_gpus": row.gpus,
+            "free": free,
+            "spares": keep,
+        },
+    )
 
 
 def _reclaim(
@@ -208,7 +276,7 @@ def due(row: Allocation) -> Reason:
     """The reason of an allocation the next cycle admits: it fits and nothing blocks it."""
     return Reason(
         ReasonKind.ADMISSION_DUE,
-        f"{row.node_count} {row.gpu_model} node(s) are free for it and nothing ahead waits:"
+        f"{row.gpu_model} capacity for {part_node.describe(row)} is free and nothing ahead waits:"
         " the next scheduling cycle admits it",
         {"needed": row.node_count},
     )
@@ -253,17 +321,23 @@ def _behind(row: Allocation, head: Allocation, ahead: int, position: int, free: 
     return Reason(
         ReasonKind.BEHIND_GANGS,
         f"behind {ahead} waiting allocation(s) in the {row.gpu_model} queue (position {position}):"
-        f" the allocation at its head needs {head.node_count} node(s) and holds the"
-        f" {max(free - keep, 0)} free for itself until it fits",
-        {"ahead": ahead, "position": position, "head_needs": head.node_count, "free": free},
+        f" the allocation at its head needs {part_node.describe(head)} and holds the"
+        f" {max(free - keep, 0)} free node(s) for itself until it fits",
+        {"ahead": ahead, "position": position, "head_needs": max(head.node_count, 1), "free": free},
     )
 
 
-def _no_model(row: Allocation, fleet_nodes: int, keep: int) -> Reason:
+def _no_model(row: Allocation, fleet_nodes: int, keep: int, never: str | None = None) -> Reason:
+    if never is not None:
+        return Reason(
+            ReasonKind.NO_ACCEPTABLE_MODEL,
+            f"no {row.gpu_model} node can hold {part_node.describe(row)}: {never}; it waits, holding nothing back",
+            {"fleet": fleet_nodes, "spares": keep, "needed": max(row.node_count, 1)},
+        )
     spares = f", {keep} of them held back as spares" if keep else ""
     return Reason(
         ReasonKind.NO_ACCEPTABLE_MODEL,
         f"the fleet has {fleet_nodes} {row.gpu_model} node(s) in any state{spares}, fewer than the"
-        f" {row.node_count} asked: it waits for nodes to be added, holding nothing back",
-        {"fleet": fleet_nodes, "spares": keep, "needed": row.node_count},
+        f" {max(row.node_count, 1)} it needs: it waits for nodes to be added, holding nothing back",
+        {"fleet": fleet_nodes, "spares": keep, "needed": max(row.node_count, 1)},
     )

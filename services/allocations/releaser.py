@@ -20,6 +20,7 @@ from functools import partial
 
 import structlog
 
+from services.allocations import gpu_holds
 from services.allocations import repository as repo
 from services.allocations.requests import CANCEL_KIND
 from services.auth.principal import CONTROL_PLANE
@@ -132,7 +133,38 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
             for h in held
         ]
         yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
+        yield from _release_shared(ids, now_us=now, locking=locking)
         yield from repo.finish_cancel(ids, now_us=now)
         yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
     oldest = yield from repo.oldest_cancel_us()
     return due, oldest
+
+
+def _release_shared(allocation_ids: list[str], *, now_us: int, locking: bool) -> Tx[None]:
+    """End the holds of the part-node allocations among ``allocation_ids``: their GPUs waited
+    for the scrub like nodes do. A shared node left with no hold is released to its scrub;
+    one its agent does not manage is counted scrubbed with the GPUs (as above)."""
+    emptied = yield from gpu_holds.release(allocation_ids, now_us=now_us, locking=locking)
+    if not emptied:
+        return
+    yield from nodes_repo.apply_many(
+        [
+            nodes_repo.Move(e.node_id, e.node_state, NodeEvent.RELEASE, reason="its last part-node allocation ended")
+            for e in emptied
+        ],
+        reason="",
+        actor=CONTROL_PLANE.actor,
+        now_us=now_us,
+    )
+    scrubbed = [e.node_id for e in emptied if not e.agent_managed]
+    drained = yield from nodes_repo.drain_pending(scrubbed)
+    moves = [
+        nodes_repo.Move(
+            node_id,
+            NodeState.SCRUBBING,
+            NodeEvent.FINISH_SCRUB_DRAINED if node_id in drained else NodeEvent.FINISH_SCRUB,
+            reason="scrubbed after its last part-node allocation",
+        )
+        for node_id in scrubbed
+    ]
+    yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now_us)

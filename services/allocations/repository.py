@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from services.allocations.shape import PartShape
 from services.allocations.states import AllocationState
 from services.errors import NotFound
 from services.nodes import repository as nodes_repo
@@ -22,8 +23,9 @@ from services.store.tx import Sql, Tx, expand, for_update
 
 
 @dataclass(frozen=True, slots=True)
-class Allocation:
-    """One row of the ``allocations`` table (store/models.py defines the table)."""
+class Allocation(PartShape):
+    """One row of the ``allocations`` table (store/models.py defines the table); a part-node
+    allocation's shape is ``PartShape``'s keywords."""
 
     allocation_id: str
     tenant_id: str
@@ -54,6 +56,18 @@ class Replacement:
 
 
 @dataclass(frozen=True, slots=True)
+class GpuHold:
+    """What a part-node allocation holds (or held) of one GPU of its node: ``gpu_index`` -1
+    and ``gpu_uuid`` "" for CPU and memory alone; ``mig_start`` -1 but for a MIG slice."""
+
+    node_id: str
+    gpu_index: int
+    gpu_uuid: str
+    milli: int
+    mig_start: int
+
+
+@dataclass(frozen=True, slots=True)
 class AllocationView:
     """An allocation with the nodes it holds (or held, once released) in placement order, and
     the replacements made under it, oldest first."""
@@ -63,6 +77,8 @@ class AllocationView:
     replacements: tuple[Replacement, ...] = ()
     # While PENDING, its place in its model's queue (1 for the head); 0 otherwise.
     queue_position: int = 0
+    # A part-node allocation's GPUs, by index (live ones, or once released those it held).
+    holds: tuple[GpuHold, ...] = ()
 
     @property
     def degraded_reason(self) -> str:
@@ -86,15 +102,15 @@ class AllocationFilter:
     state: AllocationState | None = None
 
 
-_COLUMNS = (
+COLUMNS = (
     "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority,"
-    " admitted_us, same_block, preempted_reason"
+    " admitted_us, same_block, preempted_reason, gpus, mig_profile, share_milli, cpu_milli, memory_mib"
 )
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
 
-def _row(values: Sequence[Any]) -> Allocation:
+def row_of(values: Sequence[Any]) -> Allocation:
     (
         allocation_id,
         tenant_id,
@@ -108,6 +124,11 @@ def _row(values: Sequence[Any]) -> Allocation:
         admitted,
         block,
         why,
+        gpus,
+        mig_profile,
+        share_milli,
+        cpu_milli,
+        memory_mib,
     ) = values
     return Allocation(
         allocation_id,
@@ -122,6 +143,11 @@ def _row(values: Sequence[Any]) -> Allocation:
         admitted,
         bool(block),  # SQLite answers a boolean as 0 or 1
         why,
+        gpus=gpus,
+        mig_profile=mig_profile,
+        share_milli=share_milli,
+        cpu_milli=cpu_milli,
+        memory_mib=memory_mib,
     )
 
 
@@ -132,7 +158,7 @@ def get_row(allocation_id: str, *, tenant_id: str | None, locking: bool = False)
     Another tenant's allocation is NOT_FOUND, exactly like one that does not exist, so ids
     cannot be probed across tenants.
     """
-    sql = f"SELECT {_COLUMNS} FROM allocations WHERE allocation_id = :id"
+    sql = f"SELECT {COLUMNS} FROM allocations WHERE allocation_id = :id"
     params: dict[str, Any] = {"id": allocation_id}
     if tenant_id is not None:
         sql += " AND tenant_id = :tenant"
@@ -140,7 +166,7 @@ def get_row(allocation_id: str, *, tenant_id: str | None, locking: bool = False)
     found = (yield Sql(sql + for_update(locking), params)).first()
     if found is None:
         raise NotFound.of("allocation", allocation_id, field_path="allocation_id")
-    return _row(found)
+    return row_of(found)
 
 
 def get_rows(allocation_ids: Sequence[str]) -> Tx[list[Allocation]]:
@@ -148,8 +174,8 @@ def get_rows(allocation_ids: Sequence[str]) -> Tx[list[Allocation]]:
     if not allocation_ids:
         return []
     ids, params = expand("id", allocation_ids)
-    result = yield Sql(f"SELECT {_COLUMNS} FROM allocations WHERE allocation_id IN ({ids})", params)
-    return [_row(r) for r in result.rows]
+    result = yield Sql(f"SELECT {COLUMNS} FROM allocations WHERE allocation_id IN ({ids})", params)
+    return [row_of(r) for r in result.rows]
 
 
 def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
@@ -173,12 +199,35 @@ def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
     history = (yield from replacements(sorted(replaced))) if replaced else {}
     waiting = [r for r in rows if r.state == AllocationState.PENDING.value]
     positions = (yield from queue_positions(waiting)) if waiting else {}
+    part = [r.allocation_id for r in rows if r.part_node and r.state != AllocationState.PENDING.value]
+    holds = (yield from gpu_holds(part)) if part else {}
     return [
         AllocationView(
-            r, tuple(nodes[r.allocation_id]), history.get(r.allocation_id, ()), positions.get(r.allocation_id, 0)
+            r,
+            tuple(nodes[r.allocation_id]) or tuple(dict.fromkeys(h.node_id for h in holds.get(r.allocation_id, ()))),
+            history.get(r.allocation_id, ()),
+            positions.get(r.allocation_id, 0),
+            holds.get(r.allocation_id, ()),
         )
         for r in rows
     ]
+
+
+def gpu_holds(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[GpuHold, ...]]]:
+    """The GPUs each part-node allocation holds or held, by index."""
+    ids, params = expand("id", allocation_ids)
+    result = yield Sql(
+        "SELECT h.allocation_id, h.node_id, h.gpu_index, COALESCE(g.gpu_uuid, ''), h.milli, h.mig_start"
+        " FROM gpu_holds h LEFT JOIN gpus g ON g.node_id = h.node_id AND g.gpu_index = h.gpu_index"
+        f" WHERE h.allocation_id IN ({ids}) ORDER BY h.allocation_id, h.gpu_index",
+        params,
+    )
+    found: dict[str, list[GpuHold]] = {}
+    for allocation_id, node_id, index, uuid, milli, start in result.rows:
+        found.setdefault(str(allocation_id), []).append(
+            GpuHold(str(node_id), int(index), str(uuid), int(milli), int(start))
+        )
+    return {allocation_id: tuple(held) for allocation_id, held in found.items()}
 
 
 # A model's queue in admission order: priority first, then age, the id breaking ties.
@@ -189,20 +238,21 @@ def queue(gpu_model: str, *, locking: bool = False) -> Tx[list[Allocation]]:
     """The PENDING allocations of ``gpu_model`` in admission order; locked on PostgreSQL when
     ``locking``, so that a cancel of one waits for the cycle that may admit it."""
     result = yield Sql(
-        f"SELECT {_COLUMNS} FROM allocations WHERE state = :pending AND gpu_model = :model"
+        f"SELECT {COLUMNS} FROM allocations WHERE state = :pending AND gpu_model = :model"
         f" ORDER BY {_QUEUE_ORDER}" + for_update(locking),
         {"pending": AllocationState.PENDING.value, "model": gpu_model},
     )
-    return [_row(r) for r in result.rows]
+    return [row_of(r) for r in result.rows]
 
 
 def running(gpu_model: str) -> Tx[list[Allocation]]:
-    """The ACTIVE allocations of ``gpu_model``: the ones a reclaim may preempt."""
+    """The ACTIVE whole-node allocations of ``gpu_model``: the ones a reclaim may preempt
+    (quotas count whole nodes)."""
     result = yield Sql(
-        f"SELECT {_COLUMNS} FROM allocations WHERE state = :active AND gpu_model = :model",
+        f"SELECT {COLUMNS} FROM allocations WHERE state = :active AND gpu_model = :model AND node_count > 0",
         {"active": AllocationState.ACTIVE.value, "model": gpu_model},
     )
-    return [_row(r) for r in result.rows]
+    return [row_of(r) for r in result.rows]
 
 
 def reclaiming(gpu_model: str) -> Tx[int]:
@@ -322,7 +372,7 @@ class Holding:
 
 def holding(node_id: str) -> Tx[Holding | None]:
     """The allocation holding ``node_id`` now, or None."""
-    columns = ", ".join(f"al.{column.strip()}" for column in _COLUMNS.split(","))
+    columns = ", ".join(f"al.{column.strip()}" for column in COLUMNS.split(","))
     result = yield Sql(
         f"SELECT {columns}, a.position, a.assigned_us FROM assignments a"
         " JOIN allocations al ON al.allocation_id = a.allocation_id"
@@ -330,7 +380,7 @@ def holding(node_id: str) -> Tx[Holding | None]:
         {"node": node_id},
     )
     found = result.first()
-    return None if found is None else Holding(_row(found[:-2]), int(found[-2]), int(found[-1]))
+    return None if found is None else Holding(row_of(found[:-2]), int(found[-2]), int(found[-1]))
 
 
 def take_node(allocation_id: str, node_id: str, *, now_us: int) -> Tx[None]:
@@ -405,8 +455,9 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
     """Database new allocations and their live assignments, each in placement order (none for
     a PENDING one): two statements however many there are."""
     yield Sql(
-        f"INSERT INTO allocations ({_COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
-        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block, :preempted_reason)",
+        f"INSERT INTO allocations ({COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
+        " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block, :preempted_reason,"
+        " :gpus, :mig_profile, :share_milli, :cpu_milli, :memory_mib)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(
@@ -451,13 +502,13 @@ def list_page(flt: AllocationFilter, *, cursor: Cursor | None, limit: int) -> Tx
     """Newest first by (created_us, allocation_id): immutable, with a unique tiebreaker."""
     state = None if flt.state is None else flt.state.value
     page = newest_first(
-        f"SELECT {_COLUMNS} FROM allocations",
+        f"SELECT {COLUMNS} FROM allocations",
         "allocation_id",
         {"tenant_id": flt.tenant_id, "state": state},
         cursor=cursor,
         limit=limit,
     )
-    return [_row(r) for r in (yield page).rows]
+    return [row_of(r) for r in (yield page).rows]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from services.allocations.repository import AllocationView
+from services.allocations.shape import PartShape
 from services.nodes.inventory import GpuModel
 from services.operations.repository import Operation
 
@@ -15,8 +16,9 @@ CANCEL_KIND = "cancel-allocation"
 
 
 @dataclass(frozen=True)
-class AllocationRequest:
-    """A checked create: for which tenant, how many nodes of which model, and its ``request_id`` ("" for none)."""
+class AllocationRequest(PartShape):
+    """A checked create: for which tenant, how many nodes of which model (or part of one node:
+    ``PartShape``'s keywords), and its ``request_id`` ("" for none)."""
 
     tenant_id: str
     gpu_model: GpuModel

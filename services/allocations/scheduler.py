@@ -26,8 +26,9 @@ from functools import partial
 import structlog
 
 import scheduling
-from services.allocations import queue, quotas, spares
+from services.allocations import gpu_holds, queue, quotas, spares
 from services.allocations import repository as repo
+from services.allocations.part_node import SharedNodes
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
 from services.allocations.queue import Plan, Reason
 from services.allocations.repository import Allocation, AllocationView
@@ -115,11 +116,12 @@ class Scheduler:
                 )
                 if self._preempted is not None:
                     self._preempted.notify()
-            if made.admitted:
+            if made.admitted or made.parts:
                 log.info(
                     "allocations_admitted",
                     gpu_model=gpu_model.value,
-                    allocation_ids=[row.allocation_id for row, _ in made.admitted],
+                    allocation_ids=[row.allocation_id for row, _ in made.admitted]
+                    + [p.row.allocation_id for p in made.parts],
                     waiting=len(made.waiting),
                 )
             return made
@@ -133,22 +135,25 @@ def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait
     queued = yield from repo.queue(gpu_model.value, locking=locking)
     if not queued:
         return Plan([], {})
-    made = yield from _plan(gpu_model, queued, policy, locking=locking)
+    made = yield from plan_model(gpu_model, queued, policy, locking=locking)
     if made.preempted:
         yield from _preempt(made.preempted, locking=locking)
-    if not made.admitted:
+    if not made.admitted and not made.parts:
         return made
     if locking:
         chosen = [node for _, nodes in made.admitted for node in nodes]
-        locked = yield from nodes_repo.lock_free(chosen, skip_locked=not wait)
-        if len(locked) != len(chosen):
+        chosen += [p.node_id for p in made.parts if p.opened]
+        shared = sorted({p.node_id for p in made.parts if not p.opened})
+        locked = (yield from nodes_repo.lock_free(chosen, skip_locked=not wait)) if chosen else set()
+        locked |= yield from gpu_holds.lock_shared(shared, skip_locked=not wait)
+        if len(locked) != len(chosen) + len(shared):
             raise Aborted(
                 reason="NODE_CHANGED_CONCURRENTLY",
                 message="a node the scheduling cycle chose was taken meanwhile; the cycle runs again",
-                metadata={"node_ids": ",".join(sorted(set(chosen) - locked))},
+                metadata={"node_ids": ",".join(sorted({*chosen, *shared} - locked))},
             )
     # Stamped once the chosen nodes are locked: after whatever committed on them before.
-    yield from record_admissions(made.admitted, now_us=now_us(), actor=SCHEDULER_ACTOR)
+    yield from record_admissions(made.admitted, made.parts, now_us=now_us(), actor=SCHEDULER_ACTOR)
     return made
 
 
@@ -185,16 +190,21 @@ def explain(
         return view, []
     gpu_model = GpuModel(row.gpu_model)
     queued = yield from repo.queue(row.gpu_model)
-    made = yield from _plan(gpu_model, queued, policies.of(row.gpu_model), locking=False)
+    made = yield from plan_model(gpu_model, queued, policies.of(row.gpu_model), locking=False)
     # Admitted by the plan (or by a cycle since the read): the next cycle admits it.
     return view, made.waiting.get(allocation_id) or [queue.due(row)]
 
 
-def _plan(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+def plan_model(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+    """``queue.plan`` over ``queued`` (PENDING allocations of ``gpu_model`` in admission
+    order) and the model's pool, spares, quotas and shared nodes as the tables hold them."""
     keep = yield from spares.reserve(gpu_model, locking=locking)
     pool = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model))))
     fleet_nodes, fleet_block = yield from nodes_repo.in_service(gpu_model)
     ledger = yield from quotas.ledger(gpu_model.value, locking=locking)
+    shared = None
+    if any(row.part_node for row in queued):
+        shared = SharedNodes(gpu_model, *(yield from gpu_holds.shared(gpu_model)))
     running: list[Allocation] = []
     reclaiming = 0
     if ledger is not None:
@@ -211,4 +221,5 @@ def _plan(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Poli
         ledger=ledger,
         running=running,
         reclaiming=reclaiming,
+        shared=shared,
     )

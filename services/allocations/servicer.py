@@ -7,8 +7,9 @@ from typing import Any
 import grpc
 from google.longrunning import operations_pb2
 
+import scheduling
 from gpucloud.v1 import allocation_pb2, allocation_pb2_grpc
-from services.allocations import commands, quotas
+from services.allocations import commands, part_node, quotas
 from services.allocations.commands import resolve_tenant
 from services.allocations.placement import DEFAULT_POLICIES, Policies
 from services.allocations.proto import (
@@ -41,6 +42,44 @@ _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 REPLAYED = (("idempotent-replayed", "true"),)
 
 
+def check_part_node(v: Violations, request: allocation_pb2.CreateAllocationRequest) -> bool:
+    """Whether the request asks for part of one node (GPUs, a MIG slice, a share, or CPU and
+    memory alone), each of its fields checked; node_count must then be 0."""
+    shapes = {
+        "gpus": request.gpus != 0,
+        "mig_profile": request.mig_profile != "",
+        "share_milli": request.share_milli != 0,
+    }
+    asked = [name for name, given in shapes.items() if given]
+    part = bool(asked) or request.cpu_milli != 0 or request.memory_mib != 0
+    if not part:
+        return False
+    if len(asked) > 1:
+        v.add(asked[1], f"give at most one of gpus, mig_profile and share_milli; got {' and '.join(asked)}")
+    if request.node_count:
+        v.add("node_count", "must be 0 with gpus, mig_profile, share_milli, cpu_milli or memory_mib (part of one node)")
+    if request.gpus and request.gpus not in scheduling.GPU_COUNTS:
+        counts = ", ".join(map(str, scheduling.GPU_COUNTS))
+        v.add("gpus", f"must be one of {counts} (GPUs on one node); got {request.gpus}")
+    if request.mig_profile and request.mig_profile not in scheduling.PROFILES:
+        v.add("mig_profile", f"must be one of {', '.join(scheduling.PROFILES)}; got {request.mig_profile[:32]!r}")
+    if request.share_milli and not 0 < request.share_milli < 1000:
+        v.add("share_milli", f"must be 1-999 thousandths of a GPU (1000: ask for gpus=1); got {request.share_milli}")
+    for name, value in (("cpu_milli", request.cpu_milli), ("memory_mib", request.memory_mib)):
+        if value < 0:
+            v.add(name, f"must not be negative; got {value}")
+    if request.same_block:
+        v.add("same_block", "applies to whole nodes; part of one node is on one node already")
+    if request.gpu_model in GPU_MODEL_FROM_PROTO:
+        model = GPU_MODEL_FROM_PROTO[request.gpu_model]
+        never = part_node.never_fits(
+            model, mig_profile=request.mig_profile, cpu_milli=request.cpu_milli, memory_mib=request.memory_mib
+        )
+        if never is not None:
+            v.add(*never)
+    return True
+
+
 class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     """AllocationService: checks each request and the caller's tenant, then calls ``commands``."""
 
@@ -67,7 +106,8 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         v = Violations()
         v.identifier("tenant_id", request.tenant_id, required=principal.tenant_id is None)
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
-        if not 1 <= request.node_count <= MAX_NODES_PER_ALLOCATION:
+        part = check_part_node(v, request)
+        if not part and not 1 <= request.node_count <= MAX_NODES_PER_ALLOCATION:
             v.add("node_count", f"must be 1-{MAX_NODES_PER_ALLOCATION}; got {request.node_count}")
         if not 0 <= request.priority <= MAX_PRIORITY:
             v.add("priority", f"must be 0-{MAX_PRIORITY}; got {request.priority}")
@@ -82,6 +122,11 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             priority=request.priority,
             fail_if_unavailable=request.fail_if_unavailable,
             same_block=request.same_block,
+            gpus=request.gpus,
+            mig_profile=request.mig_profile,
+            share_milli=request.share_milli,
+            cpu_milli=request.cpu_milli,
+            memory_mib=request.memory_mib,
         )
         view, replayed = await commands.create(self._store, allocation_request, self._policies)
         if replayed:

@@ -12,7 +12,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import scheduling
+from services.allocations import gpu_holds
 from services.allocations import repository as repo
+from services.allocations.part_node import PartPlacement
 from services.allocations.repository import Allocation, AllocationView, HeldNode, KeyClaim
 from services.allocations.requests import CREATE_METHOD, AllocationRequest, Created, cancel_operation
 from services.allocations.states import AllocationState
@@ -65,6 +67,11 @@ def record_creates(
             priority=create.request.priority,
             admitted_us=None if node_ids is None else now_us,
             same_block=create.request.same_block,
+            gpus=create.request.gpus,
+            mig_profile=create.request.mig_profile,
+            share_milli=create.request.share_milli,
+            cpu_milli=create.request.cpu_milli,
+            memory_mib=create.request.memory_mib,
         )
         for create, node_ids in placed
     ]
@@ -88,11 +95,21 @@ def record_creates(
     return [Created(AllocationView(row, tuple(node_ids)), replayed=False) for row, node_ids in recorded]
 
 
-def record_admissions(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int, actor: str) -> Tx[None]:
-    """Admit PENDING allocations onto the nodes chosen for them (in placement order): ACTIVE
-    from ``now_us`` with their assignments, and the hand-over (``hand_over``)."""
-    yield from repo.admit(admitted, now_us=now_us)
-    yield from hand_over([(row, node_ids, actor) for row, node_ids in admitted], now_us=now_us)
+def record_admissions(
+    admitted: Sequence[tuple[Allocation, Sequence[str]]],
+    parts: Sequence[PartPlacement] = (),
+    *,
+    now_us: int,
+    actor: str,
+) -> Tx[None]:
+    """Admit PENDING allocations onto the nodes chosen for them (in placement order), and
+    part-node ones onto their GPUs: ACTIVE from ``now_us`` with their assignments or holds,
+    and the hand-over (``hand_over``), in which a free node a part-node allocation opened
+    turns ALLOCATED."""
+    yield from repo.admit([*admitted, *((p.row, ()) for p in parts)], now_us=now_us)
+    yield from gpu_holds.insert(parts, now_us=now_us)
+    opened = [(p.row, [p.node_id] if p.opened else [], actor) for p in parts]
+    yield from hand_over([*((row, node_ids, actor) for row, node_ids in admitted), *opened], now_us=now_us)
 
 
 def hand_over(placed: Sequence[tuple[Allocation, Sequence[str], str]], *, now_us: int) -> Tx[None]:
@@ -107,7 +124,13 @@ def hand_over(placed: Sequence[tuple[Allocation, Sequence[str], str]], *, now_us
         for node_id in node_ids
     ]
     yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us, uncordoned_only=True)
-    yield from usage.record(UsageKind.START, [row.allocation_id for row, _, _ in placed], at_us=now_us)
+    yield from _usage(UsageKind.START, [row for row, _, _ in placed], at_us=now_us)
+
+
+def _usage(kind: UsageKind, rows: Sequence[Allocation], *, at_us: int) -> Tx[None]:
+    """The usage events of ``kind`` for the allocations' nodes, or for part-node ones their GPUs."""
+    yield from usage.record(kind, [row.allocation_id for row in rows if not row.part_node], at_us=at_us)
+    yield from usage.record_holds(kind, [row.allocation_id for row in rows if row.part_node], at_us=at_us)
 
 
 def record_cancels(
@@ -147,14 +170,24 @@ def record_cancels(
             admitted_us=was.admitted_us,
             same_block=was.same_block,
             preempted_reason=was.preempted_reason,
+            gpus=was.gpus,
+            mig_profile=was.mig_profile,
+            share_milli=was.share_milli,
+            cpu_milli=was.cpu_milli,
+            memory_mib=was.memory_mib,
         )
         operation = cancel_operation(cancel.operation_id, row.tenant_id, cancel.allocation_id, now_us=now_us)
         answers.append((operation, AllocationView(row, tuple(nodes[cancel.allocation_id]))))
     yield from nodes_repo.apply_many(moves, reason="", actor="", now_us=now_us)
     cancelled = [cancel.allocation_id for cancel, _ in accepted]
     # The tenant loses the nodes now, in the transaction that accepts the cancel: billing and
-    # its reading of the nodes' metrics end here, whatever happens to the scrub.
-    yield from usage.record(UsageKind.STOP, cancelled, at_us=now_us)
+    # its reading of the nodes' metrics end here, whatever happens to the scrub. A part-node
+    # allocation's GPUs stay held until the release, so no one else is given them unscrubbed.
+    yield from _usage(UsageKind.STOP, [was for _, was in accepted], at_us=now_us)
     yield from repo.mark_cancelling(cancelled, now_us=now_us)
     yield from ops_repo.insert_many([operation for operation, _ in answers])
+    if any(view.row.part_node for _, view in answers):
+        # A part-node allocation's node and GPUs are its holds, read with its view.
+        shown = yield from repo.views([view.row for _, view in answers])
+        answers = [(operation, view) for (operation, _), view in zip(answers, shown, strict=True)]
     return answers

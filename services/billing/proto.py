@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
-from accounting import PriceClass
+from accounting import PriceClass, split_unit
 from gpucloud.v1 import billing_pb2, node_pb2
 from services.billing.invoice import LATE_AFTER_FINALIZATION, InvoiceView
 from services.billing.repository import StoredEvent
@@ -22,11 +22,17 @@ def decimal_text(value: Decimal | None) -> str:
 
 
 def gpu_model(name: str) -> node_pb2.GpuModel.ValueType:
-    """A model name as the enum; a name this server does not know reads UNSPECIFIED."""
+    """A billed unit's model (``H100/500``: H100) as the enum; a name this server does not
+    know reads UNSPECIFIED."""
     try:
-        return GPU_MODEL_TO_PROTO[GpuModel(name)]
+        return GPU_MODEL_TO_PROTO[GpuModel(split_unit(name)[0])]
     except ValueError:
         return node_pb2.GPU_MODEL_UNSPECIFIED
+
+
+def gpu_milli(name: str) -> int:
+    """The thousandths of one GPU a billed unit is (accounting.split_unit)."""
+    return split_unit(name)[1]
 
 
 def invoice_to_proto(view: InvoiceView) -> billing_pb2.Invoice:
@@ -61,6 +67,7 @@ def invoice_to_proto(view: InvoiceView) -> billing_pb2.Invoice:
         lines=[
             billing_pb2.InvoiceLine(
                 gpu_model=gpu_model(line.gpu_model),
+                gpu_milli=gpu_milli(line.gpu_model),
                 price_class=PRICE_CLASS_TO_PROTO[line.price_class],
                 gpu_seconds=decimal_text(line.gpu_seconds),
                 gpu_hour_rate=decimal_text(line.gpu_hour_rate),
@@ -74,6 +81,7 @@ def invoice_to_proto(view: InvoiceView) -> billing_pb2.Invoice:
             billing_pb2.InvoiceAdjustment(
                 adjusted_period=a.adjusted_period,
                 gpu_model=gpu_model(a.gpu_model),
+                gpu_milli=gpu_milli(a.gpu_model),
                 price_class=PRICE_CLASS_TO_PROTO[a.price_class],
                 gpu_seconds=decimal_text(a.gpu_seconds),
                 amount=decimal_text(a.amount),
@@ -114,6 +122,7 @@ def usage_event_to_proto(stored: StoredEvent) -> billing_pb2.UsageEvent:
         node_id=stored.node_id,
         gpu_uuid=event.gpu_uuid,
         gpu_model=gpu_model(event.gpu_model),
+        gpu_milli=gpu_milli(event.gpu_model),
         kind=_KIND_TO_PROTO[event.kind.value],
         price_class=PRICE_CLASS_TO_PROTO[event.price_class],
         event_time=timestamp(event.at_us),

@@ -12,6 +12,7 @@ import asyncio
 import math
 from dataclasses import dataclass
 from functools import partial
+from typing import NamedTuple
 
 import tsdb
 from services.auth.principal import Principal, Role, tenant_scope
@@ -21,7 +22,7 @@ from services.metrics import reads
 from services.metrics import repository as repo
 from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
-from services.metrics.holds import hold_intervals, within
+from services.metrics.holds import held_gpus, hold_intervals, within
 from services.metrics.outliers import BUSY_FIELD, BUSY_UTIL_PCT, GpuFigure, Outlier, PeerGroup, below_median
 from services.metrics.sample_times import SampleTimes
 from services.metrics.samples import SampleStore, SeriesData
@@ -102,25 +103,26 @@ class Metrics:
         NOT_FOUND for a named node the caller cannot see; RESOURCE_EXHAUSTED (QUERY_TOO_LARGE) for a result of
         more than ``MAX_QUERY_POINTS`` or ``MAX_ANSWER_BYTES``.
         """
-        holds = await self._visible(principal, selector, window)
-        if holds is None:
+        visible = await self._visible(principal, selector, window)
+        if visible is None:
             series, stats = await self._samples.read(partial(reads.query_all, selector=selector, window=window))
-        elif not holds:
+        elif not visible.holds:
             return QueryResult([], tsdb.QueryStats())
         else:
-            series, stats = await self._samples.read(partial(reads.query_held, selector=selector, holds=holds))
+            read = partial(reads.query_held, selector=selector, holds=visible.holds, gpus=visible.gpus)
+            series, stats = await self._samples.read(read)
         return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use QueryRange")
 
     async def query_range(
         self, principal: Principal, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation
     ) -> QueryResult:
         """One ``aggregation`` per step of the selected series in the window; visibility and errors as ``query``."""
-        holds = await self._visible(principal, selector, window)
-        if holds is None:
+        visible = await self._visible(principal, selector, window)
+        if visible is None:
             read = partial(
                 reads.query_range_all, selector=selector, window=window, step_ms=step_ms, aggregation=aggregation
             )
-        elif not holds:
+        elif not visible.holds:
             return QueryResult([], tsdb.QueryStats())
         else:
             read = partial(
@@ -129,7 +131,8 @@ class Metrics:
                 window=window,
                 step_ms=step_ms,
                 aggregation=aggregation,
-                holds=holds,
+                holds=visible.holds,
+                gpus=visible.gpus,
             )
         series, stats = await self._samples.read(read)
         return await _bounded(QueryResult(series, stats), "narrow the window or the selector, or use a longer step")
@@ -147,10 +150,9 @@ class Metrics:
         # Per-GPU Python work: 80,000 GPUs would hold the event loop for a tenth of a second.
         return await asyncio.to_thread(_judge, series, models, field, k)
 
-    async def _visible(
-        self, principal: Principal, selector: Selector, window: Window
-    ) -> dict[str, tuple[tuple[int, int], ...]] | None:
-        """None when the caller sees everything; else, per node, its held intervals in the window."""
+    async def _visible(self, principal: Principal, selector: Selector, window: Window) -> Visible | None:
+        """None when the caller sees everything; else, per node, its held intervals in the
+        window, and the GPUs of the nodes it held only part of."""
         tenant_id = tenant_scope(principal)
         if tenant_id is None:
             if principal.role is not Role.OPERATOR:
@@ -169,7 +171,18 @@ class Metrics:
         for node_id in selector.node_ids:
             if node_id not in held:
                 raise NotFound.of("node", node_id, field_path=_node_field(selector, node_id))
-        return {node_id: inside for node_id, intervals in held.items() if (inside := within(intervals, window))}
+        return Visible(
+            {node_id: inside for node_id, intervals in held.items() if (inside := within(intervals, window))},
+            held_gpus(records),
+        )
+
+
+class Visible(NamedTuple):
+    """What a tenant may read: per node, the intervals in the window it held it; per node it
+    held only part of, the GPU indexes it held there."""
+
+    holds: reads.Holds
+    gpus: reads.HeldGpus
 
 
 async def _bounded(result: QueryResult, advice: str) -> QueryResult:

@@ -6,6 +6,12 @@ the placement to the cancel. The scrub after it is the provider's time, and what
 reports then is not the tenant's to read. A start without a stop is a hold that lasts until
 now. A stop without a start is an anomaly billing reports; it grants nothing here.
 
+A part-node allocation (GPUs, a MIG slice or a soft share of one node) holds GPUs, not the
+node: on a node where the tenant held only such allocations it reads the series of those GPUs
+alone (a GPU's slices and shares are one tenant's), never the node's own series or another
+tenant's GPUs. A node it held both whole and in part reads as held in part, over all its
+holds: that hides some of its own whole-node time rather than show another tenant's GPUs.
+
 Times: usage events are microseconds, samples milliseconds. A hold [start_us, stop_us) becomes
 [ceil(start_us / 1000), ceil(stop_us / 1000)) in ms, which keeps exactly the samples whose
 instant lies in the hold. Merging and cutting to a window are billing's interval algebra
@@ -33,6 +39,8 @@ class HoldRecord:
     node_id: str
     start_us: int | None
     stop_us: int | None
+    # A part-node allocation's GPU indexes on the node; () for a whole node.
+    gpus: tuple[int, ...] = ()
 
 
 def _ceil_ms(micros: int) -> int:
@@ -58,6 +66,16 @@ def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, t
         stop_us = now_us if record.stop_us is None else record.stop_us
         by_node.setdefault(record.node_id, []).append((_ceil_ms(record.start_us), _ceil_ms(stop_us)))
     return {node: merged for node, spans in by_node.items() if (merged := merge(spans))}
+
+
+def held_gpus(records: Iterable[HoldRecord]) -> dict[str, tuple[int, ...]]:
+    """Per node held in part, the GPU indexes the tenant may read there (every part-node
+    hold's, ascending); nodes only ever held whole are absent: all of theirs."""
+    by_node: dict[str, set[int]] = {}
+    for record in records:
+        if record.gpus and record.start_us is not None:
+            by_node.setdefault(record.node_id, set()).update(record.gpus)
+    return {node: tuple(sorted(gpus)) for node, gpus in by_node.items()}
 
 
 def within(intervals: Sequence[Interval], window: Window) -> tuple[Interval, ...]:

@@ -20,26 +20,42 @@ from services.metrics.selection import Aggregation, Selector, Window, tsdb_selec
 
 # Per node, the merged intervals inside the query's window that the tenant held it.
 Holds = Mapping[str, tuple[Interval, ...]]
+# Per node the tenant held only part of, the GPU indexes it may read there (holds.held_gpus).
+HeldGpus = Mapping[str, tuple[int, ...]]
 
 
-def _groups(holds: Holds) -> dict[tuple[Interval, ...], list[str]]:
-    groups: dict[tuple[Interval, ...], list[str]] = {}
+def _groups(
+    selector: Selector, holds: Holds, gpus: HeldGpus
+) -> list[tuple[tuple[Interval, ...], Mapping[str, str | frozenset[str]]]]:
+    """The reads a tenant's holds take: per set of nodes with the same intervals and GPUs, the
+    intervals and the tsdb matcher (groups left with none of the selector's GPUs dropped)."""
+    groups: dict[tuple[tuple[Interval, ...], tuple[int, ...]], list[str]] = {}
     for node_id, intervals in sorted(holds.items()):
         if intervals:
-            groups.setdefault(intervals, []).append(node_id)
-    return groups
+            groups.setdefault((intervals, gpus.get(node_id, ())), []).append(node_id)
+    return [
+        (intervals, matcher)
+        for (intervals, indexes), nodes in groups.items()
+        if (matcher := tsdb_selector(selector, nodes, indexes)) is not None
+    ]
 
 
 def _ordered(series: list[SeriesData]) -> list[SeriesData]:
     return sorted(series, key=lambda s: s.key)
 
 
+def _everything(selector: Selector) -> Mapping[str, str | frozenset[str]]:
+    matcher = tsdb_selector(selector, None)
+    assert matcher is not None  # nothing narrows the GPUs
+    return matcher
+
+
 def query_all(reader: SampleReader, selector: Selector, window: Window) -> list[SeriesData]:
     """An operator's raw read: everything the selector matches."""
-    return _ordered(reader.query(tsdb_selector(selector, None), window))
+    return _ordered(reader.query(_everything(selector), window))
 
 
-def query_held(reader: SampleReader, selector: Selector, holds: Holds) -> list[SeriesData]:
+def query_held(reader: SampleReader, selector: Selector, holds: Holds, gpus: HeldGpus) -> list[SeriesData]:
     """A tenant's raw read: per group of nodes, one read per hold, each series' pieces joined.
 
     A read per hold rather than one over the span from the first hold to the last and clipped
@@ -48,8 +64,7 @@ def query_held(reader: SampleReader, selector: Selector, holds: Holds) -> list[S
     samples). The stats' ``samples_decoded`` and ``bytes_read`` still count the whole chunks
     the store decodes around a hold's edges."""
     out: list[SeriesData] = []
-    for intervals, nodes in _groups(holds).items():
-        matcher = tsdb_selector(selector, nodes)
+    for intervals, matcher in _groups(selector, holds, gpus):
         pieces: dict[SeriesKey, list[SeriesData]] = {}
         for start_ms, end_ms in intervals:  # merged and ascending: the pieces join in time order
             for series in reader.query(matcher, Window(start_ms, end_ms)):
@@ -66,7 +81,7 @@ def query_range_all(
     reader: SampleReader, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation
 ) -> list[SeriesData]:
     """An operator's stepped read: the store's own."""
-    return _ordered(reader.query_range(tsdb_selector(selector, None), window, step_ms, aggregation))
+    return _ordered(reader.query_range(_everything(selector), window, step_ms, aggregation))
 
 
 class _Columns:
@@ -98,13 +113,18 @@ class _Columns:
 
 
 def query_range_held(
-    reader: SampleReader, selector: Selector, window: Window, step_ms: int, aggregation: Aggregation, holds: Holds
+    reader: SampleReader,
+    selector: Selector,
+    window: Window,
+    step_ms: int,
+    aggregation: Aggregation,
+    holds: Holds,
+    gpus: HeldGpus,
 ) -> list[SeriesData]:
     """A tenant's stepped read: whole steps inside a hold read as is, steps held in part
     aggregated over the held part only (services/metrics/ranges.py), other steps left out."""
     out: list[SeriesData] = []
-    for intervals, nodes in _groups(holds).items():
-        matcher = tsdb_selector(selector, nodes)
+    for intervals, matcher in _groups(selector, holds, gpus):
         plan = plan_range(window, step_ms, intervals)
         columns = _Columns(plan.steps)
         for run in plan.runs:

@@ -63,7 +63,25 @@ def hold_records(tenant_id: str, node_ids: Collection[str] = ()) -> Tx[list[Hold
             starts[key] = int(first_us)
         elif kind == UsageKind.STOP:
             stops[key] = int(last_us)
+    keys = sorted(starts.keys() | stops.keys())
+    gpus = yield from _part_node_gpus(sorted({a for a, _ in keys}))
     return [
-        HoldRecord(allocation_id=a, node_id=n, start_us=starts.get((a, n)), stop_us=stops.get((a, n)))
-        for a, n in sorted(starts.keys() | stops.keys())
+        HoldRecord(
+            allocation_id=a, node_id=n, start_us=starts.get((a, n)), stop_us=stops.get((a, n)), gpus=gpus.get(a, ())
+        )
+        for a, n in keys
     ]
+
+
+def _part_node_gpus(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[int, ...]]]:
+    """The GPU indexes each part-node allocation among ``allocation_ids`` holds or held on
+    its one node; whole-node allocations are absent."""
+    found: dict[str, list[int]] = {}
+    for chunk in _chunks(allocation_ids):
+        ids, params = expand("id", chunk)
+        result = yield Sql(
+            f"SELECT allocation_id, gpu_index FROM gpu_holds WHERE allocation_id IN ({ids}) AND gpu_index >= 0", params
+        )
+        for allocation_id, index in result.rows:
+            found.setdefault(str(allocation_id), []).append(int(index))
+    return {allocation_id: tuple(sorted(indexes)) for allocation_id, indexes in found.items()}

@@ -86,17 +86,26 @@ def check_step(v: Violations, window: Window, step_ms: int) -> None:
         v.add("step_ms", f"cuts the window into {-(-span // step_ms)} steps; the limit is {MAX_STEPS}")
 
 
-def tsdb_selector(selector: Selector, node_ids: Collection[str] | None) -> Mapping[str, str | frozenset[str]]:
+def tsdb_selector(
+    selector: Selector, node_ids: Collection[str] | None, gpu_indexes: Collection[int] = ()
+) -> Mapping[str, str | frozenset[str]] | None:
     """The tsdb's label matcher for ``selector``, with the nodes narrowed to ``node_ids``
-    (None: the selector's own nodes, which may be every node). An empty ``node_ids`` would
-    match every node, so it is refused: a caller with nothing to read must not ask."""
+    (None: the selector's own nodes, which may be every node) and the GPUs to ``gpu_indexes``
+    (empty: not narrowed). None when the GPUs narrowed leave none of the selector's. An empty
+    ``node_ids`` would match every node, so it is refused: a caller with nothing to read must
+    not ask."""
     if node_ids is not None and not node_ids:
         raise ValueError("node_ids is empty: nothing to read, and an empty matcher would match every node")
     matcher: dict[str, str | frozenset[str]] = {}
     nodes = selector.node_ids if node_ids is None else tuple(node_ids)
+    gpus = selector.gpu_indexes
+    if gpu_indexes:
+        gpus = tuple(i for i in gpu_indexes if not selector.gpu_indexes or i in selector.gpu_indexes)
+        if not gpus:
+            return None
     for label, values in (
         (NODE, nodes),
-        (GPU, tuple(str(i) for i in selector.gpu_indexes)),
+        (GPU, tuple(str(i) for i in gpus)),
         (FIELD, selector.fields),
     ):
         if values:

@@ -250,6 +250,14 @@ class AllocationRow(SQLModel, table=True):
     same_block: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
     # Why the scheduler cancelled it to give its nodes back to their quota's owner; NULL otherwise.
     preempted_reason: str | None = Field(default=None, max_length=512)
+    # Part of one node instead of whole nodes (node_count 0): whole GPUs, one MIG slice or a
+    # soft share of a GPU (at most one of the three), and CPU and memory beside them. Its
+    # holds are ``gpu_holds``.
+    gpus: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    mig_profile: str = Field(default="", max_length=16, sa_column_kwargs={"server_default": text("''")})
+    share_milli: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    cpu_milli: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    memory_mib: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
 
 
 class AssignmentRow(SQLModel, table=True):
@@ -276,6 +284,31 @@ class AssignmentRow(SQLModel, table=True):
     assigned_us: int = Field(sa_column=Column(BigInteger, nullable=False))
     released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
     replaced_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
+
+
+class GpuHoldRow(SQLModel, table=True):
+    """What a part-node allocation holds of one GPU of its node (``gpu_index`` -1: CPU and
+    memory alone, no GPU). Live while ``released_us`` is NULL. A node with live holds is
+    ALLOCATED (a shared node) and leaves for its scrub when the last of them is released."""
+
+    __tablename__ = "gpu_holds"
+    __table_args__ = (
+        # A scheduling cycle's read: the live holds of a model's shared nodes.
+        Index("ix_gpu_holds_live_node", "node_id", sqlite_where=_LIVE, postgresql_where=_LIVE),
+        Index("ix_gpu_holds_allocation", "allocation_id"),
+    )
+
+    hold_id: int | None = Field(default=None, primary_key=True)
+    allocation_id: str = Field(foreign_key="allocations.allocation_id", max_length=40)
+    tenant_id: str = Field(max_length=63)
+    node_id: str = Field(foreign_key="nodes.node_id", max_length=63)
+    gpu_index: int
+    # Thousandths of the GPU: 1000 whole, a share's own, 125 per memory slice of a MIG slice.
+    milli: int
+    # A MIG slice's first memory slice; -1 otherwise.
+    mig_start: int
+    assigned_us: int = Field(sa_column=Column(BigInteger, nullable=False))
+    released_us: int | None = Field(default=None, sa_column=Column(BigInteger, nullable=True))
 
 
 class ReplacementRow(SQLModel, table=True):

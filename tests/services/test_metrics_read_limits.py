@@ -62,7 +62,7 @@ def test_a_tenants_raw_read_spends_its_budget_only_inside_its_holds(
     monkeypatch.setattr(samples, "MAX_SAMPLES_READ", 25)
     holds = {"n1": ((T0, T0 + 10_000), (T0 + 90_000, T0 + 100_000))}
     reader = SampleReader(opened)
-    (series,) = reads.query_held(reader, Selector(), holds)
+    (series,) = reads.query_held(reader, Selector(), holds, {})
     assert series.values.tolist() == [*map(float, range(10)), *map(float, range(90, 100))]
     assert series.timestamps_ms.tolist() == [T0 + 1000 * k for k in [*range(10), *range(90, 100)]]
     assert reader.stats.head_samples == 20

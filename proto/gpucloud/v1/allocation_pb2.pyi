@@ -130,6 +130,12 @@ class Allocation(_message.Message):
     ADMIT_TIME_FIELD_NUMBER: _builtins.int
     SAME_BLOCK_FIELD_NUMBER: _builtins.int
     PREEMPTED_REASON_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    MIG_PROFILE_FIELD_NUMBER: _builtins.int
+    SHARE_MILLI_FIELD_NUMBER: _builtins.int
+    CPU_MILLI_FIELD_NUMBER: _builtins.int
+    MEMORY_MIB_FIELD_NUMBER: _builtins.int
+    GPU_HOLDS_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -149,6 +155,14 @@ class Allocation(_message.Message):
     """Set when the scheduler cancelled it so that another tenant of its cohort could have back
     the quota it was borrowing: who reclaimed what, and what it held.
     """
+    gpus: _builtins.int
+    """Part of one node rather than whole nodes (node_count is then 0): what was asked, as in
+    CreateAllocationRequest, and once admitted what it holds.
+    """
+    mig_profile: _builtins.str
+    share_milli: _builtins.int
+    cpu_milli: _builtins.int
+    memory_mib: _builtins.int
     @_builtins.property
     def node_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """The nodes placed for this allocation, in placement order."""
@@ -173,6 +187,10 @@ class Allocation(_message.Message):
     def admit_time(self) -> _timestamp_pb2.Timestamp:
         """When the scheduler placed its nodes, from which it is billed. Unset while PENDING."""
 
+    @_builtins.property
+    def gpu_holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuHold]:
+        """The GPUs (or, for CPU and memory alone, the node) it holds on its one node."""
+
     def __init__(
         self,
         *,
@@ -192,14 +210,56 @@ class Allocation(_message.Message):
         admit_time: _timestamp_pb2.Timestamp | None = ...,
         same_block: _builtins.bool = ...,
         preempted_reason: _builtins.str = ...,
+        gpus: _builtins.int = ...,
+        mig_profile: _builtins.str = ...,
+        share_milli: _builtins.int = ...,
+        cpu_milli: _builtins.int = ...,
+        memory_mib: _builtins.int = ...,
+        gpu_holds: _abc.Iterable[Global___GpuHold] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_model", b"gpu_model", "node_count", b"node_count", "node_ids", b"node_ids", "preempted_reason", b"preempted_reason", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "cpu_milli", b"cpu_milli", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_holds", b"gpu_holds", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "node_ids", b"node_ids", "preempted_reason", b"preempted_reason", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "share_milli", b"share_milli", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Allocation: _TypeAlias = Allocation  # noqa: Y015
+
+@_typing.final
+class GpuHold(_message.Message):
+    """What a part-node allocation holds of one GPU of its node."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    GPU_INDEX_FIELD_NUMBER: _builtins.int
+    GPU_UUID_FIELD_NUMBER: _builtins.int
+    MILLI_FIELD_NUMBER: _builtins.int
+    MIG_START_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    gpu_index: _builtins.int
+    """The GPU's index on the node; -1 for CPU and memory alone."""
+    gpu_uuid: _builtins.str
+    milli: _builtins.int
+    """Thousandths of the GPU held: 1000 for a whole GPU, a share's own, a MIG slice's memory slices."""
+    mig_start: _builtins.int
+    """A MIG slice's first memory slice on the GPU; -1 otherwise."""
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        gpu_index: _builtins.int = ...,
+        gpu_uuid: _builtins.str = ...,
+        milli: _builtins.int = ...,
+        mig_start: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_index", b"gpu_index", "gpu_uuid", b"gpu_uuid", "mig_start", b"mig_start", "milli", b"milli", "node_id", b"node_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GpuHold: _TypeAlias = GpuHold  # noqa: Y015
 
 @_typing.final
 class Quota(_message.Message):
@@ -390,6 +450,11 @@ class CreateAllocationRequest(_message.Message):
     PRIORITY_FIELD_NUMBER: _builtins.int
     FAIL_IF_UNAVAILABLE_FIELD_NUMBER: _builtins.int
     SAME_BLOCK_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    MIG_PROFILE_FIELD_NUMBER: _builtins.int
+    SHARE_MILLI_FIELD_NUMBER: _builtins.int
+    CPU_MILLI_FIELD_NUMBER: _builtins.int
+    MEMORY_MIB_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     """For operators: the tenant to allocate for. Tenants leave it empty (or give their own)."""
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -407,6 +472,21 @@ class CreateAllocationRequest(_message.Message):
     """Every node under one leaf switch (one fabric block), so that the gang's traffic never
     crosses a block's uplinks; it waits until one block has them all free.
     """
+    gpus: _builtins.int
+    """Part of one node instead of whole nodes (node_count 0), exactly one of:
+    gpus: 1, 2, 4 or 8 whole GPUs on one node;
+    mig_profile: one MIG slice (1g.10gb, 1g.20gb, 2g.20gb, 3g.40gb, 4g.40gb, 7g.80gb) on a GPU
+      whose slices are all this tenant's, billed as its memory slices' eighths of the GPU;
+    share_milli: a soft share of one GPU in thousandths (1-999);
+    or none of them with cpu_milli or memory_mib: CPU and memory alone.
+    A part-node allocation is placed by the scheduling cycle, so a create answers it PENDING
+    (with fail_if_unavailable, only when the next cycle would admit it; otherwise refused).
+    """
+    mig_profile: _builtins.str
+    share_milli: _builtins.int
+    cpu_milli: _builtins.int
+    """CPU (thousandths of a core) and memory (MiB) beside the GPUs, on the same node."""
+    memory_mib: _builtins.int
     def __init__(
         self,
         *,
@@ -417,10 +497,15 @@ class CreateAllocationRequest(_message.Message):
         priority: _builtins.int = ...,
         fail_if_unavailable: _builtins.bool = ...,
         same_block: _builtins.bool = ...,
+        gpus: _builtins.int = ...,
+        mig_profile: _builtins.str = ...,
+        share_milli: _builtins.int = ...,
+        cpu_milli: _builtins.int = ...,
+        memory_mib: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "same_block", b"same_block", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_milli", b"cpu_milli", "fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "same_block", b"same_block", "share_milli", b"share_milli", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -26,7 +26,7 @@ from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__
 from gpucloud.v1 import node_pb2 as gpucloud_dot_v1_dot_node__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpucloud/v1/billing.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\xdf\x02\n\nUsageEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x05 \x01(\t\x12(\n\tgpu_model\x18\x06 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12)\n\x04kind\x18\x07 \x01(\x0e\x32\x1b.gpucloud.v1.UsageEventKind\x12,\n\x0bprice_class\x18\x08 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12.\n\nevent_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brecord_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x0b \x01(\t\"\xa1\x01\n\x0bInvoiceLine\x12(\n\tgpu_model\x18\x01 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12,\n\x0bprice_class\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12\x13\n\x0bgpu_seconds\x18\x03 \x01(\t\x12\x15\n\rgpu_hour_rate\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\t\"\xa9\x01\n\x11InvoiceAdjustment\x12\x17\n\x0f\x61\x64justed_period\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12,\n\x0bprice_class\x18\x03 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12\x13\n\x0bgpu_seconds\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\t\"{\n\x0eInvoiceAnomaly\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x11\n\tevent_ids\x18\x04 \x03(\t\x12\x0f\n\x07seconds\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xd8\x03\n\x15InvoiceReconciliation\x12\x11\n\tevents_in\x18\x01 \x01(\x03\x12\x15\n\revents_billed\x18\x02 \x01(\x03\x12\x1b\n\x13\x65vents_in_anomalies\x18\x03 \x01(\x03\x12\x1d\n\x15\x65vents_outside_period\x18\x04 \x01(\x03\x12<\n\x05\x65xtra\x18\x05 \x03(\x0b\x32-.gpucloud.v1.InvoiceReconciliation.ExtraEntry\x12\x18\n\x10interval_seconds\x18\x06 \x01(\t\x12#\n\x1bsame_tenant_overlap_seconds\x18\x07 \x01(\t\x12\x18\n\x10\x63redited_seconds\x18\x08 \x01(\t\x12\x15\n\rusage_seconds\x18\t \x01(\t\x12!\n\x19\x63ommitted_covered_seconds\x18\n \x01(\t\x12\x1a\n\x12usage_line_seconds\x18\x0b \x01(\t\x12\x18\n\x10unpriced_seconds\x18\x0c \x01(\t\x12$\n\x1c\x63ross_tenant_overlap_seconds\x18\r \x01(\t\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc1\x04\n\x07Invoice\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x63urrency\x18\x05 \x01(\t\x12\'\n\x05lines\x18\x06 \x03(\x0b\x32\x18.gpucloud.v1.InvoiceLine\x12\x1c\n\x14\x63redited_gpu_seconds\x18\x07 \x01(\t\x12\x10\n\x08subtotal\x18\x08 \x01(\t\x12\x33\n\x0b\x61\x64justments\x18\t \x03(\x0b\x32\x1e.gpucloud.v1.InvoiceAdjustment\x12\x19\n\x11\x61\x64justments_total\x18\n \x01(\t\x12\r\n\x05total\x18\x0b \x01(\t\x12.\n\tanomalies\x18\x0c \x03(\x0b\x32\x1b.gpucloud.v1.InvoiceAnomaly\x12:\n\x0ereconciliation\x18\r \x01(\x0b\x32\".gpucloud.v1.InvoiceReconciliation\x12\x11\n\tfinalized\x18\x0e \x01(\x08\x12\x31\n\rfinalize_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15\x65vents_watermark_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\x11GetInvoiceRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\";\n\x12GetInvoiceResponse\x12%\n\x07invoice\x18\x01 \x01(\x0b\x32\x14.gpucloud.v1.Invoice\";\n\x16\x46inalizeInvoiceRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\"Y\n\x17\x46inalizeInvoiceResponse\x12%\n\x07invoice\x18\x01 \x01(\x0b\x32\x14.gpucloud.v1.Invoice\x12\x17\n\x0fnewly_finalized\x18\x02 \x01(\x08\"\xb0\x01\n\x16ListUsageEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x17ListUsageEventsResponse\x12-\n\x0cusage_events\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.UsageEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x8e\x01\n\nPriceClass\x12\x1b\n\x17PRICE_CLASS_UNSPECIFIED\x10\x00\x12\x19\n\x15PRICE_CLASS_ON_DEMAND\x10\x01\x12\x14\n\x10PRICE_CLASS_SPOT\x10\x02\x12\x19\n\x15PRICE_CLASS_COMMITTED\x10\x03\x12\x17\n\x13PRICE_CLASS_OVERAGE\x10\x04*i\n\x0eUsageEventKind\x12 \n\x1cUSAGE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16USAGE_EVENT_KIND_START\x10\x01\x12\x19\n\x15USAGE_EVENT_KIND_STOP\x10\x02\x32\x9b\x02\n\x0e\x42illingService\x12M\n\nGetInvoice\x12\x1e.gpucloud.v1.GetInvoiceRequest\x1a\x1f.gpucloud.v1.GetInvoiceResponse\x12\\\n\x0f\x46inalizeInvoice\x12#.gpucloud.v1.FinalizeInvoiceRequest\x1a$.gpucloud.v1.FinalizeInvoiceResponse\x12\\\n\x0fListUsageEvents\x12#.gpucloud.v1.ListUsageEventsRequest\x1a$.gpucloud.v1.ListUsageEventsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19gpucloud/v1/billing.proto\x12\x0bgpucloud.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x16gpucloud/v1/node.proto\"\xf2\x02\n\nUsageEvent\x12\x10\n\x08\x65vent_id\x18\x01 \x01(\t\x12\x11\n\ttenant_id\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x0f\n\x07node_id\x18\x04 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x05 \x01(\t\x12(\n\tgpu_model\x18\x06 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12)\n\x04kind\x18\x07 \x01(\x0e\x32\x1b.gpucloud.v1.UsageEventKind\x12,\n\x0bprice_class\x18\x08 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12.\n\nevent_time\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12/\n\x0brecord_time\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0e\n\x06source\x18\x0b \x01(\t\x12\x11\n\tgpu_milli\x18\x0c \x01(\x05\"\xb4\x01\n\x0bInvoiceLine\x12(\n\tgpu_model\x18\x01 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12,\n\x0bprice_class\x18\x02 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12\x13\n\x0bgpu_seconds\x18\x03 \x01(\t\x12\x15\n\rgpu_hour_rate\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\t\x12\x11\n\tgpu_milli\x18\x06 \x01(\x05\"\xbc\x01\n\x11InvoiceAdjustment\x12\x17\n\x0f\x61\x64justed_period\x18\x01 \x01(\t\x12(\n\tgpu_model\x18\x02 \x01(\x0e\x32\x15.gpucloud.v1.GpuModel\x12,\n\x0bprice_class\x18\x03 \x01(\x0e\x32\x17.gpucloud.v1.PriceClass\x12\x13\n\x0bgpu_seconds\x18\x04 \x01(\t\x12\x0e\n\x06\x61mount\x18\x05 \x01(\t\x12\x11\n\tgpu_milli\x18\x06 \x01(\x05\"{\n\x0eInvoiceAnomaly\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x10\n\x08gpu_uuid\x18\x02 \x01(\t\x12\x15\n\rallocation_id\x18\x03 \x01(\t\x12\x11\n\tevent_ids\x18\x04 \x03(\t\x12\x0f\n\x07seconds\x18\x05 \x01(\t\x12\x0e\n\x06\x64\x65tail\x18\x06 \x01(\t\"\xd8\x03\n\x15InvoiceReconciliation\x12\x11\n\tevents_in\x18\x01 \x01(\x03\x12\x15\n\revents_billed\x18\x02 \x01(\x03\x12\x1b\n\x13\x65vents_in_anomalies\x18\x03 \x01(\x03\x12\x1d\n\x15\x65vents_outside_period\x18\x04 \x01(\x03\x12<\n\x05\x65xtra\x18\x05 \x03(\x0b\x32-.gpucloud.v1.InvoiceReconciliation.ExtraEntry\x12\x18\n\x10interval_seconds\x18\x06 \x01(\t\x12#\n\x1bsame_tenant_overlap_seconds\x18\x07 \x01(\t\x12\x18\n\x10\x63redited_seconds\x18\x08 \x01(\t\x12\x15\n\rusage_seconds\x18\t \x01(\t\x12!\n\x19\x63ommitted_covered_seconds\x18\n \x01(\t\x12\x1a\n\x12usage_line_seconds\x18\x0b \x01(\t\x12\x18\n\x10unpriced_seconds\x18\x0c \x01(\t\x12$\n\x1c\x63ross_tenant_overlap_seconds\x18\r \x01(\t\x1a,\n\nExtraEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xc1\x04\n\x07Invoice\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\x12.\n\nstart_time\x18\x03 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x10\n\x08\x63urrency\x18\x05 \x01(\t\x12\'\n\x05lines\x18\x06 \x03(\x0b\x32\x18.gpucloud.v1.InvoiceLine\x12\x1c\n\x14\x63redited_gpu_seconds\x18\x07 \x01(\t\x12\x10\n\x08subtotal\x18\x08 \x01(\t\x12\x33\n\x0b\x61\x64justments\x18\t \x03(\x0b\x32\x1e.gpucloud.v1.InvoiceAdjustment\x12\x19\n\x11\x61\x64justments_total\x18\n \x01(\t\x12\r\n\x05total\x18\x0b \x01(\t\x12.\n\tanomalies\x18\x0c \x03(\x0b\x32\x1b.gpucloud.v1.InvoiceAnomaly\x12:\n\x0ereconciliation\x18\r \x01(\x0b\x32\".gpucloud.v1.InvoiceReconciliation\x12\x11\n\tfinalized\x18\x0e \x01(\x08\x12\x31\n\rfinalize_time\x18\x0f \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x39\n\x15\x65vents_watermark_time\x18\x10 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"6\n\x11GetInvoiceRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\";\n\x12GetInvoiceResponse\x12%\n\x07invoice\x18\x01 \x01(\x0b\x32\x14.gpucloud.v1.Invoice\";\n\x16\x46inalizeInvoiceRequest\x12\x11\n\ttenant_id\x18\x01 \x01(\t\x12\x0e\n\x06period\x18\x02 \x01(\t\"Y\n\x17\x46inalizeInvoiceResponse\x12%\n\x07invoice\x18\x01 \x01(\x0b\x32\x14.gpucloud.v1.Invoice\x12\x17\n\x0fnewly_finalized\x18\x02 \x01(\x08\"\xb0\x01\n\x16ListUsageEventsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x11\n\ttenant_id\x18\x03 \x01(\t\x12.\n\nstart_time\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nd_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"a\n\x17ListUsageEventsResponse\x12-\n\x0cusage_events\x18\x01 \x03(\x0b\x32\x17.gpucloud.v1.UsageEvent\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t*\x8e\x01\n\nPriceClass\x12\x1b\n\x17PRICE_CLASS_UNSPECIFIED\x10\x00\x12\x19\n\x15PRICE_CLASS_ON_DEMAND\x10\x01\x12\x14\n\x10PRICE_CLASS_SPOT\x10\x02\x12\x19\n\x15PRICE_CLASS_COMMITTED\x10\x03\x12\x17\n\x13PRICE_CLASS_OVERAGE\x10\x04*i\n\x0eUsageEventKind\x12 \n\x1cUSAGE_EVENT_KIND_UNSPECIFIED\x10\x00\x12\x1a\n\x16USAGE_EVENT_KIND_START\x10\x01\x12\x19\n\x15USAGE_EVENT_KIND_STOP\x10\x02\x32\x9b\x02\n\x0e\x42illingService\x12M\n\nGetInvoice\x12\x1e.gpucloud.v1.GetInvoiceRequest\x1a\x1f.gpucloud.v1.GetInvoiceResponse\x12\\\n\x0f\x46inalizeInvoice\x12#.gpucloud.v1.FinalizeInvoiceRequest\x1a$.gpucloud.v1.FinalizeInvoiceResponse\x12\\\n\x0fListUsageEvents\x12#.gpucloud.v1.ListUsageEventsRequest\x1a$.gpucloud.v1.ListUsageEventsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,36 +35,36 @@ if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_INVOICERECONCILIATION_EXTRAENTRY']._loaded_options = None
   _globals['_INVOICERECONCILIATION_EXTRAENTRY']._serialized_options = b'8\001'
-  _globals['_PRICECLASS']._serialized_start=2517
-  _globals['_PRICECLASS']._serialized_end=2659
-  _globals['_USAGEEVENTKIND']._serialized_start=2661
-  _globals['_USAGEEVENTKIND']._serialized_end=2766
+  _globals['_PRICECLASS']._serialized_start=2574
+  _globals['_PRICECLASS']._serialized_end=2716
+  _globals['_USAGEEVENTKIND']._serialized_start=2718
+  _globals['_USAGEEVENTKIND']._serialized_end=2823
   _globals['_USAGEEVENT']._serialized_start=100
-  _globals['_USAGEEVENT']._serialized_end=451
-  _globals['_INVOICELINE']._serialized_start=454
-  _globals['_INVOICELINE']._serialized_end=615
-  _globals['_INVOICEADJUSTMENT']._serialized_start=618
-  _globals['_INVOICEADJUSTMENT']._serialized_end=787
-  _globals['_INVOICEANOMALY']._serialized_start=789
-  _globals['_INVOICEANOMALY']._serialized_end=912
-  _globals['_INVOICERECONCILIATION']._serialized_start=915
-  _globals['_INVOICERECONCILIATION']._serialized_end=1387
-  _globals['_INVOICERECONCILIATION_EXTRAENTRY']._serialized_start=1343
-  _globals['_INVOICERECONCILIATION_EXTRAENTRY']._serialized_end=1387
-  _globals['_INVOICE']._serialized_start=1390
-  _globals['_INVOICE']._serialized_end=1967
-  _globals['_GETINVOICEREQUEST']._serialized_start=1969
-  _globals['_GETINVOICEREQUEST']._serialized_end=2023
-  _globals['_GETINVOICERESPONSE']._serialized_start=2025
-  _globals['_GETINVOICERESPONSE']._serialized_end=2084
-  _globals['_FINALIZEINVOICEREQUEST']._serialized_start=2086
-  _globals['_FINALIZEINVOICEREQUEST']._serialized_end=2145
-  _globals['_FINALIZEINVOICERESPONSE']._serialized_start=2147
-  _globals['_FINALIZEINVOICERESPONSE']._serialized_end=2236
-  _globals['_LISTUSAGEEVENTSREQUEST']._serialized_start=2239
-  _globals['_LISTUSAGEEVENTSREQUEST']._serialized_end=2415
-  _globals['_LISTUSAGEEVENTSRESPONSE']._serialized_start=2417
-  _globals['_LISTUSAGEEVENTSRESPONSE']._serialized_end=2514
-  _globals['_BILLINGSERVICE']._serialized_start=2769
-  _globals['_BILLINGSERVICE']._serialized_end=3052
+  _globals['_USAGEEVENT']._serialized_end=470
+  _globals['_INVOICELINE']._serialized_start=473
+  _globals['_INVOICELINE']._serialized_end=653
+  _globals['_INVOICEADJUSTMENT']._serialized_start=656
+  _globals['_INVOICEADJUSTMENT']._serialized_end=844
+  _globals['_INVOICEANOMALY']._serialized_start=846
+  _globals['_INVOICEANOMALY']._serialized_end=969
+  _globals['_INVOICERECONCILIATION']._serialized_start=972
+  _globals['_INVOICERECONCILIATION']._serialized_end=1444
+  _globals['_INVOICERECONCILIATION_EXTRAENTRY']._serialized_start=1400
+  _globals['_INVOICERECONCILIATION_EXTRAENTRY']._serialized_end=1444
+  _globals['_INVOICE']._serialized_start=1447
+  _globals['_INVOICE']._serialized_end=2024
+  _globals['_GETINVOICEREQUEST']._serialized_start=2026
+  _globals['_GETINVOICEREQUEST']._serialized_end=2080
+  _globals['_GETINVOICERESPONSE']._serialized_start=2082
+  _globals['_GETINVOICERESPONSE']._serialized_end=2141
+  _globals['_FINALIZEINVOICEREQUEST']._serialized_start=2143
+  _globals['_FINALIZEINVOICEREQUEST']._serialized_end=2202
+  _globals['_FINALIZEINVOICERESPONSE']._serialized_start=2204
+  _globals['_FINALIZEINVOICERESPONSE']._serialized_end=2293
+  _globals['_LISTUSAGEEVENTSREQUEST']._serialized_start=2296
+  _globals['_LISTUSAGEEVENTSREQUEST']._serialized_end=2472
+  _globals['_LISTUSAGEEVENTSRESPONSE']._serialized_start=2474
+  _globals['_LISTUSAGEEVENTSRESPONSE']._serialized_end=2571
+  _globals['_BILLINGSERVICE']._serialized_start=2826
+  _globals['_BILLINGSERVICE']._serialized_end=3109
 # @@protoc_insertion_point(module_scope)

@@ -81,6 +81,7 @@ class UsageEvent(_message.Message):
     EVENT_TIME_FIELD_NUMBER: _builtins.int
     RECORD_TIME_FIELD_NUMBER: _builtins.int
     SOURCE_FIELD_NUMBER: _builtins.int
+    GPU_MILLI_FIELD_NUMBER: _builtins.int
     event_id: _builtins.str
     """Deterministic: "<allocation>/<gpu uuid>/<kind>"."""
     tenant_id: _builtins.str
@@ -92,6 +93,10 @@ class UsageEvent(_message.Message):
     price_class: Global___PriceClass.ValueType
     source: _builtins.str
     """Who observed it: "control-plane", or a node agent."""
+    gpu_milli: _builtins.int
+    """Thousandths of one GPU the billed unit is: 1000 for a GPU, less for a MIG slice or a soft
+    share (billed as a unit of its own, "<gpu uuid>/<allocation>", at that fraction of the rate).
+    """
     @_builtins.property
     def event_time(self) -> _timestamp_pb2.Timestamp:
         """When it happened (what is billed)."""
@@ -114,10 +119,11 @@ class UsageEvent(_message.Message):
         event_time: _timestamp_pb2.Timestamp | None = ...,
         record_time: _timestamp_pb2.Timestamp | None = ...,
         source: _builtins.str = ...,
+        gpu_milli: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["event_time", b"event_time", "record_time", b"record_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "event_id", b"event_id", "event_time", b"event_time", "gpu_model", b"gpu_model", "gpu_uuid", b"gpu_uuid", "kind", b"kind", "node_id", b"node_id", "price_class", b"price_class", "record_time", b"record_time", "source", b"source", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "event_id", b"event_id", "event_time", b"event_time", "gpu_milli", b"gpu_milli", "gpu_model", b"gpu_model", "gpu_uuid", b"gpu_uuid", "kind", b"kind", "node_id", b"node_id", "price_class", b"price_class", "record_time", b"record_time", "source", b"source", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -134,14 +140,20 @@ class InvoiceLine(_message.Message):
     GPU_SECONDS_FIELD_NUMBER: _builtins.int
     GPU_HOUR_RATE_FIELD_NUMBER: _builtins.int
     AMOUNT_FIELD_NUMBER: _builtins.int
+    GPU_MILLI_FIELD_NUMBER: _builtins.int
     gpu_model: _node_pb2.GpuModel.ValueType
     price_class: Global___PriceClass.ValueType
     gpu_seconds: _builtins.str
+    """Seconds of the line's unit: a GPU, or the fraction of one that gpu_milli says."""
     gpu_hour_rate: _builtins.str
-    """Per GPU-hour. Empty when the rate card has no price for the line (an UNPRICED_INTERVAL
-    anomaly names it); such a line is excluded from the totals, never billed at zero.
+    """Per hour of the line's unit. Empty when the rate card has no price for the line (an
+    UNPRICED_INTERVAL anomaly names it); such a line is excluded from the totals, never billed at zero.
     """
     amount: _builtins.str
+    gpu_milli: _builtins.int
+    """Thousandths of one GPU the line's unit is: 1000 for whole GPUs, less for MIG slices and
+    soft shares (an H100 3g.40gb slice is 500), priced at that fraction of the model's rate.
+    """
     def __init__(
         self,
         *,
@@ -150,10 +162,11 @@ class InvoiceLine(_message.Message):
         gpu_seconds: _builtins.str = ...,
         gpu_hour_rate: _builtins.str = ...,
         amount: _builtins.str = ...,
+        gpu_milli: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount", b"amount", "gpu_hour_rate", b"gpu_hour_rate", "gpu_model", b"gpu_model", "gpu_seconds", b"gpu_seconds", "price_class", b"price_class"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["amount", b"amount", "gpu_hour_rate", b"gpu_hour_rate", "gpu_milli", b"gpu_milli", "gpu_model", b"gpu_model", "gpu_seconds", b"gpu_seconds", "price_class", b"price_class"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -173,6 +186,7 @@ class InvoiceAdjustment(_message.Message):
     PRICE_CLASS_FIELD_NUMBER: _builtins.int
     GPU_SECONDS_FIELD_NUMBER: _builtins.int
     AMOUNT_FIELD_NUMBER: _builtins.int
+    GPU_MILLI_FIELD_NUMBER: _builtins.int
     adjusted_period: _builtins.str
     """The finalized period this corrects, "YYYY-MM"."""
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -180,6 +194,8 @@ class InvoiceAdjustment(_message.Message):
     gpu_seconds: _builtins.str
     amount: _builtins.str
     """Empty when the line is unpriced."""
+    gpu_milli: _builtins.int
+    """As InvoiceLine.gpu_milli."""
     def __init__(
         self,
         *,
@@ -188,10 +204,11 @@ class InvoiceAdjustment(_message.Message):
         price_class: Global___PriceClass.ValueType = ...,
         gpu_seconds: _builtins.str = ...,
         amount: _builtins.str = ...,
+        gpu_milli: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["adjusted_period", b"adjusted_period", "amount", b"amount", "gpu_model", b"gpu_model", "gpu_seconds", b"gpu_seconds", "price_class", b"price_class"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["adjusted_period", b"adjusted_period", "amount", b"amount", "gpu_milli", b"gpu_milli", "gpu_model", b"gpu_model", "gpu_seconds", b"gpu_seconds", "price_class", b"price_class"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

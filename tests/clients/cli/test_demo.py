@@ -42,7 +42,11 @@ def test_the_demo_walks_through_every_step_and_exits_0(tmp_path: Path, columns: 
     # And the agents' scrub confirms the release.
     assert "the agent confirmed gpus_reset" in flat
     assert "the same allocation, replayed from its record (nothing new allocated)" in " ".join(output.split())
-    assert "Cancel done" in output
+    assert "Cancels done" in output
+    # Two GPUs of one node wait behind the queued gang, then go onto a node shared from then on.
+    assert "BEHIND_GANGS" in output
+    assert "The two GPUs, on a node now shared" in flat
+    assert "whole GPU" in output
     assert "CANCELLED" in output
     assert "Traceback" not in output
     assert "…" not in output
