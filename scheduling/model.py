@@ -107,6 +107,20 @@ class Cluster:
     def __len__(self) -> int:
         return len(self.nodes)
 
+    def extended(self, nodes: Iterable[NodeSpec]) -> Cluster:
+        """This cluster with ``nodes`` added, idle, and everything placed so far kept in place
+        (a node opened to placement; re-applying every placement instead costs a pass over
+        all of them per node added)."""
+        grown = Cluster((*self.nodes, *nodes), self.workload)
+        rows, width = len(self.nodes), self.gpu_free.shape[1]
+        for name in ("cpu_free", "memory_free"):
+            getattr(grown, name)[:rows] = getattr(self, name)
+        for name in ("gpu_free", "share_tenant", "mig_layout", "mig_tenant"):
+            getattr(grown, name)[:rows, :width] = getattr(self, name)
+        grown.tenants = dict(self.tenants)
+        grown.applied = Counter(self.applied)
+        return grown
+
     def tenant_id(self, tenant: str) -> int:
         """The number the arrays hold for ``tenant``, given on first sight."""
         return self.tenants.setdefault(tenant, len(self.tenants))

@@ -70,9 +70,10 @@ def gpu_milli(row: Allocation) -> int:
 
 
 def describe(row: Allocation) -> str:
-    """What it asks for, in words: "3 node(s)", "2 GPUs on one node", "a 3g.40gb MIG slice"."""
+    """What it asks for, in words: "3 H100 node(s)", "2 H100 GPU(s) on one node", "a 3g.40gb
+    MIG slice of an H100 GPU"."""
     if not row.part_node:
-        return f"{row.node_count} node(s)"
+        return f"{row.node_count} {row.gpu_model} node(s)"
     if row.gpus:
         what = f"{row.gpus} {row.gpu_model} GPU(s) on one node"
     elif row.mig_profile:
@@ -144,20 +145,14 @@ class SharedNodes:
 
     def __init__(self, gpu_model: GpuModel, nodes: Iterable[Candidate], holds: Iterable[LiveHold]) -> None:
         self._model = gpu_model
-        self._specs = [spec(node, gpu_model) for node in nodes]
-        self._placements = _placements(holds)
-        self._cluster = self._build()
-
-    def _build(self) -> Cluster:
-        cluster = Cluster(self._specs)
-        for placement in self._placements:
-            scheduling.apply(cluster, placement)
-        return cluster
+        self._cluster = Cluster(spec(node, gpu_model) for node in nodes)
+        for placement in _placements(holds):
+            scheduling.apply(self._cluster, placement)
 
     @property
     def nodes(self) -> int:
         """How many shared nodes there are."""
-        return len(self._specs)
+        return len(self._cluster)
 
     @property
     def free_gpus(self) -> int:
@@ -185,8 +180,7 @@ class SharedNodes:
         if chosen is None:
             return None
         pool.take(chosen)
-        self._specs.append(spec(pool.candidate(chosen[0]), self._model))
-        self._cluster = self._build()
+        self._cluster = self._cluster.extended([spec(pool.candidate(chosen[0]), self._model)])
         placed = policy(self._cluster, request_of(row))
         if placed is None or placed.nodes != tuple(chosen):
             # never_fits() ruled out a request no empty node holds, and no shared node had room.
@@ -195,7 +189,6 @@ class SharedNodes:
 
     def _take(self, row: Allocation, placed: Placement, *, opened: bool) -> PartPlacement:
         scheduling.apply(self._cluster, placed)
-        self._placements.append(placed)
         start = -1 if placed.mig_start is None else placed.mig_start
         return PartPlacement(row, placed.nodes[0], placed.gpus, gpu_milli(row), start, opened)
 

@@ -189,11 +189,15 @@ def _part(
 
 def _part_capacity(row: Allocation, shared: SharedNodes, free: int, keep: int) -> Reason:
     held_back = f" ({keep} of them held back as spares)" if keep else ""
+    on_shared = (
+        f"{shared.free_gpus} GPU(s) free over {shared.nodes} shared {row.gpu_model} node(s), at most"
+        f" {shared.most_free_on_one} on one, and none has room"
+        if shared.nodes
+        else f"no {row.gpu_model} node is shared by part-node work yet"
+    )
     return Reason(
         ReasonKind.WAITING_FOR_CAPACITY,
-        f"waiting for capacity: {shared.free_gpus} {row.gpu_model} GPU(s) free over {shared.nodes} shared node(s),"
-        f" none with room for {part_node.describe(row)} (the most free on one node: {shared.most_free_on_one}),"
-        f" and {free} free node(s){held_back} to open",
+        f"waiting for capacity for {part_node.describe(row)}: {on_shared}; {free} free node(s){held_back} to open",
         {
             "free_gpus": shared.free_gpus,
             "shared_nodes": shared.nodes,
@@ -276,8 +280,7 @@ def due(row: Allocation) -> Reason:
     """The reason of an allocation the next cycle admits: it fits and nothing blocks it."""
     return Reason(
         ReasonKind.ADMISSION_DUE,
-        f"{row.gpu_model} capacity for {part_node.describe(row)} is free and nothing ahead waits:"
-        " the next scheduling cycle admits it",
+        f"room for {part_node.describe(row)} is free and nothing ahead waits: the next scheduling cycle admits it",
         {"needed": row.node_count},
     )
 

@@ -133,7 +133,7 @@ async def test_a_part_node_request_that_fits_nowhere_explains_why_with_the_figur
     assert (await operator.get_allocation(waiting.allocation_id)).queue_position == 1
     with pytest.raises(ResourceExhaustedError) as refused:
         await operator.create_allocation(gpu_model="H100", gpus=4, tenant_id="acme", fail_if_unavailable=True)
-    assert "2 H100 GPU(s) free over 1 shared node(s)" in str(refused.value)
+    assert "2 GPU(s) free over 1 shared H100 node(s), at most 2 on one" in str(refused.value)
     # Two GPUs still fit beside the others, but not ahead of the waiting four: queue order.
     behind = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
     assert [r.kind for r in (await operator.explain_allocation(behind.allocation_id)).reasons] == ["BEHIND_GANGS"]

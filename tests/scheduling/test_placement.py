@@ -173,3 +173,23 @@ def test_the_allocated_share_counts_mig_slices_as_eighths() -> None:
     apply(cluster, Placement(MigSlice(tenant="a", profile="3g.40gb"), ("n1",), (0,), mig_start=4))
     assert cluster.allocated_gpu_share() == pytest.approx(0.5)
     assert np.array_equal(cluster.whole_gpus_free(), [0])
+
+
+def test_an_extended_cluster_keeps_every_placement_and_adds_idle_nodes() -> None:
+    """``extended`` is the cluster as if built with the new nodes and every placement applied
+    again: the state arrays, the tenants and the placements releasable on it."""
+    small = Cluster([node("n1", 4, mig=True)])
+    share = Placement(Share(tenant="t1", milli=250, cpu_milli=1000), ("n1",), (0,))
+    sliced = Placement(MigSlice(tenant="t2", profile="3g.40gb"), ("n1",), (1,), 4)
+    for placement in (share, sliced):
+        apply(small, placement)
+    grown = small.extended([node("n2", 8, mig=True)])
+    rebuilt = Cluster([node("n1", 4, mig=True), node("n2", 8, mig=True)])
+    for placement in (share, sliced):
+        apply(rebuilt, placement)
+    assert _state(grown) == _state(rebuilt)
+    assert grown.tenants == rebuilt.tenants
+    assert small.gpu_free[0].tolist() == [750, 500, 1000, 1000], "the cluster it grew from is unchanged"
+    release(grown, sliced)
+    apply(grown, Placement(Gpus(tenant="t3", count=8), ("n2",), tuple(range(8))))
+    assert grown.gpu_free[0].tolist() == [750, 1000, 1000, 1000, 0, 0, 0, 0]

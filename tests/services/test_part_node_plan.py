@@ -81,7 +81,7 @@ def test_behind_a_blocked_gang_nothing_is_placed_even_where_it_would_fit() -> No
     assert [r.kind for r in made.waiting["gang"]] == [ReasonKind.WAITING_FOR_CAPACITY]
     [behind] = made.waiting["small"]
     assert behind.kind is ReasonKind.BEHIND_GANGS
-    assert "3 node(s)" in behind.message
+    assert "needs 3 H100 node(s)" in behind.message
 
 
 def test_a_part_node_head_blocks_the_whole_node_gangs_behind_it() -> None:
@@ -104,4 +104,4 @@ def test_what_each_asks_reads_as_words() -> None:
     assert describe(part("a", gpus=2)) == "2 H100 GPU(s) on one node"
     assert describe(part("b", mig="3g.40gb")) == "a 3g.40gb MIG slice of an H100 GPU"
     assert describe(part("c", share=250, cpu=4000)) == "a 250/1000 share of an H100 GPU with 4 CPU"
-    assert describe(waiting("d", 3)) == "3 node(s)"
+    assert describe(waiting("d", 3)) == "3 H100 node(s)"
