@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from services.allocations.shape import PartShape
 from services.allocations.states import AllocationState
@@ -79,10 +79,18 @@ class AllocationView:
     queue_position: int = 0
     # A part-node allocation's GPUs, by index (live ones, or once released those it held).
     holds: tuple[GpuHold, ...] = ()
+    # Why a part-node allocation's node drains while it holds GPUs there; "" otherwise.
+    node_drain_reason: str = ""
 
     @property
     def degraded_reason(self) -> str:
-        """Why an active allocation holds fewer nodes than it asked for; empty when it does not."""
+        """Why an active allocation holds fewer nodes than it asked for, or why a part-node
+        one's node drains under it; empty when neither."""
+        if self.node_drain_reason and self.row.state == AllocationState.ACTIVE.value:
+            return (
+                f"degraded: its node {', '.join(self.node_ids)} is draining ({self.node_drain_reason}); it keeps"
+                " its GPUs until cancelled and nothing moves it: cancel it and create it again to run elsewhere"
+            )
         missing = self.row.node_count - len(self.node_ids)
         if self.row.state != AllocationState.ACTIVE.value or missing <= 0:
             return ""
@@ -200,35 +208,50 @@ def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
     waiting = [r for r in rows if r.state == AllocationState.PENDING.value]
     positions = (yield from queue_positions(waiting)) if waiting else {}
     part = [r.allocation_id for r in rows if r.part_node and r.state != AllocationState.PENDING.value]
-    holds = (yield from gpu_holds(part)) if part else {}
-    return [
-        AllocationView(
-            r,
-            tuple(nodes[r.allocation_id]) or tuple(dict.fromkeys(h.node_id for h in holds.get(r.allocation_id, ()))),
-            history.get(r.allocation_id, ()),
-            positions.get(r.allocation_id, 0),
-            holds.get(r.allocation_id, ()),
+    held = (yield from gpu_holds(part)) if part else {}
+    views = []
+    for r in rows:
+        holds, drain_reason = held.get(r.allocation_id, _NOTHING_HELD)
+        node_ids = tuple(nodes[r.allocation_id]) or tuple(dict.fromkeys(h.node_id for h in holds))
+        views.append(
+            AllocationView(
+                r, node_ids, history.get(r.allocation_id, ()), positions.get(r.allocation_id, 0), holds, drain_reason
+            )
         )
-        for r in rows
-    ]
+    return views
 
 
-def gpu_holds(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[GpuHold, ...]]]:
-    """The GPUs each part-node allocation holds or held, by index."""
+class HeldPart(NamedTuple):
+    """What a part-node allocation holds or held, by GPU index, and why its node drains while
+    it still holds it ("" when it does not)."""
+
+    holds: tuple[GpuHold, ...]
+    drain_reason: str
+
+
+def gpu_holds(allocation_ids: Sequence[str]) -> Tx[dict[str, HeldPart]]:
+    """The GPUs each part-node allocation holds or held, and why its node drains."""
     ids, params = expand("id", allocation_ids)
     result = yield Sql(
-        "SELECT h.allocation_id, h.node_id, h.gpu_index, COALESCE(g.gpu_uuid, ''), h.milli, h.mig_start"
-        " FROM gpu_holds h LEFT JOIN gpus g ON g.node_id = h.node_id AND g.gpu_index = h.gpu_index"
+        "SELECT h.allocation_id, h.node_id, h.gpu_index, COALESCE(g.gpu_uuid, ''), h.milli, h.mig_start,"
+        " CASE WHEN h.released_us IS NULL AND n.state = :draining THEN n.status_reason END"
+        " FROM gpu_holds h JOIN nodes n ON n.node_id = h.node_id"
+        " LEFT JOIN gpus g ON g.node_id = h.node_id AND g.gpu_index = h.gpu_index"
         f" WHERE h.allocation_id IN ({ids}) ORDER BY h.allocation_id, h.gpu_index",
-        params,
+        {**params, "draining": NodeState.DRAINING.value},
     )
     found: dict[str, list[GpuHold]] = {}
-    for allocation_id, node_id, index, uuid, milli, start in result.rows:
+    draining: dict[str, str] = {}
+    for allocation_id, node_id, index, uuid, milli, start, drain in result.rows:
         found.setdefault(str(allocation_id), []).append(
             GpuHold(str(node_id), int(index), str(uuid), int(milli), int(start))
         )
-    return {allocation_id: tuple(held) for allocation_id, held in found.items()}
+        if drain is not None:
+            draining[str(allocation_id)] = str(drain) or "drained"
+    return {a: HeldPart(tuple(held), draining.get(a, "")) for a, held in found.items()}
 
+
+_NOTHING_HELD = HeldPart((), "")
 
 # A model's queue in admission order: priority first, then age, the id breaking ties.
 _QUEUE_ORDER = "priority DESC, created_us, allocation_id"

@@ -79,6 +79,29 @@ async def test_gpus_pack_onto_a_shared_node_which_is_scrubbed_when_its_last_hold
     assert [h.gpu_index for h in released.gpu_holds] == [0, 1, 2, 3], "the holds it had stay readable"
 
 
+async def test_a_drained_shared_node_says_so_on_its_allocations_and_leaves_service_after_them(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    [node, other] = await register_ready_nodes(operator, 2)
+    await operator.create_tenant("acme")
+    first = await _place(operator, "acme", gpus=2)
+    second = await _place(operator, "acme", share_milli=100)
+    assert first.node_ids == second.node_ids == (node,)
+    drained = await operator.drain_node(node, "fan failure")
+    assert drained.state == "DRAINING"
+    for allocation in (first, second):
+        degraded = (await operator.get_allocation(allocation.allocation_id)).degraded_reason
+        assert f"its node {node} is draining (fan failure)" in degraded
+    # Nothing more goes onto it: the next part-node allocation opens the other node.
+    third = await _place(operator, "acme", gpus=1)
+    assert third.node_ids == (other,)
+    await _release(operator, first.allocation_id)
+    assert (await _node_states(operator))[node] == "DRAINING", "the share still holds a GPU there"
+    await _release(operator, second.allocation_id)
+    assert (await _node_states(operator))[node] == "QUARANTINED"
+    assert (await operator.get_allocation(second.allocation_id)).degraded_reason == ""
+
+
 async def test_a_16_gpu_whole_node_request_is_not_admitted_onto_7_7_8_free_gpus(
     control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:
