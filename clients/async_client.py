@@ -622,6 +622,7 @@ class AsyncClient:
         share_milli: int = 0,
         cpu_milli: int = 0,
         memory_mib: int = 0,
+        other_models: Sequence[str] = (),
         timeout: float | None = None,
     ) -> models.CreatedAllocation:
         """Allocate ``node_count`` whole nodes, all or nothing; or part of one node.
@@ -644,6 +645,9 @@ class AsyncClient:
         (``wait_admitted`` waits for that; once ACTIVE, ``node_ids`` is its node and ``gpu_holds``
         what it holds there); with ``fail_if_unavailable`` it is refused unless there is room now.
         A bad combination is ``InvalidArgumentError`` naming the field.
+        ``other_models``: further GPU models it accepts after ``gpu_model``, in order of
+        preference (at most 4); the scheduler then places it, answered ``PENDING`` as above, on
+        the first model with room, and the allocation's ``gpu_model`` says which it got.
         ``request_id`` defaults to a fresh UUIDv7 (also when empty), reused across this call's
         retries; pass your own to make a create idempotent across processes or restarts. The
         answer's ``replayed`` is True when the server answered from the record of an earlier call
@@ -670,6 +674,7 @@ class AsyncClient:
             share_milli=share_milli,
             cpu_milli=cpu_milli,
             memory_mib=memory_mib,
+            other_models=[convert.gpu_model_value(m, "other_models") for m in other_models],
         )
         replayed = False
 

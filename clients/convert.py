@@ -61,9 +61,10 @@ def _value(wrapper: Any, prefix: str, name: str, what: str, field: str) -> Any:
         raise InvalidValueError(field, f"unknown {what} {name!r}; one of {known}") from None
 
 
-def gpu_model_value(name: str) -> node_pb2.GpuModel.ValueType:
-    """``H100`` (any case) or ``GPU_MODEL_H100`` -> its number; InvalidValueError naming the known models."""
-    value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model", "gpu_model")
+def gpu_model_value(name: str, field: str = "gpu_model") -> node_pb2.GpuModel.ValueType:
+    """``H100`` (any case) or ``GPU_MODEL_H100`` -> its number; InvalidValueError naming the
+    known models and ``field``, the parameter it was given as."""
+    value: node_pb2.GpuModel.ValueType = _value(node_pb2.GpuModel, "GPU_MODEL_", name, "GPU model", field)
     return value
 
 
@@ -242,6 +243,7 @@ def _allocation_as(kind: type[A], message: allocation_pb2.Allocation, **extra: A
         share_milli=message.share_milli,
         cpu_milli=message.cpu_milli,
         memory_mib=message.memory_mib,
+        other_models=tuple(enum_name("GpuModel", "GPU_MODEL_", m) for m in message.other_models),
         gpu_holds=tuple(
             models.GpuHold(
                 node_id=hold.node_id,

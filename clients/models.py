@@ -248,6 +248,9 @@ class Allocation:
     cpu_milli: int = 0
     memory_mib: int = 0
     gpu_holds: tuple[GpuHold, ...] = ()
+    # The other GPU models it accepts, in order: while PENDING those after gpu_model, once
+    # admitted onto one of them the rest.
+    other_models: tuple[str, ...] = ()
 
     @property
     def part_node(self) -> bool:

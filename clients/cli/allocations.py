@@ -123,6 +123,14 @@ def allocations_create(
             help="Part of one node: memory in MiB, beside the GPUs, or alone.",
         ),
     ] = 0,
+    or_models: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--or-model",
+            show_default=False,
+            help="Another GPU model it accepts, after --gpu-model (repeat in order of preference).",
+        ),
+    ] = None,
     wait: Annotated[bool, typer.Option(help="If it waits PENDING, wait until it is admitted.")] = False,
     timeout: Annotated[
         float, typer.Option(min=0, help="With --wait: seconds to wait at most (then exit code 3).")
@@ -133,7 +141,8 @@ def allocations_create(
     the model's queue, holding nothing, until the scheduler admits it whole (`allocations explain
     ID` says why it waits; --fail-if-unavailable refuses instead, exit code 1). Or part of one
     node, without --nodes: one of --gpus, --mig or --share, with --cpu and --memory beside, or
-    these two alone; PENDING until the scheduler places it, within a moment when there is room
+    these two alone; --or-model MODEL (repeatable) for further models it accepts, in order.
+    Either is PENDING until the scheduler places it, within a moment when there is room
     (--fail-if-unavailable: refused unless there is room now); `allocations get ID` shows the GPUs it holds
     once it is ACTIVE. With --wait, exit code 3 if it is still PENDING after --timeout; it stays
     queued. When the outcome is unknown (the server did not answer), the command names the key it
@@ -170,6 +179,7 @@ def allocations_create(
                 share_milli=share_milli,
                 cpu_milli=cpu_milli,
                 memory_mib=memory_mib,
+                other_models=or_models or (),
             )
         except (UnavailableError, DeadlineExceededError):
             outcome_unknown = True

@@ -104,6 +104,7 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
         "share_milli": request.share_milli,
         "cpu_milli": request.cpu_milli,
         "memory_mib": request.memory_mib,
+        "other_models": ",".join(request.other_models),
     }
     fields.update({name: value for name, value in optional_fields.items() if value})
     fingerprint = idempotency.fingerprint(CREATE_METHOD, fields)
@@ -114,9 +115,9 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
         # On SQLite, the plain creates of one group run together (set_based.py); a part-node
         # one always waits for the scheduling cycle, which alone places on shared nodes.
         pending = PendingCreate(request, fingerprint, allocation_id, policy)
-        set_based = None if locking or request.part_node else SetBased(create_many, pending)
+        set_based = None if locking or request.by_the_cycle else SetBased(create_many, pending)
         try:
-            return await store.transact(partial(_create, pending, locking=locking), set_based)
+            return await store.transact(partial(_create, pending, locking=locking, policies=policies), set_based)
         except (Conflict, Aborted) as error:
             # Lost a race (a key, a node, a deadlock) to a concurrent transaction: look again.
             lost = error
@@ -130,15 +131,16 @@ async def create(store: Database, request: AllocationRequest, policies: Policies
     )
 
 
-def _create(pending: PendingCreate, *, locking: bool) -> Tx[Created]:
+def _create(pending: PendingCreate, *, locking: bool, policies: Policies = DEFAULT_POLICIES) -> Tx[Created]:
     request, policy = pending.request, pending.policy
     replayed = yield from _replay_or_claim(pending, locking=locking)
     if replayed is not None:
         return replayed
-    if request.part_node:
-        # Placed by the scheduling cycle alone (part_node.py): only asked whether it could be now.
+    if request.by_the_cycle:
+        # Placed by the scheduling cycle alone (part of a node, or one of several models): only
+        # asked whether it could be now.
         if request.fail_if_unavailable:
-            yield from _check_part_fits(request, policy)
+            yield from _check_fits(request, policies)
         created = (yield from record_creates([(pending, None)], now_us=now_us(), claim_keys=not locking))[0]
         return Created((yield from repo.views([created.view.row]))[0], replayed=False)
     # The pool's spares, locked on PostgreSQL until this create commits (spares.py).
@@ -208,37 +210,45 @@ def _replay_or_claim(pending: PendingCreate, *, locking: bool) -> Tx[Created | N
     return None
 
 
-def _check_part_fits(request: AllocationRequest, policy: scheduling.Policy) -> Tx[None]:
-    """RESOURCE_EXHAUSTED unless the next scheduling cycle would admit a part-node request
-    that asked not to wait: the cycle's own plan, of the model's queue with it at its place."""
+def _check_fits(request: AllocationRequest, policies: Policies) -> Tx[None]:
+    """RESOURCE_EXHAUSTED unless the next scheduling cycle would admit a request it alone
+    places that asked not to wait: the cycle's own plan of each of its models' queues, with it
+    at its place, until one admits it; the reason given is its first choice's."""
     row = Allocation(
         "",
         request.tenant_id,
         request.gpu_model,
-        0,
+        request.node_count,
         AllocationState.PENDING.value,
         now_us(),
         priority=request.priority,
+        same_block=request.same_block,
+        other_models=",".join(request.other_models),
         gpus=request.gpus,
         mig_profile=request.mig_profile,
         share_milli=request.share_milli,
         cpu_milli=request.cpu_milli,
         memory_mib=request.memory_mib,
     )
-    queued = yield from repo.queue(request.gpu_model)
-    ahead = [q for q in queued if q.priority >= row.priority]
-    made = yield from plan_model(request.gpu_model, [*ahead, row], policy, locking=False)
-    reasons = made.waiting.get("")
-    if reasons:
-        raise ResourceExhausted(
-            reason="INSUFFICIENT_CAPACITY",
-            message=f"{reasons[0].message}; nothing was allocated (fail_if_unavailable)",
-            metadata={
-                "gpu_model": request.gpu_model,
-                "reason": reasons[0].kind.value,
-                **{name: str(value) for name, value in reasons[0].figures.items()},
-            },
-        )
+    first = None
+    for model in (request.gpu_model, *request.other_models):
+        queued = yield from repo.queue(model)
+        ahead = [q for q in queued if q.priority >= row.priority]
+        made = yield from plan_model(model, [*ahead, row], policies.of(model), locking=False)
+        reasons = made.waiting.get("")
+        if not reasons:
+            return
+        first = first or reasons[0]
+    assert first is not None  # at least its own model was planned
+    raise ResourceExhausted(
+        reason="INSUFFICIENT_CAPACITY",
+        message=f"{first.message}; nothing was allocated (fail_if_unavailable)",
+        metadata={
+            "gpu_model": request.gpu_model,
+            "reason": first.kind.value,
+            **{name: str(value) for name, value in first.figures.items()},
+        },
+    )
 
 
 def _over_quota(request: AllocationRequest, ledger: quotas.Ledger) -> ResourceExhausted:

@@ -51,6 +51,7 @@ def allocation_to_proto(view: AllocationView) -> allocation_pb2.Allocation:
         admit_time=timestamp(row.admitted_us),
         same_block=row.same_block,
         preempted_reason=row.preempted_reason or "",
+        other_models=[GPU_MODEL_TO_PROTO[GpuModel(m)] for m in row.alternatives],
         gpus=row.gpus,
         mig_profile=row.mig_profile,
         share_milli=row.share_milli,

@@ -31,6 +31,7 @@ function explains a waiting allocation (ExplainAllocation): the reasons are the 
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -90,6 +91,7 @@ def plan(
     running: Sequence[Allocation] = (),
     reclaiming: int = 0,
     shared: SharedNodes | None = None,
+    gpu_model: str | None = None,
 ) -> Plan:
     """Admit what the queue's order allows from ``pool`` (which the admissions take from),
     leaving ``keep`` nodes free as spares; ``fleet_nodes``: nodes of the model in any state
@@ -97,7 +99,12 @@ def plan(
     model's quotas and what each tenant holds (None: no quotas); ``running``: the model's
     ACTIVE allocations, which a reclaim may preempt; ``reclaiming``: nodes preempted
     allocations still hold while they are released; ``shared``: the model's shared nodes, for
-    part-node allocations (part_node.py)."""
+    part-node allocations (part_node.py); ``gpu_model``: the model planned for, when the queue
+    holds guests, allocations of other models that also accept it (None: every one is its own).
+
+    A guest is placed here as it would be in its own queue, admitted as this model, but never
+    holds this queue: one that does not fit is left to its other models, with this model's
+    reason for the record."""
     ledger = ledger or Ledger((), {})
     admitted: list[tuple[Allocation, list[str]]] = []
     waiting: dict[str, list[Reason]] = {}
@@ -105,7 +112,11 @@ def plan(
     parts: list[PartPlacement] = []
     head: Allocation | None = None
     ahead = 0  # allocations ahead in the queue still waiting, the head among them
-    for position, row in enumerate(queue, start=1):
+    for position, queued in enumerate(queue, start=1):
+        here = gpu_model or queued.gpu_model
+        guest = queued.gpu_model != here
+        # A guest is judged, and admitted, as an allocation of this model.
+        row = _as_model(queued, here) if guest else queued
         if row.part_node:
             shared = shared or SharedNodes(GpuModel(row.gpu_model), (), ())
             placed, reasons = _part(row, shared, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes, head=head)
@@ -113,8 +124,8 @@ def plan(
                 parts.append(placed)
                 continue
             # Waiting in the queue's order (the head if nothing ahead is blocked), unless it
-            # can never be placed and is passed over.
-            blocks = not reasons or reasons[0].kind is not ReasonKind.NO_ACCEPTABLE_MODEL
+            # can never be placed and is passed over, or is a guest.
+            blocks = not guest and (not reasons or reasons[0].kind is not ReasonKind.NO_ACCEPTABLE_MODEL)
             behind = [_behind(row, head, ahead, position, pool.free, keep)] if blocks and head else []
             waiting[row.allocation_id] = reasons + behind
             head = head or (row if blocks else None)
@@ -138,25 +149,42 @@ def plan(
                 ledger.take(row.tenant_id, needed)
                 admitted.append((row, chosen))
                 continue
+            if guest:
+                waiting[row.allocation_id] = [_short(row, pool, keep) or _capacity(row, pool.free, keep)]
+                continue
             head = row
-            binding = _short(row, pool, keep) or _capacity(row, pool.free, keep)
-            reclaim = None
-            if binding.kind is ReasonKind.WAITING_FOR_CAPACITY and ledger.within_nominal(row.tenant_id, needed):
-                reclaim = _reclaim(row, max(pool.free - keep, 0) + reclaiming, running, ledger)
-            if reclaim is None:
-                waiting[row.allocation_id] = [binding]
-            else:
-                preempted.extend(reclaim)
-                waiting[row.allocation_id] = [_preemption(row, pool.free, reclaiming, reclaim)]
+            waiting[row.allocation_id], reclaim = _blocked(row, pool, keep, ledger, running, reclaiming)
+            preempted.extend(reclaim)
         else:
-            reasons = [_behind(row, head, ahead, position, pool.free, keep)]
             short = _short(row, pool, keep)
-            if short is not None:
-                # Short even with the queue ahead gone: that binds first.
-                reasons.insert(0, short)
-            waiting[row.allocation_id] = reasons
-        ahead += 1
+            # Short even with the queue ahead gone: that binds first.
+            waiting[row.allocation_id] = [
+                *([short] if short else []),
+                _behind(row, head, ahead, position, pool.free, keep),
+            ]
+        ahead += not guest
     return Plan(admitted, waiting, preempted, parts)
+
+
+def _as_model(row: Allocation, gpu_model: str) -> Allocation:
+    """``row`` as an allocation of ``gpu_model``, one of the others it accepts: the models it
+    accepts stay the same, in order."""
+    others = ",".join(m for m in (row.gpu_model, *row.alternatives) if m != gpu_model)
+    return dataclasses.replace(row, gpu_model=gpu_model, other_models=others)
+
+
+def _blocked(
+    row: Allocation, pool: Pool, keep: int, ledger: Ledger, running: Sequence[Allocation], reclaiming: int
+) -> tuple[list[Reason], list[tuple[Allocation, str]]]:
+    """Why the head of the queue waits, and the borrowers' allocations its reclaim preempts
+    (``_reclaim``), if it reclaims."""
+    binding = _short(row, pool, keep) or _capacity(row, pool.free, keep)
+    if binding.kind is not ReasonKind.WAITING_FOR_CAPACITY or not ledger.within_nominal(row.tenant_id, row.node_count):
+        return [binding], []
+    reclaim = _reclaim(row, max(pool.free - keep, 0) + reclaiming, running, ledger)
+    if reclaim is None:
+        return [binding], []
+    return [_preemption(row, pool.free, reclaiming, reclaim)], reclaim
 
 
 def _part(

@@ -40,6 +40,14 @@ class Allocation(PartShape):
     same_block: bool = False
     # Why the scheduler cancelled it for a quota's owner (quotas.py); None otherwise.
     preempted_reason: str | None = None
+    # The other GPU models it accepts, comma-separated in order of preference ("" for none):
+    # while PENDING those after its first choice, once admitted onto one of them the rest.
+    other_models: str = ""
+
+    @property
+    def alternatives(self) -> tuple[str, ...]:
+        """The further GPU models it accepts, in order of preference."""
+        return tuple(self.other_models.split(",")) if self.other_models else ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,7 +120,8 @@ class AllocationFilter:
 
 COLUMNS = (
     "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority,"
-    " admitted_us, same_block, preempted_reason, gpus, mig_profile, share_milli, cpu_milli, memory_mib"
+    " admitted_us, same_block, preempted_reason, other_models, gpus, mig_profile, share_milli, cpu_milli,"
+    " memory_mib"
 )
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
@@ -132,6 +141,7 @@ def row_of(values: Sequence[Any]) -> Allocation:
         admitted,
         block,
         why,
+        others,
         gpus,
         mig_profile,
         share_milli,
@@ -151,6 +161,7 @@ def row_of(values: Sequence[Any]) -> Allocation:
         admitted,
         bool(block),  # SQLite answers a boolean as 0 or 1
         why,
+        others,
         gpus=gpus,
         mig_profile=mig_profile,
         share_milli=share_milli,
@@ -257,13 +268,15 @@ _NOTHING_HELD = HeldPart((), "")
 _QUEUE_ORDER = "priority DESC, created_us, allocation_id"
 
 
-def queue(gpu_model: str, *, locking: bool = False) -> Tx[list[Allocation]]:
-    """The PENDING allocations of ``gpu_model`` in admission order; locked on PostgreSQL when
-    ``locking``, so that a cancel of one waits for the cycle that may admit it."""
+def queue(gpu_model: str, *, locking: bool = False, guests: bool = True) -> Tx[list[Allocation]]:
+    """The PENDING allocations of ``gpu_model`` in admission order, with (unless ``guests`` is
+    False) those of other models that also accept it; locked on PostgreSQL when ``locking``,
+    so that a cancel of one waits for the cycle that may admit it."""
+    also = " OR ',' || other_models || ',' LIKE :listed" if guests else ""
     result = yield Sql(
-        f"SELECT {COLUMNS} FROM allocations WHERE state = :pending AND gpu_model = :model"
+        f"SELECT {COLUMNS} FROM allocations WHERE state = :pending AND (gpu_model = :model{also})"
         f" ORDER BY {_QUEUE_ORDER}" + for_update(locking),
-        {"pending": AllocationState.PENDING.value, "model": gpu_model},
+        {"pending": AllocationState.PENDING.value, "model": gpu_model, "listed": f"%,{gpu_model},%"},
     )
     return [row_of(r) for r in result.rows]
 
@@ -301,7 +314,7 @@ def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
     """Each PENDING allocation's place in its model's queue, 1 for the head: one query per model."""
     positions: dict[str, int] = {}
     for model in sorted({r.gpu_model for r in rows}):
-        for place, queued in enumerate((yield from queue(model)), start=1):
+        for place, queued in enumerate((yield from queue(model, guests=False)), start=1):
             positions[queued.allocation_id] = place
     return {r.allocation_id: positions[r.allocation_id] for r in rows if r.allocation_id in positions}
 
@@ -333,12 +346,17 @@ def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
     return {str(model): int(top) for model, top in result.rows}
 
 
-def queued_models() -> Tx[list[str]]:
-    """The GPU models with a PENDING allocation."""
+def queued_models() -> Tx[tuple[list[str], int]]:
+    """The GPU models a PENDING allocation asks for or also accepts, and the most other models
+    one of them accepts."""
     result = yield Sql(
-        "SELECT DISTINCT gpu_model FROM allocations WHERE state = :pending", {"pending": AllocationState.PENDING.value}
+        "SELECT DISTINCT gpu_model, other_models FROM allocations WHERE state = :pending",
+        {"pending": AllocationState.PENDING.value},
     )
-    return sorted(str(r[0]) for r in result.rows)
+    models = {str(model) for model, _ in result.rows}
+    others = [str(listed).split(",") for _, listed in result.rows if listed]
+    models.update(other for listed in others for other in listed)
+    return sorted(models), max(map(len, others), default=0)
 
 
 def admit(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int) -> Tx[None]:
@@ -348,6 +366,17 @@ def admit(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int) 
         f"UPDATE allocations SET state = :active, admitted_us = :now WHERE allocation_id IN ({ids})",
         {**params, "active": AllocationState.ACTIVE.value, "now": now_us},
     )
+    # One admitted onto another model it accepts is of that model from now on (queue.plan
+    # gave it that model and the others it accepts).
+    moved = [
+        {"id": row.allocation_id, "model": row.gpu_model, "others": row.other_models}
+        for row, _ in admitted
+        if row.alternatives
+    ]
+    if moved:
+        yield Sql(
+            "UPDATE allocations SET gpu_model = :model, other_models = :others WHERE allocation_id = :id", rows=moved
+        )
     yield from _insert_assignments(
         [(row, node_id, position, now_us) for row, node_ids in admitted for position, node_id in enumerate(node_ids)]
     )
@@ -480,7 +509,7 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
     yield Sql(
         f"INSERT INTO allocations ({COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
         " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block, :preempted_reason,"
-        " :gpus, :mig_profile, :share_milli, :cpu_milli, :memory_mib)",
+        " :other_models, :gpus, :mig_profile, :share_milli, :cpu_milli, :memory_mib)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(

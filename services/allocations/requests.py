@@ -32,6 +32,13 @@ class AllocationRequest(PartShape):
     fail_if_unavailable: bool = False
     # Every node under one leaf switch (fabric block), or none.
     same_block: bool = False
+    # Further GPU models it accepts, in order of preference: placed by the scheduling cycle.
+    other_models: tuple[GpuModel, ...] = ()
+
+    @property
+    def by_the_cycle(self) -> bool:
+        """Whether only the scheduling cycle places it: part of one node, or several models."""
+        return self.part_node or bool(self.other_models)
 
 
 class Created(NamedTuple):

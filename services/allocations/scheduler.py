@@ -46,6 +46,8 @@ from services.store.tx import Tx
 
 log = structlog.get_logger(__name__)
 
+# The most further models an allocation may accept (the API's bound).
+MAX_OTHER_MODELS = 4
 # The actor of the node events an admission writes.
 SCHEDULER_ACTOR = "control-plane:scheduler"
 # Cycles of one model that lose a chosen node to a concurrent create before the pass gives up
@@ -85,25 +87,34 @@ class Scheduler:
             await self.wake.wait(seen, self._interval_s)
 
     async def run_pass(self) -> dict[str, Plan]:
-        """A cycle for every model with a queue; the plans made, by model. A model whose cycle
-        fails is logged and left to the next pass: it never holds up the others."""
+        """A cycle for every model with a queue; the plans made, by model (the last round's).
+        A model whose cycle fails is logged and left to the next pass: it never holds up the
+        others.
+
+        Allocations that accept other models are offered them in rounds: in round k every
+        model's cycle sees the allocations it is the k-th choice of, or an earlier one, so
+        each is placed on the first model of its preference order with room for it."""
         plans: dict[str, Plan] = {}
-        for model in await self._store.query(repo.queued_models()):
-            try:
-                plans[model] = await self._cycle(GpuModel(model))
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling_cycle_failed", gpu_model=model)
+        models, rounds = await self._store.query(repo.queued_models())
+        for choice in range(rounds + 1):
+            for model in models:
+                try:
+                    plans[model] = await self._cycle(GpuModel(model), choice)
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("scheduling_cycle_failed", gpu_model=model)
         return plans
 
-    async def _cycle(self, gpu_model: GpuModel) -> Plan:
+    async def _cycle(self, gpu_model: GpuModel, choice: int) -> Plan:
         locking = self._store.dialect == "postgresql"
         policy = self._policies.of(gpu_model.value)
         for attempt in range(1, _ATTEMPTS + 1):
             last = attempt == _ATTEMPTS
             try:
-                made = await self._store.transact(partial(cycle, gpu_model, policy, locking=locking, wait=last))
+                made = await self._store.transact(
+                    partial(cycle, gpu_model, policy, locking=locking, wait=last, choice=choice)
+                )
             except (Aborted, VictimChanged):
                 if last:
                     raise
@@ -128,11 +139,15 @@ class Scheduler:
         raise AssertionError("unreachable")
 
 
-def cycle(gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait: bool = False) -> Tx[Plan]:
-    """One scheduling cycle over ``gpu_model``'s queue: admit what ``queue.plan`` chose.
+def cycle(
+    gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait: bool = False, choice: int = MAX_OTHER_MODELS
+) -> Tx[Plan]:
+    """One scheduling cycle over ``gpu_model``'s queue, with the allocations of other models
+    it is at most the ``choice``-th further choice of: admit what ``queue.plan`` chose.
     ABORTED (NODE_CHANGED_CONCURRENTLY) when a chosen node was taken meanwhile or, unless
     ``wait`` (for the locks), is locked by another transaction (PostgreSQL)."""
     queued = yield from repo.queue(gpu_model.value, locking=locking)
+    queued = [row for row in queued if row.gpu_model == gpu_model or row.alternatives.index(gpu_model) < choice]
     if not queued:
         return Plan([], {})
     made = yield from plan_model(gpu_model, queued, policy, locking=locking)
@@ -188,11 +203,17 @@ def explain(
     row = view.row
     if row.state != AllocationState.PENDING.value:
         return view, []
-    gpu_model = GpuModel(row.gpu_model)
-    queued = yield from repo.queue(row.gpu_model)
-    made = yield from plan_model(gpu_model, queued, policies.of(row.gpu_model), locking=False)
-    # Admitted by the plan (or by a cycle since the read): the next cycle admits it.
-    return view, made.waiting.get(allocation_id) or [queue.due(row)]
+    reasons: list[Reason] = []
+    for model in (row.gpu_model, *row.alternatives):
+        queued = yield from repo.queue(model)
+        made = yield from plan_model(GpuModel(model), queued, policies.of(model), locking=False)
+        waits = made.waiting.get(allocation_id)
+        if not waits:
+            # Admitted by the plan (or by a cycle since the read): the next cycle admits it.
+            return view, [queue.due(row)]
+        reasons += waits
+    # Its first choice's reasons first, then each other model's in its order of preference.
+    return view, reasons
 
 
 def plan_model(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
@@ -222,4 +243,5 @@ def plan_model(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling
         running=running,
         reclaiming=reclaiming,
         shared=shared,
+        gpu_model=gpu_model.value,
     )

@@ -20,7 +20,7 @@ from services.allocations.proto import (
 )
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
-from services.allocations.scheduler import explain
+from services.allocations.scheduler import MAX_OTHER_MODELS, explain
 from services.allocations.states import AllocationState
 from services.auth.principal import current_principal, tenant_scope
 from services.nodes.proto import GPU_MODEL_FROM_PROTO
@@ -40,6 +40,20 @@ _KNOWN_STATES = frozenset(ALLOCATION_STATE_FROM_PROTO)
 # Trailing metadata on a create answered from an earlier call's result (the same request_id):
 # the caller learns that this call allocated nothing, so it never counts the allocation twice.
 REPLAYED = (("idempotent-replayed", "true"),)
+
+
+def check_other_models(v: Violations, request: allocation_pb2.CreateAllocationRequest) -> None:
+    """The further models a create accepts: known, each once, none its gpu_model, at most 4."""
+    if len(request.other_models) > MAX_OTHER_MODELS:
+        v.add("other_models", f"at most {MAX_OTHER_MODELS}; got {len(request.other_models)}")
+        return
+    seen = {request.gpu_model}
+    for i, model in enumerate(request.other_models):
+        if model not in _KNOWN_MODELS:
+            v.add(f"other_models[{i}]", f"must be a known GPU model; got {model}")
+        elif model in seen:
+            v.add(f"other_models[{i}]", f"{GPU_MODEL_FROM_PROTO[model]} is asked for already")
+        seen.add(model)
 
 
 def check_part_node(v: Violations, request: allocation_pb2.CreateAllocationRequest) -> bool:
@@ -70,13 +84,16 @@ def check_part_node(v: Violations, request: allocation_pb2.CreateAllocationReque
             v.add(name, f"must not be negative; got {value}")
     if request.same_block:
         v.add("same_block", "applies to whole nodes; part of one node is on one node already")
-    if request.gpu_model in GPU_MODEL_FROM_PROTO:
-        model = GPU_MODEL_FROM_PROTO[request.gpu_model]
-        never = part_node.never_fits(
-            model, mig_profile=request.mig_profile, cpu_milli=request.cpu_milli, memory_mib=request.memory_mib
+    # Refused only when no model it accepts could ever hold it; the first model's reason says why.
+    models = [GPU_MODEL_FROM_PROTO[m] for m in (request.gpu_model, *request.other_models) if m in GPU_MODEL_FROM_PROTO]
+    nevers = [
+        part_node.never_fits(
+            m, mig_profile=request.mig_profile, cpu_milli=request.cpu_milli, memory_mib=request.memory_mib
         )
-        if never is not None:
-            v.add(*never)
+        for m in models
+    ]
+    if nevers and all(nevers) and nevers[0] is not None:
+        v.add(*nevers[0])
     return True
 
 
@@ -107,6 +124,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         v.identifier("tenant_id", request.tenant_id, required=principal.tenant_id is None)
         v.enum("gpu_model", request.gpu_model, _KNOWN_MODELS)
         part = check_part_node(v, request)
+        check_other_models(v, request)
         if not part and not 1 <= request.node_count <= MAX_NODES_PER_ALLOCATION:
             v.add("node_count", f"must be 1-{MAX_NODES_PER_ALLOCATION}; got {request.node_count}")
         if not 0 <= request.priority <= MAX_PRIORITY:
@@ -122,6 +140,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             priority=request.priority,
             fail_if_unavailable=request.fail_if_unavailable,
             same_block=request.same_block,
+            other_models=tuple(GPU_MODEL_FROM_PROTO[m] for m in request.other_models if m in GPU_MODEL_FROM_PROTO),
             gpus=request.gpus,
             mig_profile=request.mig_profile,
             share_milli=request.share_milli,

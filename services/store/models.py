@@ -258,6 +258,8 @@ class AllocationRow(SQLModel, table=True):
     share_milli: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     cpu_milli: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     memory_mib: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
+    # Further GPU models it accepts, comma-separated in order of preference ("" for none).
+    other_models: str = Field(default="", max_length=64, sa_column_kwargs={"server_default": text("''")})
 
 
 class AssignmentRow(SQLModel, table=True):

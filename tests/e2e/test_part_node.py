@@ -16,18 +16,15 @@ from clients import AsyncClient, InvalidArgumentError, ResourceExhaustedError
 from clients.metrics import MetricsResult, NodeSamples, SeriesSamples
 from clients.models import Allocation
 from services.clock import now_us
-from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane, until
+from tests.conftest import RunningControlPlane, register_ready_nodes, running_control_plane
 from tests.e2e.helpers import new_tenant
 
 
 async def _admitted(client: AsyncClient, allocation_id: str) -> Allocation:
     """The allocation once the scheduling cycle admitted it."""
-
-    async def active() -> bool:
-        return (await client.get_allocation(allocation_id)).state == "ACTIVE"
-
-    await until(active, timeout=15)
-    return await client.get_allocation(allocation_id)
+    admitted = await client.wait_admitted(allocation_id, timeout=15, poll_s=0.02)
+    assert admitted.state == "ACTIVE"
+    return admitted
 
 
 async def _place(

@@ -136,6 +136,7 @@ class Allocation(_message.Message):
     CPU_MILLI_FIELD_NUMBER: _builtins.int
     MEMORY_MIB_FIELD_NUMBER: _builtins.int
     GPU_HOLDS_FIELD_NUMBER: _builtins.int
+    OTHER_MODELS_FIELD_NUMBER: _builtins.int
     allocation_id: _builtins.str
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -191,6 +192,10 @@ class Allocation(_message.Message):
     def gpu_holds(self) -> _containers.RepeatedCompositeFieldContainer[Global___GpuHold]:
         """The GPUs (or, for CPU and memory alone, the node) it holds on its one node."""
 
+    @_builtins.property
+    def other_models(self) -> _containers.RepeatedScalarFieldContainer[_node_pb2.GpuModel.ValueType]:
+        """The further GPU models it accepts, as asked; once admitted, gpu_model is the one it got."""
+
     def __init__(
         self,
         *,
@@ -216,10 +221,11 @@ class Allocation(_message.Message):
         cpu_milli: _builtins.int = ...,
         memory_mib: _builtins.int = ...,
         gpu_holds: _abc.Iterable[Global___GpuHold] | None = ...,
+        other_models: _abc.Iterable[_node_pb2.GpuModel.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "cancel_time", b"cancel_time", "create_time", b"create_time", "release_time", b"release_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "cpu_milli", b"cpu_milli", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_holds", b"gpu_holds", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "node_ids", b"node_ids", "preempted_reason", b"preempted_reason", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "share_milli", b"share_milli", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admit_time", b"admit_time", "allocation_id", b"allocation_id", "cancel_time", b"cancel_time", "cpu_milli", b"cpu_milli", "create_time", b"create_time", "degraded_reason", b"degraded_reason", "gpu_holds", b"gpu_holds", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "node_ids", b"node_ids", "other_models", b"other_models", "preempted_reason", b"preempted_reason", "priority", b"priority", "queue_position", b"queue_position", "release_time", b"release_time", "replacements", b"replacements", "same_block", b"same_block", "share_milli", b"share_milli", "state", b"state", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -455,6 +461,7 @@ class CreateAllocationRequest(_message.Message):
     SHARE_MILLI_FIELD_NUMBER: _builtins.int
     CPU_MILLI_FIELD_NUMBER: _builtins.int
     MEMORY_MIB_FIELD_NUMBER: _builtins.int
+    OTHER_MODELS_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     """For operators: the tenant to allocate for. Tenants leave it empty (or give their own)."""
     gpu_model: _node_pb2.GpuModel.ValueType
@@ -487,6 +494,14 @@ class CreateAllocationRequest(_message.Message):
     cpu_milli: _builtins.int
     """CPU (thousandths of a core) and memory (MiB) beside the GPUs, on the same node."""
     memory_mib: _builtins.int
+    @_builtins.property
+    def other_models(self) -> _containers.RepeatedScalarFieldContainer[_node_pb2.GpuModel.ValueType]:
+        """Further GPU models it accepts, in order of preference after gpu_model (at most 4, each once).
+        Such an allocation is placed by the scheduling cycle on the first model with room for it,
+        in that model's queue order, so a create answers it PENDING (with fail_if_unavailable, only
+        when a cycle would admit it now); gpu_model then says which it got.
+        """
+
     def __init__(
         self,
         *,
@@ -502,10 +517,11 @@ class CreateAllocationRequest(_message.Message):
         share_milli: _builtins.int = ...,
         cpu_milli: _builtins.int = ...,
         memory_mib: _builtins.int = ...,
+        other_models: _abc.Iterable[_node_pb2.GpuModel.ValueType] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_milli", b"cpu_milli", "fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "priority", b"priority", "request_id", b"request_id", "same_block", b"same_block", "share_milli", b"share_milli", "tenant_id", b"tenant_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cpu_milli", b"cpu_milli", "fail_if_unavailable", b"fail_if_unavailable", "gpu_model", b"gpu_model", "gpus", b"gpus", "memory_mib", b"memory_mib", "mig_profile", b"mig_profile", "node_count", b"node_count", "other_models", b"other_models", "priority", b"priority", "request_id", b"request_id", "same_block", b"same_block", "share_milli", b"share_milli", "tenant_id", b"tenant_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
