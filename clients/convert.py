@@ -158,6 +158,7 @@ def pool_fragmentation(message: node_pb2.PoolFragmentation) -> models.PoolFragme
         free_gpus=message.free_gpus,
         largest_free_block=message.largest_free_block,
         stranded_gpus=message.stranded_gpus,
+        shared_nodes=message.shared_nodes,
         node_capacity=tuple(
             models.NodeCapacity(
                 node_id=n.node_id,
@@ -166,6 +167,7 @@ def pool_fragmentation(message: node_pb2.PoolFragmentation) -> models.PoolFragme
                 free_gpus=n.free_gpus,
                 stranded=n.stranded,
                 allocation_id=n.allocation_id or None,
+                shared=n.shared,
             )
             for n in message.node_capacity
         ),

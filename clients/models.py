@@ -98,9 +98,10 @@ class SparePool:
 @dataclass(frozen=True)
 class NodeCapacity:
     """A node in service as fragmentation sees it: where it is (``leaf_switch``), its ``state``,
-    its ``free_gpus`` (8 when it is free, 0 otherwise: nodes are allocated whole), whether it is
-    ``stranded`` (READY but cordoned or unreachable: free, and no allocation can have it) and
-    the allocation holding it, if any."""
+    its ``free_gpus`` (8 when it is free; on a ``shared`` node, held by part-node allocations,
+    the whole GPUs none of them holds; 0 otherwise), whether it is ``stranded`` (READY but
+    cordoned or unreachable: free, and no allocation can have it) and the whole-node allocation
+    holding it, if any."""
 
     node_id: str
     leaf_switch: str
@@ -108,12 +109,14 @@ class NodeCapacity:
     free_gpus: int
     stranded: bool
     allocation_id: str | None
+    shared: bool = False
 
 
 @dataclass(frozen=True)
 class PoolFragmentation:
     """A pool's (one GPU model's) free capacity: ``nodes`` in service, ``free_nodes`` (READY and
-    placeable) and their ``free_gpus``, ``largest_free_block`` (the most free nodes under one leaf
+    placeable), ``free_gpus`` (whole GPUs free, on free nodes and on ``shared_nodes``, those held
+    by part-node allocations), ``largest_free_block`` (the most free nodes under one leaf
     switch: the largest same-block gang that fits now), ``stranded_gpus`` (free GPUs on READY
     nodes cordoned or unreachable), and every node in service in fabric order."""
 
@@ -124,6 +127,7 @@ class PoolFragmentation:
     largest_free_block: int
     stranded_gpus: int
     node_capacity: tuple[NodeCapacity, ...]
+    shared_nodes: int = 0
 
 
 @dataclass(frozen=True)

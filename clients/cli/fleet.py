@@ -29,6 +29,7 @@ fleet = typer.Typer(
 CAPACITY_COLOURS: dict[render.CapacityKind, tuple[str, str]] = {
     "free": ("#2ca02c", "free"),
     "held": ("#1f77b4", "held by an allocation"),
+    "shared": ("#9467bd", "shared by part-node allocations"),
     "stranded": ("#ff7f0e", "stranded (READY, cordoned or unreachable)"),
     "other": ("#b0b0b0", "other state (burn-in, scrub, out of service)"),
 }

@@ -321,22 +321,33 @@ def isolation_table(items: Sequence[models.IsolationViolation], title: str) -> T
 
 
 def fragmentation_table(items: Sequence[models.PoolFragmentation], title: str = "Fragmentation") -> Table:
-    """Pools and their free capacity: model, nodes in service, free nodes and GPUs, the largest
+    """Pools and their free capacity: model, nodes in service, free nodes, the nodes shared by
+    part-node allocations (only when some pool has one), whole GPUs free (on both), the largest
     free block (the most free nodes under one leaf switch) and the GPUs stranded on READY nodes
     cordoned or unreachable."""
+    shared = any(p.shared_nodes for p in items)
     grid = table(
         title,
-        ["MODEL", "NODES", "FREE NODES", "FREE GPUS", "LARGEST FREE BLOCK", "STRANDED GPUS"],
+        [
+            "MODEL",
+            "NODES",
+            "FREE NODES",
+            *["SHARED NODES"] * shared,
+            "FREE GPUS",
+            "LARGEST FREE BLOCK",
+            "STRANDED GPUS",
+        ],
         items,
         lambda p: [
             p.gpu_model,
             str(p.nodes),
             str(p.free_nodes),
+            *[str(p.shared_nodes)] * shared,
             str(p.free_gpus),
             str(p.largest_free_block),
             Text(str(p.stranded_gpus), style="yellow") if p.stranded_gpus else "0",
         ],
-        right=("NODES", "FREE NODES", "FREE GPUS", "LARGEST FREE BLOCK", "STRANDED GPUS"),
+        right=("NODES", "FREE NODES", "SHARED NODES", "FREE GPUS", "LARGEST FREE BLOCK", "STRANDED GPUS"),
         empty="none: no nodes in service",
     )
     if any(p.free_nodes > p.largest_free_block for p in items):
@@ -349,17 +360,20 @@ def fragmentation_table(items: Sequence[models.PoolFragmentation], title: str = 
     return grid
 
 
-CapacityKind = Literal["free", "held", "stranded", "other"]
+CapacityKind = Literal["free", "held", "shared", "stranded", "other"]
 """What a node's capacity is to placement (``capacity_kind``)."""
 
 
 def capacity_kind(node: models.NodeCapacity) -> CapacityKind:
     """What a node's capacity is to placement: free (READY and placeable), held by an allocation,
-    stranded (READY but cordoned or unreachable) or other (burning in, scrubbing, out of service)."""
+    shared by part-node allocations, stranded (READY but cordoned or unreachable) or other
+    (burning in, scrubbing, out of service)."""
     if node.stranded:
         return "stranded"
     if node.allocation_id:
         return "held"
+    if node.shared:
+        return "shared"
     return "free" if node.free_gpus > 0 else "other"
 
 

@@ -27,6 +27,15 @@ class NodeCapacity:
     # READY but cordoned or unreachable: free, and no allocation can have it.
     stranded: bool
     allocation_id: str
+    # Held by part-node allocations (part_node.py), and how many of its GPUs none of them holds.
+    shared: bool = False
+    shared_free_gpus: int = 0
+
+    @property
+    def free_gpus(self) -> int:
+        """Whole GPUs free: all of a free node's, those of a shared node none of its part-node
+        allocations holds (while it takes placements), none otherwise."""
+        return GPUS_PER_NODE if self.free else self.shared_free_gpus
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +49,16 @@ class PoolCapacity:
     def free_nodes(self) -> int:
         """READY, placeable nodes."""
         return sum(n.free for n in self.nodes)
+
+    @property
+    def free_gpus(self) -> int:
+        """Whole GPUs free, on free nodes and on shared ones."""
+        return sum(n.free_gpus for n in self.nodes)
+
+    @property
+    def shared_nodes(self) -> int:
+        """Nodes held by part-node allocations."""
+        return sum(n.shared for n in self.nodes)
 
     @property
     def largest_free_block(self) -> int:
@@ -56,17 +75,22 @@ class PoolCapacity:
 
 
 def pool(gpu_model: GpuModel) -> Tx[PoolCapacity]:
-    """``gpu_model``'s nodes in service, with the allocation holding each."""
+    """``gpu_model``'s nodes in service, with the allocation holding each (a shared node's
+    part-node allocations are not named: there may be many), and the GPUs free on shared ones."""
     result = yield Sql(
-        "SELECT n.node_id, n.leaf_switch, n.state, n.cordoned, n.unreachable, a.allocation_id FROM nodes n"
+        "SELECT n.node_id, n.leaf_switch, n.state, n.cordoned, n.unreachable, a.allocation_id, h.held FROM nodes n"
         " LEFT JOIN assignments a ON a.node_id = n.node_id AND a.released_us IS NULL"
+        " LEFT JOIN (SELECT node_id, COUNT(DISTINCT CASE WHEN gpu_index >= 0 THEN gpu_index END) AS held"
+        " FROM gpu_holds WHERE released_us IS NULL GROUP BY node_id) h ON h.node_id = n.node_id"
         f" WHERE n.gpu_model = :model AND n.state <> :retired ORDER BY {nodes_repo.fabric_order('n')}",
         {"model": gpu_model.value, "retired": NodeState.RETIRED.value},
     )
     nodes = []
-    for node_id, leaf, state, cordoned, unreachable, allocation_id in result.rows:
+    for node_id, leaf, state, cordoned, unreachable, allocation_id, held in result.rows:
         ready = state == NodeState.READY.value
         unplaceable = bool(cordoned) or bool(unreachable)
+        # A shared node's free GPUs count while it takes placements: ALLOCATED and placeable.
+        open_to_more = held is not None and state == NodeState.ALLOCATED.value and not unplaceable
         nodes.append(
             NodeCapacity(
                 str(node_id),
@@ -75,6 +99,8 @@ def pool(gpu_model: GpuModel) -> Tx[PoolCapacity]:
                 ready and not unplaceable,
                 ready and unplaceable,
                 allocation_id or "",
+                shared=held is not None,
+                shared_free_gpus=GPUS_PER_NODE - int(held) if open_to_more else 0,
             )
         )
     return PoolCapacity(gpu_model.value, nodes)

@@ -4,7 +4,7 @@ service; and of the spare pools they leave free (NodeService)."""
 from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2, node_pb2
-from services.allocations.capacity import GPUS_PER_NODE, PoolCapacity
+from services.allocations.capacity import PoolCapacity
 from services.allocations.defrag import DefragPlan, Held
 from services.allocations.queue import Reason, ReasonKind
 from services.allocations.quotas import Quota
@@ -93,17 +93,19 @@ def pool_capacity_to_proto(pool: PoolCapacity) -> node_pb2.PoolFragmentation:
         gpu_model=GPU_MODEL_TO_PROTO[GpuModel(pool.gpu_model)],
         nodes=len(pool.nodes),
         free_nodes=pool.free_nodes,
-        free_gpus=GPUS_PER_NODE * pool.free_nodes,
+        free_gpus=pool.free_gpus,
         largest_free_block=pool.largest_free_block,
         stranded_gpus=pool.stranded_gpus,
+        shared_nodes=pool.shared_nodes,
         node_capacity=[
             node_pb2.NodeCapacity(
                 node_id=n.node_id,
                 leaf_switch=n.leaf_switch,
                 state=NODE_STATE_TO_PROTO[NodeState(n.state)],
-                free_gpus=GPUS_PER_NODE if n.free else 0,
+                free_gpus=n.free_gpus,
                 stranded=n.stranded,
                 allocation_id=n.allocation_id,
+                shared=n.shared,
             )
             for n in pool.nodes
         ],

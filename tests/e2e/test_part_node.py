@@ -99,6 +99,24 @@ async def test_a_drained_shared_node_says_so_on_its_allocations_and_leaves_servi
     assert (await operator.get_allocation(second.allocation_id)).degraded_reason == ""
 
 
+async def test_fragmentation_counts_the_gpus_free_on_shared_nodes(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    nodes = await register_ready_nodes(operator, 3)
+    await operator.create_tenant("acme")
+    await _place(operator, "acme", gpus=2)
+    await _place(operator, "acme", share_milli=300)
+    [pool] = await operator.get_fragmentation()
+    assert (pool.free_nodes, pool.shared_nodes, pool.free_gpus) == (2, 1, 2 * 8 + 5)
+    by_node = {n.node_id: n for n in pool.node_capacity}
+    assert (by_node[nodes[0]].shared, by_node[nodes[0]].free_gpus, by_node[nodes[0]].allocation_id) == (True, 5, None)
+    assert (by_node[nodes[1]].shared, by_node[nodes[1]].free_gpus) == (False, 8)
+    # Cordoned, the shared node takes no more placements: its free GPUs are no one's.
+    await operator.cordon_node(nodes[0], "checking a fan")
+    [pool] = await operator.get_fragmentation()
+    assert (pool.shared_nodes, pool.free_gpus) == (1, 16)
+
+
 async def test_a_16_gpu_whole_node_request_is_not_admitted_onto_7_7_8_free_gpus(
     control_plane: RunningControlPlane, operator: AsyncClient
 ) -> None:

@@ -343,16 +343,22 @@ class PoolFragmentation(_message.Message):
     LARGEST_FREE_BLOCK_FIELD_NUMBER: _builtins.int
     STRANDED_GPUS_FIELD_NUMBER: _builtins.int
     NODE_CAPACITY_FIELD_NUMBER: _builtins.int
+    SHARED_NODES_FIELD_NUMBER: _builtins.int
     gpu_model: Global___GpuModel.ValueType
     nodes: _builtins.int
     """Nodes in any state but RETIRED."""
     free_nodes: _builtins.int
     """READY and placeable (neither cordoned nor unreachable)."""
     free_gpus: _builtins.int
+    """Whole GPUs free: every GPU of a free node, and those of a shared node (part-node work's)
+    that none of its allocations holds while it takes placements.
+    """
     largest_free_block: _builtins.int
     """The most free nodes under one leaf switch: the largest same_block gang that fits now."""
     stranded_gpus: _builtins.int
     """Free GPUs no allocation can use: on READY nodes cordoned or unreachable."""
+    shared_nodes: _builtins.int
+    """Nodes held by part-node allocations (GPUs, MIG slices, soft shares of one node)."""
     @_builtins.property
     def node_capacity(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeCapacity]:
         """Every node in service, in fabric order."""
@@ -367,10 +373,11 @@ class PoolFragmentation(_message.Message):
         largest_free_block: _builtins.int = ...,
         stranded_gpus: _builtins.int = ...,
         node_capacity: _abc.Iterable[Global___NodeCapacity] | None = ...,
+        shared_nodes: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_gpus", b"free_gpus", "free_nodes", b"free_nodes", "gpu_model", b"gpu_model", "largest_free_block", b"largest_free_block", "node_capacity", b"node_capacity", "nodes", b"nodes", "stranded_gpus", b"stranded_gpus"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["free_gpus", b"free_gpus", "free_nodes", b"free_nodes", "gpu_model", b"gpu_model", "largest_free_block", b"largest_free_block", "node_capacity", b"node_capacity", "nodes", b"nodes", "shared_nodes", b"shared_nodes", "stranded_gpus", b"stranded_gpus"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -386,15 +393,20 @@ class NodeCapacity(_message.Message):
     FREE_GPUS_FIELD_NUMBER: _builtins.int
     STRANDED_FIELD_NUMBER: _builtins.int
     ALLOCATION_ID_FIELD_NUMBER: _builtins.int
+    SHARED_FIELD_NUMBER: _builtins.int
     node_id: _builtins.str
     leaf_switch: _builtins.str
     state: Global___NodeState.ValueType
     free_gpus: _builtins.int
-    """8 for a free node, 0 otherwise."""
+    """8 for a free node, the whole GPUs no allocation holds on a shared node that takes
+    placements, 0 otherwise.
+    """
     stranded: _builtins.bool
     """READY but cordoned or unreachable: free, and not placeable."""
     allocation_id: _builtins.str
-    """The allocation holding it, if any."""
+    """The whole-node allocation holding it, if any."""
+    shared: _builtins.bool
+    """Held by part-node allocations (they are not named here: there may be many)."""
     def __init__(
         self,
         *,
@@ -404,10 +416,11 @@ class NodeCapacity(_message.Message):
         free_gpus: _builtins.int = ...,
         stranded: _builtins.bool = ...,
         allocation_id: _builtins.str = ...,
+        shared: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "free_gpus", b"free_gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "state", b"state", "stranded", b"stranded"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocation_id", b"allocation_id", "free_gpus", b"free_gpus", "leaf_switch", b"leaf_switch", "node_id", b"node_id", "shared", b"shared", "state", b"state", "stranded", b"stranded"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
