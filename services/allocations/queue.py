@@ -181,6 +181,9 @@ def _blocked(
     binding = _short(row, pool, keep) or _capacity(row, pool.free, keep)
     if binding.kind is not ReasonKind.WAITING_FOR_CAPACITY or not ledger.within_nominal(row.tenant_id, row.node_count):
         return [binding], []
+    if row.alternatives:
+        # Another model it accepts may take it this very pass: no one is preempted for it.
+        return [binding], []
     reclaim = _reclaim(row, max(pool.free - keep, 0) + reclaiming, running, ledger)
     if reclaim is None:
         return [binding], []

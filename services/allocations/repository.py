@@ -322,7 +322,9 @@ def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
 def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
     """The highest priority waiting in each of the models' queues, for those with a queue: a
     create of priority at most that waits behind it rather than overtaking it. Allocations
-    that never hold the queue (queue.py) are not counted: one larger than the fleet's nodes
+    that never hold the queue (queue.py) are not counted: part-node ones (a blocked one holds
+    the queue only while no free node is left, when a whole-node create cannot be placed
+    either, and one that waits is placed within a cycle), one larger than the fleet's nodes
     of its model, and one over its tenant's quota even if the tenant borrowed all it may (an
     upper bound of its limit: one within it that its cohort cannot lend to still counts)."""
     if not gpu_models:
@@ -330,7 +332,8 @@ def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
     models, params = expand("m", sorted(set(gpu_models)))
     result = yield Sql(
         "SELECT a.gpu_model, MAX(a.priority) FROM allocations a"
-        f" WHERE a.state = :pending AND a.gpu_model IN ({models}) AND a.node_count <= (SELECT COUNT(*) FROM nodes n"
+        f" WHERE a.state = :pending AND a.gpu_model IN ({models}) AND a.node_count > 0"
+        " AND a.node_count <= (SELECT COUNT(*) FROM nodes n"
         " WHERE n.gpu_model = a.gpu_model AND n.state <> :retired)"
         " AND NOT EXISTS (SELECT 1 FROM quotas q WHERE q.tenant_id = a.tenant_id AND q.gpu_model = a.gpu_model"
         " AND a.node_count + (SELECT COALESCE(SUM(h.node_count), 0) FROM allocations h WHERE h.tenant_id = a.tenant_id"

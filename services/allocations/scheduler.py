@@ -157,8 +157,10 @@ def cycle(
         return made
     if locking:
         chosen = [node for _, nodes in made.admitted for node in nodes]
-        chosen += [p.node_id for p in made.parts if p.opened]
-        shared = sorted({p.node_id for p in made.parts if not p.opened})
+        opened = [p.node_id for p in made.parts if p.opened]
+        chosen += opened
+        # A node opened in this cycle is still READY: locked as a free node, not as a shared one.
+        shared = sorted({p.node_id for p in made.parts if not p.opened} - set(opened))
         locked = (yield from nodes_repo.lock_free(chosen, skip_locked=not wait)) if chosen else set()
         locked |= yield from gpu_holds.lock_shared(shared, skip_locked=not wait)
         if len(locked) != len(chosen) + len(shared):

@@ -184,7 +184,8 @@ def record_cancels(
     cancelled = [cancel.allocation_id for cancel, _ in accepted]
     # The tenant loses the nodes now, in the transaction that accepts the cancel: billing and
     # its reading of the nodes' metrics end here, whatever happens to the scrub. A part-node
-    # allocation's GPUs stay held until the release, so no one else is given them unscrubbed.
+    # allocation's GPUs stay held until the release, so no one else is given them before the
+    # scrub time has passed.
     yield from _usage(UsageKind.STOP, [was for _, was in accepted], at_us=now_us)
     yield from repo.mark_cancelling(cancelled, now_us=now_us)
     yield from ops_repo.insert_many([operation for operation, _ in answers])

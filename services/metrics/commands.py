@@ -22,7 +22,7 @@ from services.metrics import reads
 from services.metrics import repository as repo
 from services.metrics.answer_size import answer_bytes
 from services.metrics.batch import SeriesBatch
-from services.metrics.holds import held_gpus, hold_intervals, within
+from services.metrics.holds import gpu_hold_intervals, hold_intervals, within
 from services.metrics.outliers import BUSY_FIELD, BUSY_UTIL_PCT, GpuFigure, Outlier, PeerGroup, below_median
 from services.metrics.sample_times import SampleTimes
 from services.metrics.samples import SampleStore, SeriesData
@@ -106,7 +106,7 @@ class Metrics:
         visible = await self._visible(principal, selector, window)
         if visible is None:
             series, stats = await self._samples.read(partial(reads.query_all, selector=selector, window=window))
-        elif not visible.holds:
+        elif not visible.holds and not visible.gpus:
             return QueryResult([], tsdb.QueryStats())
         else:
             read = partial(reads.query_held, selector=selector, holds=visible.holds, gpus=visible.gpus)
@@ -122,7 +122,7 @@ class Metrics:
             read = partial(
                 reads.query_range_all, selector=selector, window=window, step_ms=step_ms, aggregation=aggregation
             )
-        elif not visible.holds:
+        elif not visible.holds and not visible.gpus:
             return QueryResult([], tsdb.QueryStats())
         else:
             read = partial(
@@ -167,13 +167,18 @@ class Metrics:
                 raise NotFound.of("node", missing[0], field_path=_node_field(selector, missing[0]))
             return None
         records = await self._store.query(repo.hold_records(tenant_id, selector.node_ids))
-        held = hold_intervals(records, now_us=now_us())
+        now = now_us()
+        by_gpu = gpu_hold_intervals([r for r in records if r.gpus], now_us=now)
+        in_part = {node_id for node_id, _ in by_gpu}
+        # A node also held in part reads as held in part (holds.py).
+        whole = hold_intervals([r for r in records if not r.gpus], now_us=now)
+        held = {n: spans for n, spans in whole.items() if n not in in_part}
         for node_id in selector.node_ids:
-            if node_id not in held:
+            if node_id not in held and node_id not in in_part:
                 raise NotFound.of("node", node_id, field_path=_node_field(selector, node_id))
         return Visible(
-            {node_id: inside for node_id, intervals in held.items() if (inside := within(intervals, window))},
-            held_gpus(records),
+            {node_id: inside for node_id, spans in held.items() if (inside := within(spans, window))},
+            {key: inside for key, spans in by_gpu.items() if (inside := within(spans, window))},
         )
 
 

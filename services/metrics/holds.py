@@ -7,10 +7,10 @@ reports then is not the tenant's to read. A start without a stop is a hold that 
 now. A stop without a start is an anomaly billing reports; it grants nothing here.
 
 A part-node allocation (GPUs, a MIG slice or a soft share of one node) holds GPUs, not the
-node: on a node where the tenant held only such allocations it reads the series of those GPUs
-alone (a GPU's slices and shares are one tenant's), never the node's own series or another
-tenant's GPUs. A node it held both whole and in part reads as held in part, over all its
-holds: that hides some of its own whole-node time rather than show another tenant's GPUs.
+node: the tenant reads each such GPU's series for the time it held that GPU alone (a GPU's
+slices and shares are one tenant's at a time), never the node's own series, another tenant's
+GPUs, or another tenant's time on its GPU. A node it held both whole and in part reads as held
+in part: that hides its own whole-node time there rather than show another tenant's GPUs.
 
 Times: usage events are microseconds, samples milliseconds. A hold [start_us, stop_us) becomes
 [ceil(start_us / 1000), ceil(stop_us / 1000)) in ms, which keeps exactly the samples whose
@@ -68,14 +68,17 @@ def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, t
     return {node: merged for node, spans in by_node.items() if (merged := merge(spans))}
 
 
-def held_gpus(records: Iterable[HoldRecord]) -> dict[str, tuple[int, ...]]:
-    """Per node held in part, the GPU indexes the tenant may read there (every part-node
-    hold's, ascending); nodes only ever held whole are absent: all of theirs."""
-    by_node: dict[str, set[int]] = {}
+def gpu_hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[tuple[str, int], tuple[Interval, ...]]:
+    """Per (node, GPU index) the part-node allocations held, the merged intervals (ms) during
+    which the tenant held that GPU."""
+    by_gpu: dict[tuple[str, int], list[Interval]] = {}
     for record in records:
-        if record.gpus and record.start_us is not None:
-            by_node.setdefault(record.node_id, set()).update(record.gpus)
-    return {node: tuple(sorted(gpus)) for node, gpus in by_node.items()}
+        if record.start_us is None:
+            continue
+        stop_us = now_us if record.stop_us is None else record.stop_us
+        for gpu in record.gpus:
+            by_gpu.setdefault((record.node_id, gpu), []).append((_ceil_ms(record.start_us), _ceil_ms(stop_us)))
+    return {key: merged for key, spans in by_gpu.items() if (merged := merge(spans))}
 
 
 def within(intervals: Sequence[Interval], window: Window) -> tuple[Interval, ...]:

@@ -20,19 +20,25 @@ from services.metrics.selection import Aggregation, Selector, Window, tsdb_selec
 
 # Per node, the merged intervals inside the query's window that the tenant held it.
 Holds = Mapping[str, tuple[Interval, ...]]
-# Per node the tenant held only part of, the GPU indexes it may read there (holds.held_gpus).
-HeldGpus = Mapping[str, tuple[int, ...]]
+# Per (node, GPU index) the tenant held in part, the merged intervals inside the query's window
+# that it held that GPU (holds.gpu_hold_intervals); its nodes are not in Holds.
+HeldGpus = Mapping[tuple[str, int], tuple[Interval, ...]]
 
 
 def _groups(
     selector: Selector, holds: Holds, gpus: HeldGpus
 ) -> list[tuple[tuple[Interval, ...], Mapping[str, str | frozenset[str]]]]:
-    """The reads a tenant's holds take: per set of nodes with the same intervals and GPUs, the
-    intervals and the tsdb matcher (groups left with none of the selector's GPUs dropped)."""
+    """The reads a tenant's holds take: per set of nodes with the same intervals (and, held in
+    part, the same GPU), the intervals and the tsdb matcher (groups left with none of the
+    selector's GPUs dropped). A series is in one group at most: a node held in part is not in
+    ``holds``, and each of its GPUs is its own."""
     groups: dict[tuple[tuple[Interval, ...], tuple[int, ...]], list[str]] = {}
     for node_id, intervals in sorted(holds.items()):
         if intervals:
-            groups.setdefault((intervals, gpus.get(node_id, ())), []).append(node_id)
+            groups.setdefault((intervals, ()), []).append(node_id)
+    for (node_id, gpu), intervals in sorted(gpus.items()):
+        if intervals:
+            groups.setdefault((intervals, (gpu,)), []).append(node_id)
     return [
         (intervals, matcher)
         for (intervals, indexes), nodes in groups.items()

@@ -384,7 +384,9 @@ class UsageEventRow(SQLModel, table=True):
     tenant_id: str = Field(max_length=63)
     allocation_id: str = Field(max_length=40)
     node_id: str = Field(max_length=63)
-    gpu_uuid: str = Field(max_length=96)
+    # A GPU's uuid (up to 96 characters), or a MIG slice's or soft share's unit:
+    # "<gpu uuid>/<allocation id>" (services/usage/repository.py).
+    gpu_uuid: str = Field(max_length=160)
     gpu_model: str = Field(max_length=16)
     kind: str = Field(max_length=8)
     at_us: int = Field(sa_column=Column(BigInteger, nullable=False))

@@ -238,6 +238,27 @@ async def test_a_tenant_reads_the_metrics_of_the_gpus_it_holds_and_no_others(
         assert gpus(await operator.query_metrics(start=start, end=end)) == {*map(str, range(8)), ""}
 
 
+async def test_a_gpu_another_tenant_held_before_shows_none_of_its_time(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """bolt holds GPU 0, acme GPU 1; a sample lands on both; bolt leaves and acme then gets GPU
+    0 too: acme reads its GPU 1's sample, and nothing of GPU 0 from bolt's time."""
+    [node] = await register_ready_nodes(operator, 1)
+    acme = await new_tenant(operator, control_plane, "acme")
+    bolt = await new_tenant(operator, control_plane, "bolt")
+    async with acme, bolt:
+        theirs = await _place(bolt, "", gpus=1)
+        mine = await _place(acme, "", gpus=1)
+        assert [h.gpu_index for h in theirs.gpu_holds + mine.gpu_holds] == [0, 1]
+        before = _now_ms()
+        await operator.write_samples([NodeSamples(node, before, {0: {"power_w": 666.0}, 1: {"power_w": 1.0}})])
+        await _release(bolt, theirs.allocation_id)
+        later = await _place(acme, "", gpus=1)
+        assert [h.gpu_index for h in later.gpu_holds] == [0]
+        read = await acme.query_metrics(start=before - 1_000, end=_now_ms() + 1_000)
+        assert {(s.gpu, tuple(s.values.tolist())) for s in read.series} == {("1", (1.0,))}
+
+
 def _now_ms() -> int:
     return now_us() // 1000
 
