@@ -362,7 +362,11 @@ async def test_the_client_sends_a_refused_call_again_after_the_advised_delay(lim
         assert allocation.allocation_id == limited.allocation_id
         assert [o.code for o in await asyncio.gather(*holding)] == ["OK", "OK"]
     tries = [e["code"] for e in logs if e["event"] == "rpc" and e["method"].endswith("/GetAllocation")]
-    assert tries == ["RESOURCE_EXHAUSTED", "OK"]
+    # Refused while the two waits hold the tenant's calls, then sent again after each advised
+    # delay until they end: on a loaded machine the waits may outlast the first delay.
+    assert len(tries) >= 2, tries
+    assert tries[-1] == "OK"
+    assert all(code == "RESOURCE_EXHAUSTED" for code in tries[:-1]), tries
 
 
 async def test_a_bound_under_one_fails_the_start(tmp_path: Path, database_url: str) -> None:
