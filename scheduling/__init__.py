@@ -18,7 +18,7 @@ from scheduling.mig import PROFILES, Profile, best_start, is_valid_layout, start
 from scheduling.model import Cluster, NodeSpec
 from scheduling.placement import Placement, apply, release
 from scheduling.policies import POLICIES, Policy, best_fit, fgd, fgd_refined, first_fit, worst_fit
-from scheduling.requests import GPU_COUNTS, CpuOnly, Gpus, MigSlice, Request, Share, WholeNodes
+from scheduling.requests import GPU_COUNTS, CpuOnly, Gpus, MigSlice, Request, Share, WholeNodes, gpu_milli
 from scheduling.workload import DEFAULT_MIX, TaskShape, WorkloadMix, blend, shape_of, typical, workload_mix
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "first_fit",
     "free_gpus",
     "free_nodes",
+    "gpu_milli",
     "is_valid_layout",
     "largest_free_block",
     "node_fragmentation",

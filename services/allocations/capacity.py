@@ -8,12 +8,9 @@ from dataclasses import dataclass
 from services.allocations.defrag import DefragPlan, Held, NodeSlot, plan
 from services.allocations.states import AllocationState
 from services.nodes import repository as nodes_repo
-from services.nodes.inventory import GpuModel
+from services.nodes.inventory import GPUS_PER_NODE, GpuModel
 from services.nodes.transitions import NodeState
 from services.store.tx import Sql, Tx
-
-# RegisterNode takes exactly eight GPUs a node.
-GPUS_PER_NODE = 8
 
 
 @dataclass(frozen=True, slots=True)

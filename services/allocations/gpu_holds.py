@@ -52,7 +52,7 @@ def insert(placed: Sequence[PartPlacement], *, now_us: int) -> Tx[None]:
             "tenant_id": p.row.tenant_id,
             "node_id": p.node_id,
             "gpu_index": gpu,
-            "milli": p.milli if gpu >= 0 else 0,
+            "milli": p.milli,
             "mig_start": p.mig_start,
             "assigned_us": now_us,
         }
@@ -65,20 +65,6 @@ def insert(placed: Sequence[PartPlacement], *, now_us: int) -> Tx[None]:
             " VALUES (:allocation_id, :tenant_id, :node_id, :gpu_index, :milli, :mig_start, :assigned_us)",
             rows=rows,
         )
-
-
-def lock_shared(node_ids: Sequence[str], *, skip_locked: bool) -> Tx[set[str]]:
-    """Lock those of ``node_ids`` still shared and placeable (ALLOCATED, uncordoned, reachable),
-    in fabric order (PostgreSQL only), and return them."""
-    if not node_ids:
-        return set()
-    ids, params = expand("id", node_ids)
-    result = yield Sql(
-        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :allocated AND {nodes_repo.PLACEABLE}"
-        f" ORDER BY {nodes_repo.fabric_order()}" + for_update(True, skip_locked=skip_locked),
-        {**params, "allocated": NodeState.ALLOCATED.value},
-    )
-    return {str(r[0]) for r in result.rows}
 
 
 class Emptied(NamedTuple):

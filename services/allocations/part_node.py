@@ -26,10 +26,6 @@ from services.allocations.placement import Candidate, Pool
 from services.allocations.repository import Allocation
 from services.nodes.inventory import GPUS_PER_NODE, GpuModel
 
-MILLI = 1000
-# A MIG slice counts an eighth of its GPU per memory slice (scheduling.mig).
-MILLI_PER_SLICE = MILLI // 8
-
 
 class NodeShape(NamedTuple):
     """What one node of a model offers beside its eight GPUs."""
@@ -63,10 +59,10 @@ def request_of(row: Allocation) -> scheduling.Request:
 
 
 def gpu_milli(row: Allocation) -> int:
-    """The thousandths of a GPU each of its GPUs is held by: what it is billed by."""
-    if row.mig_profile:
-        return MILLI_PER_SLICE * scheduling.PROFILES[row.mig_profile].size
-    return row.share_milli or MILLI
+    """The thousandths of a GPU each of its GPUs is held by, what it is billed by (0 for CPU
+    and memory alone)."""
+    # The scheduling package's thousandths of the whole request, spread over its whole GPUs.
+    return scheduling.gpu_milli(request_of(row)) // (row.gpus or 1)
 
 
 def describe(row: Allocation) -> str:

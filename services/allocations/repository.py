@@ -128,6 +128,7 @@ _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
 
 
 def row_of(values: Sequence[Any]) -> Allocation:
+    """An ``Allocation`` of a row read with ``COLUMNS``."""
     (
         allocation_id,
         tenant_id,

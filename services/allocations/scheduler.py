@@ -40,6 +40,7 @@ from services.errors import Aborted
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
+from services.nodes.transitions import NodeState
 from services.notify import Notifier
 from services.store.engine import Database
 from services.store.tx import Tx
@@ -161,8 +162,8 @@ def cycle(
         chosen += opened
         # A node opened in this cycle is still READY: locked as a free node, not as a shared one.
         shared = sorted({p.node_id for p in made.parts if not p.opened} - set(opened))
-        locked = (yield from nodes_repo.lock_free(chosen, skip_locked=not wait)) if chosen else set()
-        locked |= yield from gpu_holds.lock_shared(shared, skip_locked=not wait)
+        locked = yield from nodes_repo.lock_free(chosen, skip_locked=not wait)
+        locked |= yield from nodes_repo.lock_free(shared, skip_locked=not wait, state=NodeState.ALLOCATED)
         if len(locked) != len(chosen) + len(shared):
             raise Aborted(
                 reason="NODE_CHANGED_CONCURRENTLY",

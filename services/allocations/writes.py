@@ -189,8 +189,9 @@ def record_cancels(
     yield from _usage(UsageKind.STOP, [was for _, was in accepted], at_us=now_us)
     yield from repo.mark_cancelling(cancelled, now_us=now_us)
     yield from ops_repo.insert_many([operation for operation, _ in answers])
-    if any(view.row.part_node for _, view in answers):
+    part = [view.row for _, view in answers if view.row.part_node]
+    if part:
         # A part-node allocation's node and GPUs are its holds, read with its view.
-        shown = yield from repo.views([view.row for _, view in answers])
-        answers = [(operation, view) for (operation, _), view in zip(answers, shown, strict=True)]
+        shown = {view.row.allocation_id: view for view in (yield from repo.views(part))}
+        answers = [(operation, shown.get(view.row.allocation_id, view)) for operation, view in answers]
     return answers

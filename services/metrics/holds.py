@@ -57,14 +57,20 @@ def merge(intervals: Iterable[Interval]) -> tuple[Interval, ...]:
     return _pairs(union_intervals(Span(start, end) for start, end in intervals))
 
 
+def _span(record: HoldRecord, now_us: int) -> Interval | None:
+    """The record's hold in ms, open until now; None for a stop without a start."""
+    if record.start_us is None:
+        return None
+    stop_us = now_us if record.stop_us is None else record.stop_us
+    return (_ceil_ms(record.start_us), _ceil_ms(stop_us))
+
+
 def hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[str, tuple[Interval, ...]]:
     """Per node, the merged intervals (ms) during which the tenant held it."""
     by_node: dict[str, list[Interval]] = {}
     for record in records:
-        if record.start_us is None:
-            continue
-        stop_us = now_us if record.stop_us is None else record.stop_us
-        by_node.setdefault(record.node_id, []).append((_ceil_ms(record.start_us), _ceil_ms(stop_us)))
+        if (span := _span(record, now_us)) is not None:
+            by_node.setdefault(record.node_id, []).append(span)
     return {node: merged for node, spans in by_node.items() if (merged := merge(spans))}
 
 
@@ -73,11 +79,9 @@ def gpu_hold_intervals(records: Iterable[HoldRecord], *, now_us: int) -> dict[tu
     which the tenant held that GPU."""
     by_gpu: dict[tuple[str, int], list[Interval]] = {}
     for record in records:
-        if record.start_us is None:
-            continue
-        stop_us = now_us if record.stop_us is None else record.stop_us
-        for gpu in record.gpus:
-            by_gpu.setdefault((record.node_id, gpu), []).append((_ceil_ms(record.start_us), _ceil_ms(stop_us)))
+        if (span := _span(record, now_us)) is not None:
+            for gpu in record.gpus:
+                by_gpu.setdefault((record.node_id, gpu), []).append(span)
     return {key: merged for key, spans in by_gpu.items() if (merged := merge(spans))}
 
 

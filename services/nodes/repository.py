@@ -397,19 +397,22 @@ def free_nodes(gpu_model: GpuModel) -> Tx[list[tuple[str, str, str, str]]]:
     return [(str(r[0]), str(r[1]), str(r[2]), str(r[3])) for r in result.rows]
 
 
-def lock_free(node_ids: Sequence[str], *, skip_locked: bool) -> Tx[set[str]]:
-    """Lock those of ``node_ids`` still READY and uncordoned, in fabric order (PostgreSQL
-    only), and return them: a node missing from the answer was taken or changed meanwhile.
+def lock_free(node_ids: Sequence[str], *, skip_locked: bool, state: NodeState = NodeState.READY) -> Tx[set[str]]:
+    """Lock those of ``node_ids`` still in ``state`` (READY: free; ALLOCATED: a node shared by
+    part-node allocations) and placeable, in fabric order (PostgreSQL only), and return them:
+    a node missing from the answer was taken or changed meanwhile. Nothing for no ids.
 
     ``skip_locked`` passes over rows other transactions hold, so concurrent placements never
     wait on each other; without it the statement waits for those locks and re-checks the rows
     once their holders finish.
     """
+    if not node_ids:
+        return set()
     ids, params = expand("id", node_ids)
     result = yield Sql(
-        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :ready AND {PLACEABLE}"
+        f"SELECT node_id FROM nodes WHERE node_id IN ({ids}) AND state = :state AND {PLACEABLE}"
         f" ORDER BY {fabric_order()}" + for_update(True, skip_locked=skip_locked),
-        {**params, "ready": NodeState.READY.value},
+        {**params, "state": state.value},
     )
     return {str(r[0]) for r in result.rows}
 
