@@ -83,10 +83,12 @@ def _without_database() -> None:
     def view(allocation_id: str, state: str) -> AllocationView:
         return AllocationView(Allocation(allocation_id, "bench", "H100", 1, state, created_us=1), ("bench-0000",))
 
-    async def create(store: object, request: object, policies: object = None) -> Created:
+    async def create(store: object, request: object, policies: object = None, scheduler: object = None) -> Created:
         return Created(view(new_id("alloc"), "ACTIVE"), replayed=False)
 
-    async def cancel(store: object, principal: object, allocation_id: str) -> tuple[Operation, AllocationView]:
+    async def cancel(
+        store: object, principal: object, allocation_id: str, scheduler: object = None
+    ) -> tuple[Operation, AllocationView]:
         operation = Operation("op-bench", "bench", "x", allocation_id, False, None, 2, None)
         return operation, view(allocation_id, "CANCELLING")
 

@@ -135,9 +135,10 @@ class AbortedError(GpucloudError):
 class ResourceExhaustedError(GpucloudError):
     """RESOURCE_EXHAUSTED: not enough capacity or quota, or too large an answer.
 
-    INSUFFICIENT_CAPACITY: ``create_allocation(fail_if_unavailable=True)`` could not be admitted now (too few
-    nodes free, or allocations of its priority or higher queued ahead: ``metadata["free"]``,
-    ``metadata["queued_ahead"]``) and, all or nothing, holds none; without the flag it waits PENDING instead.
+    INSUFFICIENT_CAPACITY: ``create_allocation(fail_if_unavailable=True)`` was not admitted by the scheduling
+    pass that took it in; ``metadata["reason"]`` is why (WAITING_FOR_CAPACITY, BEHIND_GANGS, TOPOLOGY, ...,
+    as ``explain_allocation`` names it), with its figures (``metadata["free"]``, ``["needed"]``, ...), and,
+    all or nothing, it holds none; without the flag it waits PENDING instead.
     QUOTA_EXCEEDED: the same create would take its tenant over its quota of the model, with what its cohort
     may lend (``metadata["used"]``, ``["limit"]``, ``["nominal"]``, ``["needed"]``, ``["gpu_model"]``); it
     records nothing, and without the flag it waits PENDING (QUOTA_EXCEEDED) instead.

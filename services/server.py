@@ -346,7 +346,7 @@ class ControlPlane:
         self._agents = AgentServicer(store, heartbeats, directives, leader)
         agent_pb2_grpc.add_AgentServiceServicer_to_server(self._agents, server)
         allocation_pb2_grpc.add_AllocationServiceServicer_to_server(
-            AllocationServicer(store, page_tokens, wake_releaser, scheduler.wake, config.placement), server
+            AllocationServicer(store, page_tokens, wake_releaser, scheduler, config.placement), server
         )
         operation_watch = OperationWatch(store, builder, operations_changed)
         _add_operations_servicer(OperationsServicer(store, page_tokens, builder, operation_watch), server)

@@ -137,14 +137,13 @@ def allocations_create(
     ] = 300.0,
     json_out: JsonFlag = False,
 ) -> None:
-    """Allocate whole nodes of one GPU model: placed at once when they are free, else PENDING in
-    the model's queue, holding nothing, until the scheduler admits it whole (`allocations explain
-    ID` says why it waits; --fail-if-unavailable refuses instead, exit code 1). Or part of one
-    node, without --nodes: one of --gpus, --mig or --share, with --cpu and --memory beside, or
-    these two alone; --or-model MODEL (repeatable) for further models it accepts, in order.
-    Either is PENDING until the scheduler places it, within a moment when there is room
-    (--fail-if-unavailable: refused unless there is room now); `allocations get ID` shows the GPUs it holds
-    once it is ACTIVE. With --wait, exit code 3 if it is still PENDING after --timeout; it stays
+    """Allocate whole nodes of one GPU model, or part of one node without --nodes: one of
+    --gpus, --mig or --share, with --cpu and --memory beside, or these two alone; --or-model
+    MODEL (repeatable) for further models it accepts, in order. The scheduler places it at once
+    when there is room, else it is PENDING in the model's queue, holding nothing, until the
+    scheduler admits it whole (`allocations explain ID` says why it waits; --fail-if-unavailable
+    refuses instead, exit code 1). `allocations get ID` shows the GPUs a part-node allocation
+    holds. With --wait, exit code 3 if it is still PENDING after --timeout; it stays
     queued. When the outcome is unknown (the server did not answer), the command names the key it
     sent: run it again with that --request-id to get the allocation the first try may have made
     instead of a second one; such a rerun says it was replayed (JSON: "replayed": true)."""

@@ -24,10 +24,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Set as AbstractSet
 
+import scheduling
 from services.allocations import placement
 from services.allocations import repository as repo
-from services.allocations.commands import place
-from services.allocations.placement import Candidate
+from services.allocations.placement import Candidate, Pool
 from services.allocations.repository import Allocation, Holding, Replacement
 from services.allocations.states import AllocationState
 from services.clock import now_us
@@ -38,6 +38,11 @@ from services.nodes.transitions import NodeEvent, NodeState
 from services.store.tx import Tx
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
+
+# Rounds of "the chosen spare was locked or taken meanwhile, choose again" on PostgreSQL:
+# passing over locks first (a round trip a round), then waiting for them.
+_SKIPPING_ROUNDS = 32
+_WAITING_ROUNDS = 4
 
 
 def lock_holder(node_id: str) -> Tx[None]:
@@ -117,17 +122,10 @@ def _spare(
     clock read once the spare is locked); the spare and that time, or None when none is free."""
     anchor = Candidate(removed.zone, removed.rack, removed.leaf_switch, removed.node_id)
     near = placement.nearest_to(anchor, within_leaf=allocation.same_block)
-    chosen = yield from place(
-        GpuModel(allocation.gpu_model),
-        1,
-        policy=near,
-        tenant=allocation.tenant_id,
-        locking=locking,
-        excluding=excluding,
-    )
-    if chosen is None:
+    model = GpuModel(allocation.gpu_model)
+    spare = yield from _lock_spare(model, near, allocation.tenant_id, excluding, locking=locking)
+    if spare is None:
         return None
-    [spare] = chosen
     now = now_us()
     allocate = nodes_repo.Move(
         spare, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation.allocation_id}: spare for {removed.node_id}"
@@ -136,3 +134,38 @@ def _spare(
     yield from repo.assign(Holding(allocation, position, now), spare, now_us=now)
     yield from usage.record(UsageKind.START, [allocation.allocation_id], at_us=now, node_ids=[spare])
     return spare, now
+
+
+def _lock_spare(
+    gpu_model: GpuModel, policy: scheduling.Policy, tenant: str, excluding: AbstractSet[str], *, locking: bool
+) -> Tx[str | None]:
+    """The free node ``policy`` chooses among those of the model but ``excluding``, locked on
+    PostgreSQL; None when none is free.
+
+    On PostgreSQL the choice may be locked by another transaction, or taken meanwhile: pass
+    over locked nodes and choose again without them, then, before answering None, look again
+    and wait for the locks. Waiting with no node held forms no lock cycle."""
+    pool = Pool((yield from _candidates(gpu_model, excluding)))
+    if not locking:
+        # SQLite: the writer holds the one write lock, so what was read stays free.
+        return _choose(pool, policy, tenant)
+    for skip_locked, rounds in ((True, _SKIPPING_ROUNDS), (False, _WAITING_ROUNDS)):
+        for _ in range(rounds):
+            spare = _choose(pool, policy, tenant)
+            if spare is None:
+                break
+            if (yield from nodes_repo.lock_free([spare], skip_locked=skip_locked)):
+                return spare
+            pool.take([spare])  # taken or locked by another transaction
+        pool = Pool((yield from _candidates(gpu_model, excluding)))
+    return None
+
+
+def _choose(pool: Pool, policy: scheduling.Policy, tenant: str) -> str | None:
+    chosen = pool.choose(policy, 1, tenant=tenant)
+    return None if chosen is None else chosen[0]
+
+
+def _candidates(gpu_model: GpuModel, excluding: AbstractSet[str]) -> Tx[list[Candidate]]:
+    free = map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model)))
+    return [c for c in free if c.node_id not in excluding]

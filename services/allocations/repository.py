@@ -189,13 +189,21 @@ def get_row(allocation_id: str, *, tenant_id: str | None, locking: bool = False)
     return row_of(found)
 
 
-def get_rows(allocation_ids: Sequence[str]) -> Tx[list[Allocation]]:
-    """The allocations with these ids (any tenant), in no particular order."""
+def get_rows(allocation_ids: Sequence[str], *, locking: bool = False) -> Tx[list[Allocation]]:
+    """The allocations with these ids (any tenant), in no particular order; locked for the
+    transaction, in id order, when ``locking`` (PostgreSQL)."""
     if not allocation_ids:
         return []
     ids, params = expand("id", allocation_ids)
-    result = yield Sql(f"SELECT {COLUMNS} FROM allocations WHERE allocation_id IN ({ids})", params)
+    order = " ORDER BY allocation_id" + for_update(locking) if locking else ""
+    result = yield Sql(f"SELECT {COLUMNS} FROM allocations WHERE allocation_id IN ({ids}){order}", params)
     return [row_of(r) for r in result.rows]
+
+
+def views_by_id(allocation_ids: Sequence[str]) -> Tx[dict[str, AllocationView]]:
+    """The views of those of the allocations that exist (any tenant), by id."""
+    rows = yield from get_rows(sorted(set(allocation_ids)))
+    return {view.row.allocation_id: view for view in (yield from views(rows))}
 
 
 def views(rows: Sequence[Allocation]) -> Tx[list[AllocationView]]:
@@ -386,12 +394,36 @@ def admit(admitted: Sequence[tuple[Allocation, Sequence[str]]], *, now_us: int) 
     )
 
 
-def cancel_pending(allocation_id: str, *, now_us: int) -> Tx[None]:
-    """End a PENDING allocation at ``now_us``: it never held a node, so it is CANCELLED at once."""
+def cancel_pending(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:
+    """End PENDING allocations at ``now_us``: they never held a node, so they are CANCELLED at once."""
+    if not allocation_ids:
+        return
+    ids, params = expand("id", allocation_ids)
     yield Sql(
-        "UPDATE allocations SET state = :cancelled, cancel_us = :now, released_us = :now WHERE allocation_id = :id",
-        {"id": allocation_id, "now": now_us, "cancelled": AllocationState.CANCELLED.value},
+        "UPDATE allocations SET state = :cancelled, cancel_us = :now, released_us = :now"
+        f" WHERE allocation_id IN ({ids})",
+        {**params, "now": now_us, "cancelled": AllocationState.CANCELLED.value},
     )
+
+
+def withdraw(allocation_ids: Sequence[str], *, locking: bool) -> Tx[set[str]]:
+    """Delete those of the allocations still PENDING, with their idempotency keys, and return
+    their ids: creates refused after they were recorded (fail_if_unavailable), never answered
+    to anyone and never billed, so a retry with the same key is a new request."""
+    if not allocation_ids:
+        return set()
+    rows = yield from get_rows(allocation_ids, locking=locking)
+    gone = [row for row in rows if row.state == AllocationState.PENDING.value]
+    if gone:
+        ids, params = expand("id", [row.allocation_id for row in gone])
+        # The tenants lead the keys' primary key: the delete reads their keys only.
+        tenants, tenant_params = expand("t", sorted({row.tenant_id for row in gone}))
+        yield Sql(
+            f"DELETE FROM idempotency_keys WHERE tenant_id IN ({tenants}) AND result_id IN ({ids})",
+            {**params, **tenant_params},
+        )
+        yield Sql(f"DELETE FROM allocations WHERE allocation_id IN ({ids})", params)
+    return {row.allocation_id for row in gone}
 
 
 def replacements(allocation_ids: Sequence[str]) -> Tx[dict[str, tuple[Replacement, ...]]]:
@@ -643,20 +675,22 @@ def idempotency_key(tenant_id: str, method: str, request_id: str) -> Tx[tuple[st
     return None if found[0] is None else (str(found[0]), str(found[1]))
 
 
-def recorded_keys(method: str, keys: Sequence[tuple[str, str]]) -> Tx[set[tuple[str, str]]]:
-    """Which of the (tenant, request_id) ``keys`` of ``method`` are recorded: one query for many."""
+def recorded_results(method: str, keys: Sequence[tuple[str, str]]) -> Tx[dict[tuple[str, str], tuple[str, str]]]:
+    """The (fingerprint, result id) recorded for each of the (tenant, request_id) ``keys`` of
+    ``method`` that is recorded: one query for many."""
     if not keys:
-        return set()
+        return {}
     tenants, tenant_params = expand("t", sorted({tenant for tenant, _ in keys}))
-    request_ids, key_params = expand("k", [request_id for _, request_id in keys])
+    request_ids, key_params = expand("k", sorted({request_id for _, request_id in keys}))
     result = yield Sql(
-        f"SELECT tenant_id, request_id FROM idempotency_keys WHERE tenant_id IN ({tenants})"
+        f"SELECT tenant_id, request_id, fingerprint, result_id FROM idempotency_keys WHERE tenant_id IN ({tenants})"
         f" AND method = :method AND request_id IN ({request_ids})",
         {**tenant_params, **key_params, "method": method},
     )
     # Tenants and ids are matched separately above, so a pair may cross two keys: keep the asked ones.
     asked = set(keys)
-    return {(str(tenant), str(request_id)) for tenant, request_id in result.rows} & asked
+    found = {(str(r[0]), str(r[1])): (str(r[2]), str(r[3])) for r in result.rows}
+    return {key: value for key, value in found.items() if key in asked}
 
 
 @dataclass(frozen=True, slots=True)

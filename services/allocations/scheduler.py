@@ -1,63 +1,93 @@
-"""The scheduling cycle: admits PENDING allocations when their whole gang fits.
+"""The scheduling pass: the one place where allocations are placed, on both databases.
 
-A create places at once when its model's queue holds nothing at least as high in priority and
-its nodes are free (commands.py); otherwise it is recorded PENDING, holding nothing. On the
-replica that leads the fleet (fleet/leader.py), ``Scheduler.run`` then runs a cycle per model
-with a queue whenever a create queues, a cancel or a release frees capacity, and at least every
-``interval_s`` (a node that turns READY after burn-in, a repair or an uncordon is seen there):
-one transaction reads the queue in admission order, the pool of free nodes and the spares,
-lets ``queue.plan`` decide (quotas counted, quotas.py), cancels the allocations a reclaim
-preempts, as a cancel of theirs would, and admits what it chose, each allocation billed from
-its admission. Level-triggered: a cycle acts on what the tables hold, so a restart or a change of
-leader loses nothing.
+Every create and every cancel waits for a pass. On the replica that leads the fleet
+(fleet/leader.py), ``Scheduler.run`` runs one whenever a request arrives or a release frees
+capacity, and at least every ``interval_s`` (a node that turns READY after burn-in, a repair
+or an uncordon is seen there). A pass:
+
+1. takes in, in one transaction, everything that arrived since the last pass (intake.py): new
+   creates are recorded PENDING, cancels are accepted;
+2. runs a cycle per model with a queue: one transaction reads the queue in admission order,
+   the pool of free nodes, the spares, the quotas and the shared nodes, lets ``queue.plan``
+   decide, cancels the allocations a reclaim preempts (as a cancel of theirs would), and
+   admits what it chose, each allocation billed from its admission;
+3. withdraws the new creates that asked not to wait (``fail_if_unavailable``) and still wait,
+   and answers every caller: a create ACTIVE when admitted, PENDING while it waits.
+
+So a burst of creates is placed by one plan in one transaction, in the queue's order, by the
+rule that also explains why the rest wait; there is no second placement path to keep in step.
+Level-triggered: a cycle acts on what the tables hold, so a restart or a change of leader loses
+nothing. A replica that does not lead takes its requests in alone and leaves placing them to
+the leader (``Scheduler._follow``).
 
 On PostgreSQL the cycle locks the queue's rows, so a cancel of one waits for the cycle that may
 admit it, and then the nodes it chose, passing over rows others hold; a node passed over or
 taken meanwhile fails the cycle, which runs again at once on what is left. Nodes are also
 row-locked briefly by work that takes none (a heartbeat flush, a health pass), so the last
-attempt waits for the locks instead of passing over them, as a create's placement does.
+attempt waits for the locks instead of passing over them.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from functools import partial
+from typing import Any, TypeVar
 
 import structlog
 
 import scheduling
-from services.allocations import gpu_holds, queue, quotas, spares
+from services.allocations import gpu_holds, idempotency, queue, quotas, spares
 from services.allocations import repository as repo
+from services.allocations.intake import Accepted, Cancelled, accept, answer
 from services.allocations.part_node import SharedNodes
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
-from services.allocations.queue import Plan, Reason
+from services.allocations.queue import Plan, Reason, ReasonKind
 from services.allocations.repository import Allocation, AllocationView
+from services.allocations.requests import AllocationRequest, Created
 from services.allocations.states import AllocationState
-from services.allocations.writes import PendingCancel, record_admissions, record_cancels
+from services.allocations.writes import PendingCancel, PendingCreate, record_admissions, record_cancels
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
-from services.errors import Aborted
+from services.errors import Aborted, ApiError, ResourceExhausted
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
 from services.nodes.transitions import NodeState
 from services.notify import Notifier
 from services.store.engine import Database
-from services.store.tx import Tx
+from services.store.tx import Conflict, Deadlock, Tx
 
 log = structlog.get_logger(__name__)
 
+_PENDING = AllocationState.PENDING.value
+_NOBODY: Mapping[str, str] = {}
+Item = TypeVar("Item")
+Outcome = TypeVar("Outcome")
+# How often a replica that does not lead looks whether the leader's cycle admitted a create,
+# and how long past the leader's tick it waits for that.
+_FOLLOW_POLL_S = 0.05
+_FOLLOW_MARGIN_S = 0.25
 # The most further models an allocation may accept (the API's bound).
 MAX_OTHER_MODELS = 4
 # The actor of the node events an admission writes.
 SCHEDULER_ACTOR = "control-plane:scheduler"
-# Cycles of one model that lose a chosen node to a concurrent create before the pass gives up
-# until the next wake-up (PostgreSQL only).
+# Attempts of one of a pass's transactions (its intake, a model's cycle) that lose a race to
+# another transaction (PostgreSQL only) before the pass gives up on it.
 _ATTEMPTS = 5
 
 
 class Scheduler:
-    """Runs scheduling cycles on the fleet's leader; ``wake`` asks for one soon."""
+    """Takes in creates and cancels and runs scheduling passes on the fleet's leader; ``wake``
+    asks for a pass soon.
+
+    ``create`` and ``cancel`` answer once a pass has taken the request in (and, for a create,
+    planned it). While this replica leads, they wait for the next pass of ``run``, which takes
+    everything that arrived since the last one together. A replica that does not lead takes a
+    request in alone and leaves placing it to the leader (``_follow``). Without ``run`` at all
+    (a script, a test), ``admit`` runs a pass of the caller's own."""
 
     def __init__(
         self,
@@ -73,52 +103,212 @@ class Scheduler:
         # Told when a cycle cancelled allocations for a reclaim (the releaser's wake-up).
         self._preempted = preempted
         self.wake = Notifier()
+        # Requests waiting for the next pass; None while this replica's ``run`` is not running.
+        self._waiting: _Waiting | None = None
+        # Who asked for each create the running pass took in, by allocation id.
+        self._asked_by: Mapping[str, str] = _NOBODY
+
+    @property
+    def leading(self) -> bool:
+        """Whether ``run`` is running here: requests wait for its passes."""
+        return self._waiting is not None
+
+    async def create(self, pending: PendingCreate) -> Created:
+        """The create taken in and planned: ACTIVE when admitted, PENDING while it waits.
+        RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY, QUOTA_EXCEEDED) when it asked not to wait
+        and was not admitted: it is withdrawn, and nothing was allocated. The intake's errors
+        (intake.py) are raised."""
+        if self._waiting is not None:
+            with contextlib.suppress(_NotLeading):
+                return answer(await self._next_pass(self._waiting.creates, pending))
+        return await self._follow(pending)
+
+    async def cancel(self, pending: PendingCancel) -> Cancelled:
+        """The cancel accepted (intake.py): its Operation and the allocation as it is now."""
+        if self._waiting is not None:
+            with contextlib.suppress(_NotLeading):
+                return answer(await self._next_pass(self._waiting.cancels, pending))
+        return answer((await self._accept([], [pending])).cancels[0])
+
+    def _next_pass(self, waiting: list[tuple[Item, asyncio.Future[Outcome]]], item: Item) -> asyncio.Future[Outcome]:
+        """Queue ``item`` for the next pass, which is asked for now; its outcome, once the pass
+        has run, or ``_NotLeading`` should this replica stop leading first."""
+        future: asyncio.Future[Outcome] = asyncio.get_running_loop().create_future()
+        waiting.append((item, future))
+        self.wake.notify()
+        return future
 
     async def run(self) -> None:
-        """Run a pass whenever woken, and at least every ``interval_s``, until cancelled; a
-        failed pass is logged and the next one tries again."""
-        while True:
-            seen = self.wake.generation
-            try:
-                await self.run_pass()
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                log.exception("scheduling_pass_failed")
-            await self.wake.wait(seen, self._interval_s)
+        """While this replica leads: run a pass whenever woken (a request arrived, capacity
+        freed), and at least every ``interval_s``, until cancelled; a failed pass is logged and
+        the next one tries again. A pass under way when cancelled runs to its end, so everyone
+        it took in gets an answer; whoever waits for a later one is sent to ``_follow``."""
+        self._waiting = _Waiting([], [])
+        try:
+            while True:
+                seen = self.wake.generation
+                taken, self._waiting = self._waiting, _Waiting([], [])
+                running = asyncio.create_task(self._answer_pass(taken), name="scheduling-pass")
+                try:
+                    await asyncio.shield(running)
+                except asyncio.CancelledError:
+                    with contextlib.suppress(Exception):
+                        await running
+                    raise
+                await self.wake.wait(seen, self._interval_s)
+        finally:
+            left, self._waiting = self._waiting, None
+            for future in left.futures():
+                _settle(future, error=_NotLeading())
 
-    async def run_pass(self) -> dict[str, Plan]:
-        """A cycle for every model with a queue; the plans made, by model (the last round's).
-        A model whose cycle fails is logged and left to the next pass: it never holds up the
-        others.
+    async def _answer_pass(self, taken: _Waiting) -> None:
+        """One pass over what was taken, each caller answered; a pass that fails tells them why."""
+        try:
+            creates, cancels = await self.admit([p for p, _ in taken.creates], [p for p, _ in taken.cancels])
+        except Exception as error:
+            for future in taken.futures():
+                _settle(future, error=error)
+            log.exception("scheduling_pass_failed")
+            return
+        for (_, created), create_outcome in zip(taken.creates, creates, strict=True):
+            _settle(created, create_outcome)
+        for (_, cancelled), cancel_outcome in zip(taken.cancels, cancels, strict=True):
+            _settle(cancelled, cancel_outcome)
+
+    async def admit(
+        self, creates: Sequence[PendingCreate] = (), cancels: Sequence[PendingCancel] = ()
+    ) -> tuple[list[Created | ApiError], list[Cancelled | ApiError]]:
+        """A pass: take ``creates`` and ``cancels`` in (one transaction), run a cycle for every
+        model with a queue, withdraw the new creates that asked not to wait and still wait, and
+        answer each request, in order."""
+        accepted = await self._accept(creates, cancels) if creates or cancels else Accepted([], [], [])
+        # Admitted in this pass, a new allocation's nodes name who asked for it, not the scheduler.
+        self._asked_by = {c.allocation_id: c.request.actor or f"tenant:{c.request.tenant_id}" for c in creates}
+        try:
+            waiting = await self.run_pass()
+        except Exception:
+            # What was taken in is recorded: its callers hear of it PENDING, not of this failure.
+            log.exception("scheduling_cycles_failed")
+            waiting = {}
+        finally:
+            self._asked_by = _NOBODY
+        if not accepted.recorded:
+            return accepted.creates, accepted.cancels
+        views = await self._store.query(repo.views_by_id(accepted.recorded))
+        asked = {create.allocation_id: create.request for create in creates}
+        refused = [i for i in accepted.recorded if views[i].row.state == _PENDING and asked[i].fail_if_unavailable]
+        withdrawn = await self._withdraw(refused)
+        if len(withdrawn) < len(refused):  # cancelled or admitted meanwhile: as it is now
+            views |= await self._store.query(repo.views_by_id(sorted(set(refused) - withdrawn)))
+        if withdrawn:
+            self.wake.notify()  # it may have held its queue in this pass: plan again without it
+        answers: list[Created | ApiError] = []
+        for outcome in accepted.creates:
+            # A new allocation as the cycle left it (so is a replay of one in the same pass).
+            if isinstance(outcome, Created) and (allocation_id := outcome.view.row.allocation_id) in views:
+                if allocation_id in withdrawn:
+                    outcome = _refusal(asked[allocation_id], waiting.get(allocation_id, []))
+                else:
+                    outcome = Created(views[allocation_id], outcome.replayed)
+            answers.append(outcome)
+        return answers, accepted.cancels
+
+    async def _accept(self, creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel]) -> Accepted:
+        """The intake's transaction, run again when it lost a race to another replica's (a
+        key claimed meanwhile, a deadlock); ABORTED when it lost every time:
+        IDEMPOTENCY_KEY_IN_USE when the last loss was a key, otherwise PLACEMENT_CONTENDED."""
+        locking = self._store.dialect == "postgresql"
+        lost: Conflict | None = None
+        for _ in range(_ATTEMPTS):
+            try:
+                return await self._store.transact(partial(accept, creates, cancels, locking=locking))
+            except Conflict as error:
+                lost = error
+        keyed = [create.request.request_id for create in creates if create.request.request_id]
+        if keyed and not isinstance(lost, Deadlock):
+            raise idempotency.in_use(keyed[0])
+        raise Aborted(
+            reason="PLACEMENT_CONTENDED",
+            message=f"taking the request in lost {_ATTEMPTS} races to concurrent requests; retry",
+            metadata={},
+        )
+
+    async def _withdraw(self, allocation_ids: list[str]) -> set[str]:
+        if not allocation_ids:
+            return set()
+        locking = self._store.dialect == "postgresql"
+        return await self._store.transact(partial(repo.withdraw, allocation_ids, locking=locking))
+
+    async def _follow(self, pending: PendingCreate) -> Created:
+        """A create on a replica that does not lead: taken in alone, then placed by the
+        leader's next cycle, which this waits for up to ``interval_s`` (the leader's tick).
+        One that asked not to wait and still waits is withdrawn and refused, with the reasons
+        a cycle would give now."""
+        created = answer((await self._accept([pending], [])).creates[0])
+        if created.replayed:
+            return created
+        allocation_id = pending.allocation_id
+        deadline = asyncio.get_running_loop().time() + self._interval_s + _FOLLOW_MARGIN_S
+        view = created.view
+        while view.row.state == _PENDING and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(_FOLLOW_POLL_S)
+            view = await self._store.query(repo.get_view(allocation_id, tenant_id=None))
+        if view.row.state != _PENDING or not pending.request.fail_if_unavailable:
+            return Created(view, replayed=False)
+        _, reasons = await self._store.query(explain(allocation_id, tenant_id=None, policies=self._policies))
+        if allocation_id in await self._withdraw([allocation_id]):
+            raise _refusal(pending.request, reasons)
+        return Created(await self._store.query(repo.get_view(allocation_id, tenant_id=None)), replayed=False)
+
+    async def run_pass(self) -> dict[str, list[Reason]]:
+        """A cycle for every model with a queue; why each allocation left waiting waits, its
+        first choice's reasons first. A model whose cycle fails is logged and left to the next
+        pass: it never holds up the others.
 
         Allocations that accept other models are offered them in rounds: in round k every
         model's cycle sees the allocations it is the k-th choice of, or an earlier one, so
         each is placed on the first model of its preference order with room for it."""
-        plans: dict[str, Plan] = {}
+        waiting: dict[str, list[Reason]] = {}
         models, rounds = await self._store.query(repo.queued_models())
         for choice in range(rounds + 1):
             for model in models:
                 try:
-                    plans[model] = await self._cycle(GpuModel(model), choice)
+                    made = await self._cycle(GpuModel(model), choice)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
                     log.exception("scheduling_cycle_failed", gpu_model=model)
-        return plans
+                    continue
+                for allocation_id, reasons in made.waiting.items():
+                    waiting.setdefault(allocation_id, reasons)
+        return waiting
 
     async def _cycle(self, gpu_model: GpuModel, choice: int) -> Plan:
         locking = self._store.dialect == "postgresql"
         policy = self._policies.of(gpu_model.value)
+        # Nodes another transaction held or took: the next attempt plans without them, as if
+        # they were not free, rather than choosing them again.
+        passed_over: set[str] = set()
         for attempt in range(1, _ATTEMPTS + 1):
             last = attempt == _ATTEMPTS
             try:
                 made = await self._store.transact(
-                    partial(cycle, gpu_model, policy, locking=locking, wait=last, choice=choice)
+                    partial(
+                        cycle,
+                        gpu_model,
+                        policy,
+                        locking=locking,
+                        wait=last,
+                        choice=choice,
+                        passed_over=frozenset(passed_over),
+                        asked_by=self._asked_by,
+                    )
                 )
-            except (Aborted, VictimChanged):
+            except (Aborted, VictimChanged) as error:
                 if last:
                     raise
+                if isinstance(error, Aborted):
+                    passed_over.update(node for node in error.metadata.get("node_ids", "").split(",") if node)
                 continue
             if made.preempted:
                 log.info(
@@ -141,17 +331,27 @@ class Scheduler:
 
 
 def cycle(
-    gpu_model: GpuModel, policy: scheduling.Policy, *, locking: bool, wait: bool = False, choice: int = MAX_OTHER_MODELS
+    gpu_model: GpuModel,
+    policy: scheduling.Policy,
+    *,
+    locking: bool,
+    wait: bool = False,
+    choice: int = MAX_OTHER_MODELS,
+    passed_over: frozenset[str] = frozenset(),
+    asked_by: Mapping[str, str] = _NOBODY,
 ) -> Tx[Plan]:
     """One scheduling cycle over ``gpu_model``'s queue, with the allocations of other models
-    it is at most the ``choice``-th further choice of: admit what ``queue.plan`` chose.
-    ABORTED (NODE_CHANGED_CONCURRENTLY) when a chosen node was taken meanwhile or, unless
-    ``wait`` (for the locks), is locked by another transaction (PostgreSQL)."""
+    it is at most the ``choice``-th further choice of: admit what ``queue.plan`` chose, on
+    nodes other than ``passed_over``, each node's event naming who asked for its allocation
+    where ``asked_by`` knows (the pass that took the create in), else the scheduler.
+    ABORTED (NODE_CHANGED_CONCURRENTLY, naming the nodes) when a chosen node was taken
+    meanwhile or, unless ``wait`` (for the locks), is locked by another transaction
+    (PostgreSQL)."""
     queued = yield from repo.queue(gpu_model.value, locking=locking)
     queued = [row for row in queued if row.gpu_model == gpu_model or row.alternatives.index(gpu_model) < choice]
     if not queued:
         return Plan([], {})
-    made = yield from plan_model(gpu_model, queued, policy, locking=locking)
+    made = yield from plan_model(gpu_model, queued, policy, locking=locking, passed_over=passed_over)
     if made.preempted:
         yield from _preempt(made.preempted, locking=locking)
     if not made.admitted and not made.parts:
@@ -171,8 +371,54 @@ def cycle(
                 metadata={"node_ids": ",".join(sorted({*chosen, *shared} - locked))},
             )
     # Stamped once the chosen nodes are locked: after whatever committed on them before.
-    yield from record_admissions(made.admitted, made.parts, now_us=now_us(), actor=SCHEDULER_ACTOR)
+    now = now_us()
+    yield from record_admissions(made.admitted, made.parts, now_us=now, actor=SCHEDULER_ACTOR, asked_by=asked_by)
     return made
+
+
+class _NotLeading(Exception):
+    """This replica stopped leading before a pass took the request in: nothing of it was
+    written, and the caller takes it in as a replica that does not lead. Never answered."""
+
+
+@dataclass(slots=True)
+class _Waiting:
+    """Requests waiting for the leader's next pass, each with the future its caller awaits."""
+
+    creates: list[tuple[PendingCreate, asyncio.Future[Created | ApiError]]]
+    cancels: list[tuple[PendingCancel, asyncio.Future[Cancelled | ApiError]]]
+
+    def futures(self) -> list[asyncio.Future[Any]]:
+        """Every caller's future."""
+        return [future for _, future in self.creates] + [future for _, future in self.cancels]
+
+
+def _settle(future: asyncio.Future[Any], result: object = None, *, error: Exception | None = None) -> None:
+    """Answer a caller, unless it stopped waiting (its call cancelled: a deadline, a client gone)."""
+    if future.done():
+        return
+    if error is not None:
+        future.set_exception(error)
+    else:
+        future.set_result(result)
+
+
+def _refusal(request: AllocationRequest, reasons: list[Reason]) -> ResourceExhausted:
+    """The refusal of a create that asked not to wait and was not admitted: the first reason
+    the cycle gave (its first choice's) as the message, its kind and figures as metadata."""
+    first = reasons[0] if reasons else Reason(ReasonKind.WAITING_FOR_CAPACITY, "the scheduling cycle did not admit it")
+    reason: str = "INSUFFICIENT_CAPACITY"
+    if first.kind is ReasonKind.QUOTA_EXCEEDED:
+        reason = "QUOTA_EXCEEDED"
+    return ResourceExhausted(
+        reason=reason,
+        message=f"{first.message}; nothing was allocated (fail_if_unavailable)",
+        metadata={
+            "gpu_model": request.gpu_model,
+            "reason": first.kind.value,
+            **{name: str(value) for name, value in first.figures.items()},
+        },
+    )
 
 
 class VictimChanged(Exception):
@@ -219,16 +465,30 @@ def explain(
     return view, reasons
 
 
-def plan_model(gpu_model: GpuModel, queued: list[Allocation], policy: scheduling.Policy, *, locking: bool) -> Tx[Plan]:
+def plan_model(
+    gpu_model: GpuModel,
+    queued: list[Allocation],
+    policy: scheduling.Policy,
+    *,
+    locking: bool,
+    passed_over: frozenset[str] = frozenset(),
+) -> Tx[Plan]:
     """``queue.plan`` over ``queued`` (PENDING allocations of ``gpu_model`` in admission
-    order) and the model's pool, spares, quotas and shared nodes as the tables hold them."""
+    order) and the model's pool, spares, quotas and shared nodes as the tables hold them,
+    but for the nodes ``passed_over``."""
     keep = yield from spares.reserve(gpu_model, locking=locking)
-    pool = Pool(map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model))))
+    free = map(Candidate._make, (yield from nodes_repo.free_nodes(gpu_model)))
+    pool = Pool(c for c in free if c.node_id not in passed_over)
     fleet_nodes, fleet_block = yield from nodes_repo.in_service(gpu_model)
     ledger = yield from quotas.ledger(gpu_model.value, locking=locking)
     shared = None
     if any(row.part_node for row in queued):
-        shared = SharedNodes(gpu_model, *(yield from gpu_holds.shared(gpu_model)))
+        nodes, holds = yield from gpu_holds.shared(gpu_model)
+        shared = SharedNodes(
+            gpu_model,
+            (n for n in nodes if n.node_id not in passed_over),
+            (h for h in holds if h.node_id not in passed_over),
+        )
     running: list[Allocation] = []
     reclaiming = 0
     if ledger is not None:

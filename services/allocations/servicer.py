@@ -20,8 +20,7 @@ from services.allocations.proto import (
 )
 from services.allocations.repository import AllocationFilter
 from services.allocations.requests import AllocationRequest
-from services.allocations.scheduler import MAX_OTHER_MODELS, explain
-from services.allocations.states import AllocationState
+from services.allocations.scheduler import MAX_OTHER_MODELS, Scheduler, explain
 from services.auth.principal import current_principal, tenant_scope
 from services.nodes.proto import GPU_MODEL_FROM_PROTO
 from services.notify import Notifier
@@ -105,13 +104,13 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
         store: Database,
         page_tokens: PageTokens,
         wake_releaser: Notifier,
-        wake_scheduler: Notifier,
+        scheduler: Scheduler,
         policies: Policies = DEFAULT_POLICIES,
     ) -> None:
         self._store = store
         self._tokens = page_tokens
         self._wake_releaser = wake_releaser
-        self._wake_scheduler = wake_scheduler
+        self._scheduler = scheduler
         self._policies = policies
 
     async def CreateAllocation(
@@ -147,11 +146,9 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             cpu_milli=request.cpu_milli,
             memory_mib=request.memory_mib,
         )
-        view, replayed = await commands.create(self._store, allocation_request, self._policies)
+        view, replayed = await commands.create(self._store, allocation_request, scheduler=self._scheduler)
         if replayed:
             context.set_trailing_metadata(REPLAYED)
-        elif view.row.state == AllocationState.PENDING:
-            self._wake_scheduler.notify()
         return allocation_pb2.CreateAllocationResponse(allocation=allocation_to_proto(view))
 
     async def GetAllocation(
@@ -197,7 +194,7 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
             request.cohort,
         )
         # A larger quota, or a new cohort to borrow from, may admit what waits.
-        self._wake_scheduler.notify()
+        self._scheduler.wake.notify()
         return allocation_pb2.SetQuotaResponse(quota=quota_to_proto(quota))
 
     async def ListQuotas(
@@ -241,10 +238,10 @@ class AllocationServicer(allocation_pb2_grpc.AllocationServiceServicer):
     ) -> operations_pb2.Operation:
         """Accept a cancel and wake the releaser; returns the cancel Operation (the same one on a repeat)."""
         allocation_id = checked_id("allocation_id", request.allocation_id)
-        operation, view = await commands.cancel(self._store, current_principal(), allocation_id)
+        operation, view = await commands.cancel(self._store, current_principal(), allocation_id, self._scheduler)
         self._wake_releaser.notify()
         if view.row.admitted_us is None:
             # A queued allocation may have held up its queue's head. An admitted one frees its
             # nodes only once released, and the releaser wakes the scheduler then.
-            self._wake_scheduler.notify()
+            self._scheduler.wake.notify()
         return operation_to_proto(operation, view)

@@ -1,22 +1,21 @@
-"""What an accepted create and an accepted cancel write: one request's or a group's.
+"""What an accepted create, an admission and an accepted cancel write, for a whole set.
 
-The one place that says which rows a create or a cancel changes, in which order, shared by
-commands.py (each request in its own transaction) and set_based.py (the plain requests of a
-SQLite group together). Each step is a fixed number of statements however many requests it
-writes for; it decides nothing, so everything it is given must already have been checked.
+The one place that says which rows they change, in which order: used by the intake
+(intake.py), the scheduling cycle (scheduler.py) and a reclaim's preemptions. Each step is a
+fixed number of statements however many allocations it writes for; it decides nothing, so
+everything it is given must already have been checked.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-import scheduling
 from services.allocations import gpu_holds
 from services.allocations import repository as repo
 from services.allocations.part_node import PartPlacement
 from services.allocations.repository import Allocation, AllocationView, HeldNode, KeyClaim
-from services.allocations.requests import CREATE_METHOD, AllocationRequest, Created, cancel_operation
+from services.allocations.requests import CREATE_METHOD, AllocationRequest, cancel_operation
 from services.allocations.states import AllocationState
 from services.auth.principal import Principal
 from services.nodes import repository as nodes_repo
@@ -27,16 +26,16 @@ from services.store.tx import Tx
 from services.usage import repository as usage
 from services.usage.repository import UsageKind
 
+_NOBODY: Mapping[str, str] = {}
+
 
 @dataclass(frozen=True, slots=True)
 class PendingCreate:
-    """One create: the request, its fingerprint, the id it will get, and the placement policy
-    of its pool."""
+    """One create: the request, its fingerprint, and the id it will get."""
 
     request: AllocationRequest
     fingerprint: str
     allocation_id: str
-    policy: scheduling.Policy
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,24 +47,22 @@ class PendingCancel:
     operation_id: str
 
 
-def record_creates(
-    placed: Sequence[tuple[PendingCreate, Sequence[str] | None]], *, now_us: int, claim_keys: bool
-) -> Tx[list[Created]]:
-    """Record creates, each with the nodes chosen for it (in placement order) or None for one
-    that waits in its model's queue: their idempotency keys unless claimed already
-    (``claim_keys``; PostgreSQL claims them before placing), the allocations (ACTIVE, or
-    PENDING holding nothing) and their assignments, and for those placed the hand-over
-    (``hand_over``)."""
+def record_pending(pending: Sequence[PendingCreate], *, now_us: int) -> Tx[list[Allocation]]:
+    """Record new creates PENDING, holding nothing, with their idempotency keys, and return
+    their rows: the scheduling cycle admits them (scheduler.py). Each is created a microsecond
+    after the one before it, so that the queue's order (priority, then age) is the order in
+    which they arrived; ids alone would order those of one millisecond at random."""
+    if not pending:
+        return []
     rows = [
         Allocation(
             allocation_id=create.allocation_id,
             tenant_id=create.request.tenant_id,
             gpu_model=create.request.gpu_model,
             node_count=create.request.node_count,
-            state=(AllocationState.PENDING if node_ids is None else AllocationState.ACTIVE).value,
-            created_us=now_us,
+            state=AllocationState.PENDING.value,
+            created_us=now_us + arrival,
             priority=create.request.priority,
-            admitted_us=None if node_ids is None else now_us,
             same_block=create.request.same_block,
             other_models=",".join(create.request.other_models),
             gpus=create.request.gpus,
@@ -74,26 +71,16 @@ def record_creates(
             cpu_milli=create.request.cpu_milli,
             memory_mib=create.request.memory_mib,
         )
-        for create, node_ids in placed
+        for arrival, create in enumerate(pending)
     ]
-    if claim_keys:
-        claims = [
-            KeyClaim(r.tenant_id, CREATE_METHOD, r.request_id, create.fingerprint, create.allocation_id)
-            for create, _ in placed
-            if (r := create.request).request_id
-        ]
-        yield from repo.claim_idempotency_keys(claims, now_us=now_us)
-    recorded = [(row, node_ids or ()) for row, (_, node_ids) in zip(rows, placed, strict=True)]
-    yield from repo.insert_many(recorded)
-    yield from hand_over(
-        [
-            (row, node_ids, create.request.actor or f"tenant:{row.tenant_id}")
-            for row, (create, node_ids) in zip(rows, placed, strict=True)
-            if node_ids is not None
-        ],
-        now_us=now_us,
-    )
-    return [Created(AllocationView(row, tuple(node_ids)), replayed=False) for row, node_ids in recorded]
+    claims = [
+        KeyClaim(r.tenant_id, CREATE_METHOD, r.request_id, create.fingerprint, create.allocation_id)
+        for create in pending
+        if (r := create.request).request_id
+    ]
+    yield from repo.claim_idempotency_keys(claims, now_us=now_us)
+    yield from repo.insert_many([(row, ()) for row in rows])
+    return rows
 
 
 def record_admissions(
@@ -102,15 +89,19 @@ def record_admissions(
     *,
     now_us: int,
     actor: str,
+    asked_by: Mapping[str, str] = _NOBODY,
 ) -> Tx[None]:
     """Admit PENDING allocations onto the nodes chosen for them (in placement order), and
     part-node ones onto their GPUs: ACTIVE from ``now_us`` with their assignments or holds,
     and the hand-over (``hand_over``), in which a free node a part-node allocation opened
-    turns ALLOCATED."""
+    turns ALLOCATED. The nodes' events name who asked for the allocation where ``asked_by``
+    knows it (by allocation id), else ``actor``."""
     yield from repo.admit([*admitted, *((p.row, ()) for p in parts)], now_us=now_us)
     yield from gpu_holds.insert(parts, now_us=now_us)
-    opened = [(p.row, [p.node_id] if p.opened else [], actor) for p in parts]
-    yield from hand_over([*((row, node_ids, actor) for row, node_ids in admitted), *opened], now_us=now_us)
+    placed = [(row, node_ids) for row, node_ids in admitted] + [(p.row, [p.node_id] if p.opened else []) for p in parts]
+    yield from hand_over(
+        [(row, node_ids, asked_by.get(row.allocation_id, actor)) for row, node_ids in placed], now_us=now_us
+    )
 
 
 def hand_over(placed: Sequence[tuple[Allocation, Sequence[str], str]], *, now_us: int) -> Tx[None]:

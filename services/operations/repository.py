@@ -87,15 +87,15 @@ def for_target(kind: str, target_id: str) -> Tx[Operation | None]:
     return None if found is None else _operation(found)
 
 
-def targets_with(kind: str, target_ids: Sequence[str]) -> Tx[set[str]]:
-    """Which of ``target_ids`` already have a ``kind`` operation: one query for many."""
+def for_targets(kind: str, target_ids: Sequence[str]) -> Tx[dict[str, Operation]]:
+    """The ``kind`` operation of each of ``target_ids`` that has one: one query for many."""
     if not target_ids:
-        return set()
+        return {}
     ids, params = expand("id", target_ids)
     result = yield Sql(
-        f"SELECT target_id FROM operations WHERE kind = :kind AND target_id IN ({ids})", {**params, "kind": kind}
+        f"SELECT {_COLUMNS} FROM operations WHERE kind = :kind AND target_id IN ({ids})", {**params, "kind": kind}
     )
-    return {str(r[0]) for r in result.rows}
+    return {operation.target_id: operation for operation in map(_operation, result.rows)}
 
 
 # Operations asked about in one ``done_among`` statement at most (bind parameters per statement).

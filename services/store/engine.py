@@ -39,7 +39,6 @@ from sqlmodel.ext.asyncio.session import AsyncSession
 from services.store import sqlite_driver
 from services.store.migrations import upgrade_to_head
 from services.store.readers import SqliteReaders
-from services.store.set_based import SetBased
 from services.store.tx import Tx, run_in_session, run_on_asyncpg
 from services.store.writer import SqliteWriter
 
@@ -227,17 +226,15 @@ class Database:
 
         return self._owned(end())
 
-    async def transact(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
+    async def transact(self, make: Callable[[], Tx[T]]) -> T:
         """Run the transaction ``make()`` builds (SQL steps, store/tx.py) and commit it.
 
         Raises what the transaction raises (nothing of it is kept), or ``tx.Conflict`` when a
         constraint refused a write. ``make`` must build the same transaction each time it is
         called: on SQLite a group that has to be undone runs it again (store/writer.py).
-        ``set_based``: on SQLite the transaction may run set-based with others of its kind that
-        share its group (store/set_based.py); PostgreSQL runs ``make()`` regardless.
         """
         if self._writer is not None:
-            result = await self._writer.run(make, set_based)
+            result = await self._writer.run(make)
             self.committed += 1
             return result
         # On its own task, shielded from the caller's cancellation (a deadline, a client gone):

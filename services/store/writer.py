@@ -20,13 +20,6 @@ is acknowledged). One savepoint around the group would keep the lock instead, at
 group; with one server per SQLite file, which is how the embedded store is meant to be run, the
 race has nobody to lose to.
 
-Transactions of one kind that share a group can also run together, set-based
-(store/set_based.py): a transaction queued with a ``SetBased`` is handed, with the others of its
-runner queued before the next transaction that is not set-based, to that runner at the place
-of the first of them, and the runner takes them in queue order as far as it can; one it cannot
-take runs alone before the rest are offered again. A set that fails after writing sends the
-group to its second pass like any other transaction, where every transaction runs alone.
-
 Whether the writer limits the server shows in its load, logged as ``sqlite_writer_load`` at
 most once a minute while it works: the share of the time a group was in progress (``busy``),
 transactions per group, and the milliseconds a group spends beginning, running its statements
@@ -59,13 +52,11 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from functools import partial
 from typing import Any, TypeVar
 
 import structlog
 
 from services.store import sqlite_driver
-from services.store.set_based import SetBased, SetRunner
 from services.store.tx import Tx, run_on_connection
 
 log = structlog.get_logger(__name__)
@@ -90,10 +81,7 @@ class StorageReplaced(RuntimeError):
 class _Job:
     make: Callable[[], Tx[Any]]
     future: asyncio.Future[Any]
-    set_based: SetBased[Any] | None = None
     outcome: tuple[bool, Any] = field(default_factory=lambda: (False, WriterClosed("the transaction was not run")))
-    # Whether this pass has run it (alone or in its set).
-    ran: bool = False
 
 
 @dataclass(slots=True)
@@ -183,14 +171,12 @@ class SqliteWriter:
         self._pump = self._loop.create_task(self._run_pump(), name="sqlite-writer")
         self._pump.add_done_callback(self._pump_stopped)
 
-    async def run(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
+    async def run(self, make: Callable[[], Tx[T]]) -> T:
         """Run the transaction ``make()`` builds in a write transaction; return its result
-        once committed. ``make`` may be called twice (see the module's docstring); with
-        ``set_based``, the transaction may instead run set-based with others of its kind in the
-        same group (store/set_based.py)."""
-        return await self.submit(make, set_based)
+        once committed. ``make`` may be called twice (see the module's docstring)."""
+        return await self.submit(make)
 
-    def submit(self, make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> asyncio.Future[T]:
+    def submit(self, make: Callable[[], Tx[T]]) -> asyncio.Future[T]:
         """Queue the transaction now; the future resolves once it is committed (or fails).
 
         A caller that cancels the future before its transaction starts drops it from the
@@ -199,7 +185,7 @@ class SqliteWriter:
         if self._closed or self._pump is None or self._pump.done() or self._loop is None:
             raise WriterClosed("the store is closed")
         future: asyncio.Future[T] = self._loop.create_future()
-        self._queue.append(_Job(make, future, set_based))
+        self._queue.append(_Job(make, future))
         self._wake.set()
         return future
 
@@ -383,74 +369,13 @@ class SqliteWriter:
 
 
 def _run_optimistically(connection: sqlite3.Connection, group: list[_Job]) -> bool:
-    """Run each transaction with no savepoint; False as soon as one fails after writing.
-
-    Set-based transactions are collected by runner up to the next one that is not set-based,
-    which runs alone at its own place once the sets before it have run: nothing moves past
-    it. Between two such, each runner's members run as one set, the sets in the order of
-    their first members (sets of different runners commute: store/set_based.py)."""
-    pending: dict[SetRunner[Any], list[_Job]] = {}
+    """Run each transaction with no savepoint; False as soon as one fails after writing."""
     for job in group:
-        job.ran = False
-        if job.set_based is not None:
-            pending.setdefault(job.set_based.runner, []).append(job)
-        elif not (_run_batches(connection, pending) and _run_alone(connection, job)):
-            return False
-    return _run_batches(connection, pending)
-
-
-def _run_batches(connection: sqlite3.Connection, pending: dict[SetRunner[Any], list[_Job]]) -> bool:
-    """Run the sets collected so far, and forget them; False when one failed after writing."""
-    sets = list(pending.items())
-    pending.clear()
-    return all(_run_set(connection, runner, members) for runner, members in sets)
-
-
-def _run_alone(connection: sqlite3.Connection, job: _Job) -> bool:
-    """Run one job's own transaction; False when it failed after writing."""
-    changes = connection.total_changes
-    job.outcome = _attempt(connection, job.make)
-    job.ran = True
-    return job.outcome[0] or connection.total_changes == changes
-
-
-# A runner that took nothing this many times in a row is offered no more of its set: the
-# group is made of requests it does not take (a burst of refusals or replays), and each offer
-# would only read what the requests' own transactions read again.
-_DECLINES_BEFORE_ALONE = 2
-
-
-def _run_set(connection: sqlite3.Connection, runner: SetRunner[Any], members: list[_Job]) -> bool:
-    """Run a set's members in queue order: the prefix ``runner`` takes set-based, the first
-    it does not take alone, then the rest offered again (store/set_based.py). False when something
-    failed after writing."""
-    rest = members
-    declined = 0
-    while len(rest) > 1 and declined < _DECLINES_BEFORE_ALONE:
         changes = connection.total_changes
-        ok, answers = _attempt(connection, partial(runner, [_item(job) for job in rest]))
-        if not ok:
-            if connection.total_changes != changes:
-                return False
-            # Refused before writing (a runner's bug, most likely): the rest run alone.
-            log.warning("sqlite_batch_failed", error=repr(answers), transactions=len(rest))
-            break
-        if len(answers) > len(rest):
-            raise RuntimeError(f"a set runner answered {len(answers)} of {len(rest)} transactions")
-        for job, answer in zip(rest, answers, strict=False):
-            job.outcome, job.ran = (True, answer), True
-        declined = 0 if answers else declined + 1
-        rest = rest[len(answers) :]
-        if rest and not _run_alone(connection, rest[0]):
+        job.outcome = _attempt(connection, job.make)
+        if not job.outcome[0] and connection.total_changes != changes:
             return False
-        rest = rest[1:]
-    return all(_run_alone(connection, job) for job in rest)
-
-
-def _item(job: _Job) -> Any:
-    """A set member's item for its runner."""
-    assert job.set_based is not None, "only set-based jobs are set members"
-    return job.set_based.item
+    return True
 
 
 def _run_with_savepoints(connection: sqlite3.Connection, group: list[_Job]) -> None:

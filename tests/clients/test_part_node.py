@@ -1,6 +1,6 @@
 """What the client says of part-node allocations: whole GPUs, a MIG slice or a soft share of one
-node's GPU, answered PENDING by the create and admitted by the scheduler within a moment, with
-the GPUs each holds; a bad combination is refused naming its field."""
+node's GPU, admitted by the scheduling pass the create waits for, with the GPUs each holds; a
+bad combination is refused naming its field."""
 
 from __future__ import annotations
 
@@ -19,13 +19,11 @@ async def _one_free_node(operator: AsyncClient) -> str:
     return node
 
 
-async def test_two_gpus_are_answered_pending_and_admitted_on_one_node_whole(operator: AsyncClient) -> None:
+async def test_two_gpus_are_admitted_at_once_on_one_node_whole(operator: AsyncClient) -> None:
     node = await _one_free_node(operator)
-    created = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
-    assert (created.state, created.node_count, created.gpus, created.gpu_holds) == ("PENDING", 0, 2, ())
-    assert created.part_node
-    admitted = await operator.wait_admitted(created.allocation_id, timeout=30, poll_s=0.05)
-    assert admitted.state == "ACTIVE"
+    admitted = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
+    assert (admitted.state, admitted.node_count, admitted.gpus) == ("ACTIVE", 0, 2)
+    assert admitted.part_node
     assert admitted.node_ids == (node,)
     assert len(admitted.gpu_holds) == 2
     assert {(h.node_id, h.milli, h.mig_start) for h in admitted.gpu_holds} == {(node, 1000, -1)}
@@ -39,14 +37,12 @@ async def test_a_mig_slice_holds_its_memory_slices_eighths_of_one_gpu(operator: 
         gpu_model="H100", mig_profile="3g.40gb", cpu_milli=4000, memory_mib=16384, tenant_id="acme"
     )
     assert (created.state, created.mig_profile, created.cpu_milli, created.memory_mib) == (
-        "PENDING",
+        "ACTIVE",
         "3g.40gb",
         4000,
         16384,
     )
-    admitted = await operator.wait_admitted(created.allocation_id, timeout=30, poll_s=0.05)
-    assert admitted.state == "ACTIVE"
-    [hold] = admitted.gpu_holds
+    [hold] = created.gpu_holds
     assert isinstance(hold, GpuHold)
     assert (hold.node_id, hold.milli) == (node, 500)
     assert hold.gpu_index >= 0
@@ -72,6 +68,6 @@ async def test_the_blocking_client_creates_part_of_a_node_too(control_plane: Run
 
     # On a thread of its own: the server runs on this test's event loop.
     created, admitted = await asyncio.to_thread(blocking)
-    assert (created.state, created.share_milli) == ("PENDING", 250)
-    assert admitted.state == "ACTIVE"
+    assert (created.state, created.share_milli) == ("ACTIVE", 250)
+    assert admitted.gpu_holds == created.gpu_holds
     assert [(h.node_id, h.milli) for h in admitted.gpu_holds] == [(node, 250)]

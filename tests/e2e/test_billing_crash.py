@@ -132,7 +132,7 @@ def reaped(servers: list[Server]) -> Iterator[None]:
 
 def covered_periods(allocations: list[Allocation]) -> list[BillingPeriod]:
     """Every billing period from the first create to the last release (usually one)."""
-    first = period_of(min(datetime_to_us(a.create_time) for a in allocations if a.create_time))
+    first = period_of(min(datetime_to_us(a.admit_time) for a in allocations if a.admit_time))
     last = period_of(max(datetime_to_us(a.release_time) for a in allocations if a.release_time))
     periods = [first]
     while periods[-1] < last:
@@ -190,10 +190,10 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         cancelled = [(a, a.cancel_time) for a in final if a.cancel_time is not None]
         assert len(cancelled) == len(final)
         assert all(cancel_time < a.release_time for a, cancel_time in cancelled if a.release_time)
-        # The server stamps every allocation it returns with its create_time.
+        # Billing starts at the admission, which the API returns as admit_time.
         expected = sum(
             (
-                us_to_seconds(datetime_to_us(stop) - datetime_to_us(cast(datetime, a.create_time)))
+                us_to_seconds(datetime_to_us(stop) - datetime_to_us(cast(datetime, a.admit_time)))
                 * GPUS_PER_NODE
                 * a.node_count
                 for a, stop in cancelled
@@ -219,7 +219,7 @@ async def test_a_killed_control_plane_bills_every_gpu_exactly_once(tmp_path: Pat
         for e in events:
             allocation = by_allocation[e.allocation_id]
             assert e.node_id in allocation.node_ids
-            moment = allocation.create_time if e.kind == "START" else allocation.cancel_time
+            moment = allocation.admit_time if e.kind == "START" else allocation.cancel_time
             assert e.event_time == moment
 
         # The audit round trip, through the command line: export, recompute offline, compare.

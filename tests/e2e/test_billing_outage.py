@@ -123,14 +123,14 @@ async def test_a_fault_during_an_outage_stops_billing_when_it_happened(
     assert stops == {(faulty, raised), (kept, final.cancel_time), (made.spare_node_id, final.cancel_time)}
     starts = {(e.node_id, e.event_time) for e in events if e.kind == "START"}
     assert starts == {
-        (kept, allocation.create_time),
-        (faulty, allocation.create_time),
+        (kept, allocation.admit_time),
+        (faulty, allocation.admit_time),
         (made.spare_node_id, made.spare_time),
     }
     assert len(events) == 6 * GPUS  # a start and a stop per GPU of three nodes: nothing twice
     expected = GPUS * (
-        seconds(allocation.create_time, final.cancel_time)
-        + seconds(allocation.create_time, raised)
+        seconds(allocation.admit_time, final.cancel_time)
+        + seconds(allocation.admit_time, raised)
         + seconds(made.spare_time, final.cancel_time)
     )
     billed = sum((line.gpu_seconds for line in invoice.lines), Decimal(0))

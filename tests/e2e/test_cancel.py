@@ -216,7 +216,7 @@ async def test_the_tenant_stops_paying_and_seeing_the_node_when_its_cancel_is_ac
         async with plane.client(token) as tenant:
             allocation = await tenant.create_allocation(gpu_model="H100", node_count=1)
             node_id = allocation.node_ids[0]
-            held_at = _just_after(allocation.create_time)
+            held_at = _just_after(allocation.admit_time)
             await operator.write_samples([NodeSamples(node_id, held_at, {0: {"power_w": 1.0}})])
             accepted = await tenant.cancel_allocation(allocation.allocation_id)
             cancelled = await tenant.get_allocation(allocation.allocation_id)
@@ -227,16 +227,16 @@ async def test_the_tenant_stops_paying_and_seeing_the_node_when_its_cancel_is_ac
 
             seen = await tenant.query_metrics(start=held_at - 1000, end=scrubbing_at + 1000, node_ids=[node_id])
             stops = [e async for e in tenant.iter_usage_events() if e.kind == "STOP"]
-            assert allocation.create_time is not None
+            assert allocation.admit_time is not None
             assert cancelled.cancel_time is not None
-            periods = sorted({period_of(datetime_to_us(t)) for t in (allocation.create_time, cancelled.cancel_time)})
+            periods = sorted({period_of(datetime_to_us(t)) for t in (allocation.admit_time, cancelled.cancel_time)})
             invoices = [await tenant.get_invoice(p.name) for p in periods]
 
     assert held_at < _ms(cancelled.cancel_time)  # written inside the hold
     assert [s.timestamps_ms.tolist() for s in seen.series] == [[held_at]]
     assert len(stops) == 8
     assert {e.event_time for e in stops} == {cancelled.cancel_time}
-    held = datetime_to_us(cancelled.cancel_time) - datetime_to_us(allocation.create_time)
+    held = datetime_to_us(cancelled.cancel_time) - datetime_to_us(allocation.admit_time)
     billed = sum((line.gpu_seconds for invoice in invoices for line in invoice.lines), Decimal(0))
     assert billed == us_to_seconds(held) * 8
     assert [a for invoice in invoices for a in invoice.anomalies] == []

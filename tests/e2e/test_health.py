@@ -331,8 +331,8 @@ async def test_a_node_off_the_bus_under_an_allocation_is_replaced_by_a_spare(tmp
         for event in usage:
             by_node.setdefault(event.node_id, []).append((event.kind, event.event_time))
         assert sorted(by_node) == sorted([kept, faulty, made.spare_node_id])
-        assert sorted(by_node[kept]) == [("START", before.create_time)] * 8
-        assert sorted(by_node[faulty]) == [("START", before.create_time)] * 8 + [("STOP", raised)] * 8
+        assert sorted(by_node[kept]) == [("START", before.admit_time)] * 8
+        assert sorted(by_node[faulty]) == [("START", before.admit_time)] * 8 + [("STOP", raised)] * 8
         assert made.time is not None
         assert made.spare_time is not None
         assert raised < made.time <= made.spare_time  # the spare is billed from when it was held
@@ -355,7 +355,8 @@ async def test_creates_leave_the_pools_spares_and_a_replacement_takes_one(tmp_pa
         # Four nodes are free, one of them is the pool's spare: a create of four is refused.
         with pytest.raises(ResourceExhaustedError) as refused:
             await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme", fail_if_unavailable=True)
-        assert "4 READY H100 node(s) requested, 4 free, 1 of them held back as spares" in str(refused.value)
+        assert "the fleet has 4 H100 node(s) in any state, 1 of them held back as spares" in str(refused.value)
+        assert (refused.value.metadata["fleet"], refused.value.metadata["spares"]) == ("4", "1")
         before = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme")
         with pytest.raises(ResourceExhaustedError):
             await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme", fail_if_unavailable=True)
@@ -451,7 +452,7 @@ async def test_a_degraded_allocation_gets_a_spare_once_a_node_frees_up(tmp_path:
             (e.node_id, e.event_time) for e in usage if e.kind == "START" and e.allocation_id == short.allocation_id
         ]
         assert sorted(starts) == sorted(
-            [(node, short.create_time) for node in short.node_ids] * 8 + [(freed, made.spare_time)] * 8
+            [(node, short.admit_time) for node in short.node_ids] * 8 + [(freed, made.spare_time)] * 8
         )
         [allocate] = [e for e in (await operator.list_node_events(freed)).items if e.event == "ALLOCATE"][-1:]
         assert allocate.reason == f"{short.allocation_id}: spare for {faulty}"

@@ -301,7 +301,7 @@ async def test_a_tenant_reads_its_node_only_for_the_time_it_held_it(
         held, other = allocation.node_ids[0], ({"node-000", "node-001"} - set(allocation.node_ids)).pop()
         await settle()
         during = [now_ms() - 3 + i for i in range(3)]
-        assert min(during) >= ms(allocation.create_time)
+        assert min(during) >= ms(allocation.admit_time)
         await operator.write_samples([push(n, t, 2.0 + i) for i, t in enumerate(during) for n in (held, other)])
         await settle()
         live = await acme.query_metrics(start=before[0], end=now_ms() + 1, node_ids=[held], fields=["power_w"])
@@ -340,7 +340,7 @@ async def test_a_tenant_reads_its_node_only_for_the_time_it_held_it(
         )
         assert np.nansum(fine.values) == pytest.approx(9.0)
         # Steps cover the hold, from the placement to the release, and nothing outside it.
-        held_from, held_to = ms(allocation.create_time), ms(done.allocation.release_time)
+        held_from, held_to = ms(allocation.admit_time), ms(done.allocation.release_time)
         assert fine.timestamps_ms.min() >= held_from - 2
         assert fine.timestamps_ms.max() <= held_to
         assert fine.timestamps_ms[~np.isnan(fine.values)].tolist() == sorted({t - (t - before[0]) % 2 for t in during})

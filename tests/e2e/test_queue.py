@@ -120,15 +120,16 @@ async def test_fail_if_unavailable_refuses_and_records_nothing(
     await operator.create_tenant("acme")
     with pytest.raises(ResourceExhaustedError) as refused:
         await operator.create_allocation(gpu_model="H100", node_count=4, tenant_id="acme", fail_if_unavailable=True)
-    assert refused.value.reason == "INSUFFICIENT_CAPACITY"
-    assert "3 free" in str(refused.value)
+    assert (refused.value.reason, refused.value.metadata["reason"]) == ("INSUFFICIENT_CAPACITY", "NO_ACCEPTABLE_MODEL")
+    assert "the fleet has 3 H100 node(s)" in str(refused.value)
     assert (await operator.list_allocations(tenant_id="acme")).items == []
     # Behind a waiting allocation, a request that asks not to wait is refused even if it would fit.
     await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
     waiting = await operator.create_allocation(gpu_model="H100", node_count=3, tenant_id="acme", priority=5)
     assert waiting.state == "PENDING"
-    with pytest.raises(ResourceExhaustedError, match="priority 0 or higher wait for them first"):
+    with pytest.raises(ResourceExhaustedError, match=r"behind 1 waiting allocation\(s\) in the H100 queue") as behind:
         await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme", fail_if_unavailable=True)
+    assert (behind.value.metadata["reason"], behind.value.metadata["position"]) == ("BEHIND_GANGS", "2")
     # Above the queue's priority it is placed at once.
     urgent = await operator.create_allocation(
         gpu_model="H100", node_count=1, tenant_id="acme", priority=6, fail_if_unavailable=True

@@ -48,7 +48,7 @@ async def test_every_gpu_gets_one_start_at_placement_and_one_stop_at_the_cancel(
     assert done.done
     assert done.allocation is not None
     assert {e.event_id for e in started} == _expected(allocation, "start")
-    assert {e.at_us for e in started} == {_micros(allocation.create_time)}
+    assert {e.at_us for e in started} == {_micros(allocation.admit_time)}
     events = await _events(database_url)
     stops = [e for e in events if e.kind == "stop"]
     assert {e.event_id for e in stops} == _expected(allocation, "stop")

@@ -486,8 +486,8 @@ class CreateAllocationRequest(_message.Message):
       whose slices are all this tenant's, billed as its memory slices' eighths of the GPU;
     share_milli: a soft share of one GPU in thousandths (1-999);
     or none of them with cpu_milli or memory_mib: CPU and memory alone.
-    A part-node allocation is placed by the scheduling cycle, so a create answers it PENDING
-    (with fail_if_unavailable, only when the next cycle would admit it; otherwise refused).
+    Placed like whole nodes: onto a node already shared by part-node work when one has room,
+    else onto a free node, which is shared from then on.
     """
     mig_profile: _builtins.str
     share_milli: _builtins.int

@@ -76,12 +76,12 @@ class AllocationServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreateAllocation(self, request, context):
-        """Places node_count READY nodes of gpu_model for the tenant, all or nothing. When they are
-        not free now, or allocations of the model at least as high in priority wait already, the
-        allocation is PENDING and holds nothing until the scheduler admits it whole; with
-        fail_if_unavailable it is RESOURCE_EXHAUSTED (reason INSUFFICIENT_CAPACITY) instead and
-        nothing is recorded. request_id makes it idempotent: a retry within 24 hours returns the
-        first result.
+        """Asks for node_count READY nodes of gpu_model for the tenant (or part of one node), all or
+        nothing, placed by the scheduling pass that takes the request in: ACTIVE when it fits and
+        nothing ahead of it in its model's queue waits; otherwise PENDING, holding nothing, until
+        the scheduler admits it whole. With fail_if_unavailable it is RESOURCE_EXHAUSTED (reason
+        INSUFFICIENT_CAPACITY or QUOTA_EXCEEDED, metadata the cycle's reason) instead and nothing
+        is kept. request_id makes it idempotent: a retry within 24 hours returns the first result.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

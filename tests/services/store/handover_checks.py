@@ -5,9 +5,10 @@ Read straight from the database, to the microsecond: every node's events are in 
 start to its stop, or to the end of time when none) of different allocations never overlap,
 so billing never charges two holds for one instant and no tenant's metrics window opens
 before the previous one's closed; and every node is handed to its next allocation at or
-after its previous allocation released it. The last is the check that sees a create stamped
-early: a hold ends at its cancel, well before the release, so a create stamped between the
-two overlaps no usage interval.
+after its previous allocation released it. The last is the check that sees an admission
+stamped early: a hold ends at its cancel, well before the release, so an admission stamped
+between the two overlaps no usage interval. (An allocation may be created, PENDING, long
+before; what counts is when it was admitted.)
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ class Overlap:
 
 @dataclass(frozen=True)
 class EarlyHandover:
-    """A node's allocation created, or its node assigned, before the node's previous allocation
+    """A node's allocation admitted, or its node assigned, before the node's previous allocation
     released it (or while that one still holds it: ``released_us`` None)."""
 
     node_id: str
@@ -51,14 +52,14 @@ class EarlyHandover:
 
 
 async def handovers_before_release(store: Database) -> list[EarlyHandover]:
-    """Each assignment of a node, in the order they were made, whose allocation's ``created_us``
+    """Each assignment of a node, in the order they were made, whose allocation's ``admitted_us``
     or whose own ``assigned_us`` is earlier than the previous assignment's ``released_us``."""
     async with store.read() as session:
         connection = await session.connection()
         rows = (
             await connection.execute(
                 text(
-                    "SELECT s.node_id, s.allocation_id, a.created_us, s.assigned_us, s.released_us"
+                    "SELECT s.node_id, s.allocation_id, a.admitted_us, s.assigned_us, s.released_us"
                     " FROM assignments s JOIN allocations a ON a.allocation_id = s.allocation_id"
                     " ORDER BY s.node_id, s.assignment_id"
                 )
@@ -66,16 +67,16 @@ async def handovers_before_release(store: Database) -> list[EarlyHandover]:
         ).all()
     found: list[EarlyHandover] = []
     for previous, following in itertools.pairwise(rows):
-        node, allocation, created, assigned, _ = following
+        node, allocation, admitted, assigned, _ = following
         if node != previous.node_id:
             continue
         released = previous.released_us
-        if released is None or min(created, assigned) < released:
+        if released is None or min(admitted, assigned) < released:
             found.append(
                 EarlyHandover(
                     str(node),
                     (str(previous.allocation_id), None if released is None else int(released)),
-                    (str(allocation), int(created), int(assigned)),
+                    (str(allocation), int(admitted), int(assigned)),
                 )
             )
     return found

@@ -18,7 +18,7 @@ from services.store.tx import Conflict, Deadlock, Tx
 
 
 def always_losing(error: Exception) -> Callable[..., Any]:
-    async def transact(make: Callable[[], Tx[Any]], set_based: object = None) -> Any:
+    async def transact(make: Callable[[], Tx[Any]]) -> Any:
         raise error
 
     return transact

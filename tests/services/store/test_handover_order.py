@@ -1,6 +1,6 @@
 """A transaction stamps its changes after it holds the rows it orders them against.
 
-On PostgreSQL a create, a cancel and a release each wait for other transactions (a duplicate
+On PostgreSQL a create's intake, a cancel and a release each wait for other transactions (a duplicate
 holding the idempotency key, an operator holding a node's row). A time read before that wait
 is older than whatever committed during it: the next tenant's hold began before the previous
 one's release, a node's events went out of order. Each test makes one such wait happen, with
@@ -84,8 +84,8 @@ async def test_a_create_waiting_for_its_key_is_stamped_after_the_release_it_wait
     store: Database, dsn: str
 ) -> None:
     """A duplicate of a create holds the key (its transaction is still open) while the only node
-    is cancelled and released; the duplicate gives up, the create claims the key and takes the
-    node: it is handed over after the release, not before it."""
+    is cancelled and released; the duplicate gives up, the create claims the key and the cycle
+    places it on the node: it is handed over after the release, not before it."""
     first = (await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "first"))).view
     await commands.cancel(store, TENANT, first.row.allocation_id)
     duplicate = await asyncpg.connect(dsn)

@@ -8,7 +8,7 @@ import sqlite3
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TypeVar
 
 import asyncpg
 import pytest
@@ -26,7 +26,6 @@ from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel, GpuSpec, Inventory
 from services.notify import Notifier
 from services.store.engine import Database
-from services.store.set_based import SetBased
 from services.store.tx import Deadlock, Tx, run_in_session
 from tests.conftest import backend
 from tests.services.store.one_node import store_with_one_node  # noqa: F401  (the `store` fixture)
@@ -111,10 +110,10 @@ def count_deadlock_victims(store: Database, monkeypatch: pytest.MonkeyPatch) -> 
     victims = 0
     transact = store.transact
 
-    async def counting(make: Callable[[], Tx[T]], set_based: SetBased[Any] | None = None) -> T:
+    async def counting(make: Callable[[], Tx[T]]) -> T:
         nonlocal victims
         try:
-            return await transact(make, set_based)
+            return await transact(make)
         except Deadlock:
             victims += 1
             raise
@@ -171,98 +170,6 @@ async def test_concurrent_multi_node_creates_never_deadlock(store: Database, mon
     assert outcomes["placed"] > 0, outcomes
     assert outcomes["refused"] > 0, outcomes
     assert victims() == 0
-
-
-@pytest.mark.skipif(
-    backend() != "postgresql",
-    reason="PostgreSQL row-lock order (runs in .ci/run's PostgreSQL pass); SQLite has no row locks to order",
-)
-async def test_a_release_and_a_waiting_create_lock_nodes_in_one_order(
-    store: Database, database_url: str, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The releaser used to lock its allocations' nodes in allocation order while a create
-    waiting for nodes locked them in placement order; each got one the other wanted, and
-    PostgreSQL broke the deadlock after a second. Steps as a slow operator transaction makes
-    them happen: the create waits on n0 while n2, n3, n1 are allocated in that order and
-    cancelled, and the release waits on n3."""
-    for node in ("n0", "n2", "n3", "n4"):  # with n1: one rack, so placement order is id order
-        gpus = tuple(GpuSpec(f"GPU-{node}-{g}", g) for g in range(8))
-        await node_commands.register(store, CONTROL_PLANE, Inventory(node, GpuModel.H100, gpus, "z", "r", "l"))
-        await node_commands.complete_burn_in(store, CONTROL_PLANE, node, passed=True, detail="")
-    dsn = make_url(database_url).set(drivername="postgresql").render_as_string(hide_password=False)
-    monitor = await asyncpg.connect(dsn)
-    holders: list[asyncpg.Connection] = []
-
-    async def hold(node_id: str) -> asyncpg.Connection:
-        """An operator transaction on ``node_id`` in progress: its row lock, left open."""
-        connection = await asyncpg.connect(dsn)
-        holders.append(connection)
-        await connection.execute("BEGIN")
-        await connection.execute("SELECT 1 FROM nodes WHERE node_id = $1 FOR UPDATE", node_id)
-        return connection
-
-    async def until_waiting(count: int) -> None:
-        deadline = asyncio.get_running_loop().time() + 10
-        while (
-            await monitor.fetchval(
-                "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
-            )
-            < count
-        ):
-            # No pause: each check is a round trip to the server, which paces the loop.
-            assert asyncio.get_running_loop().time() < deadline, "nobody waited for the lock"
-
-    async def until_the_store_blocks_itself() -> None:
-        """Wait until one of the store's sessions waits on another of its own (not on ours)."""
-        ours = [await connection.fetchval("SELECT pg_backend_pid()") for connection in holders]
-        deadline = asyncio.get_running_loop().time() + 10
-        while not await monitor.fetchval(
-            "SELECT count(*) FROM pg_stat_activity a WHERE datname = current_database()"
-            " AND EXISTS (SELECT 1 FROM unnest(pg_blocking_pids(a.pid)) b WHERE NOT b = ANY($1::int[]))",
-            ours,
-        ):
-            assert asyncio.get_running_loop().time() < deadline, "the create never waited on the release"
-
-    async def release(connection: asyncpg.Connection) -> None:
-        await connection.execute("ROLLBACK")
-
-    tenant = Principal("t", Role.TENANT, tenant_id="acme")
-    victims = count_deadlock_victims(store, monkeypatch)
-    tasks: list[asyncio.Task[object]] = []
-    try:
-        on_n0 = await hold("n0")
-        big = asyncio.create_task(commands.create(store, AllocationRequest("acme", GpuModel.H100, 5, "big")))
-        tasks.append(big)
-        await until_waiting(1)  # four free nodes without waiting, one short: it waits on n0
-        on_n1 = await hold("n1")
-        small = [(await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n2"))).view]
-        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n3"))).view)
-        await release(on_n1)
-        small.append((await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "on-n1"))).view)
-        assert [view.node_ids for view in small] == [("n2",), ("n3",), ("n1",)]
-        for view in small:
-            await commands.cancel(store, tenant, view.row.allocation_id)
-        on_n3 = await hold("n3")
-        releaser = Releaser(store, scrub_seconds=0, wake=Notifier(), done=Notifier())
-        releasing = asyncio.create_task(releaser.release_due())
-        tasks.append(releasing)
-        await until_waiting(2)
-        await release(on_n0)
-        # The create moves on and waits for a node the release holds (with the old order, n2,
-        # holding n1 the release wants next).
-        await until_the_store_blocks_itself()
-        await release(on_n3)
-        placed = (await big).view
-        await releasing
-        assert victims() == 0
-        assert sorted(placed.node_ids) == ["n0", "n1", "n2", "n3", "n4"]
-    finally:
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        for connection in holders:
-            await connection.close()
-        await monitor.close()
 
 
 @pytest.mark.skipif(
