@@ -5,8 +5,8 @@ The store reads every placeable node of a model (READY, neither cordoned nor unr
 ``Candidate``; ``Pool`` turns them into the scheduling package's cluster (a fabric block per
 leaf switch) and a policy chooses ``count`` of them, all or nothing: either ``count`` node ids
 or None. The store never cuts the list itself, and on PostgreSQL locks what was chosen. A
-SQLite group's creates are placed in one pool, in queue order, each taking its nodes before the
-next chooses (set_based.py): the same rule each would meet alone.
+scheduling cycle places its queue's allocations from one pool, in queue order, each taking its
+nodes before the next chooses.
 
 Which policy a pool's creates use is configuration (``Policies``, ``gpucloud serve
 --placement MODEL=POLICY``): first fit by default, in (zone, rack, leaf switch, node id) order,

@@ -17,6 +17,10 @@ model the fleet has at all. ``plan`` walks the queue once:
   allocations declare no run time, so no start can be predicted, and every free node of the
   pool may be the one the gang needs. Other pools' queues are not held up.
 
+An allocation that asked not to wait (``fail_if_unavailable``) is placed if it fits at its
+place and otherwise neither blocks the queue nor reclaims quota: once no model it accepts is
+left, ``plan`` refuses it (``Plan.refused``), and the cycle withdraws it.
+
 Quotas (quotas.py) are counted on the way: an allocation over its tenant's quota waits
 (QUOTA_EXCEEDED) and is passed over, holding nothing back, since one tenant's quota must not
 hold up the others. A head that fits within its tenant's own quota but not in the free nodes
@@ -77,6 +81,9 @@ class Plan:
     preempted: list[tuple[Allocation, str]] = field(default_factory=list)
     # Part-node allocations admitted, each with where it goes.
     parts: list[PartPlacement] = field(default_factory=list)
+    # Allocations that asked not to wait and are not admitted, with no later model to try:
+    # refused (the cycle withdraws them; their reasons are in ``waiting``).
+    refused: list[str] = field(default_factory=list)
 
 
 def plan(
@@ -104,7 +111,8 @@ def plan(
 
     A guest is placed here as it would be in its own queue, admitted as this model, but never
     holds this queue: one that does not fit is left to its other models, with this model's
-    reason for the record."""
+    reason for the record. Nor does an allocation that asked not to wait (``fail_if_unavailable``):
+    placed if it fits at its place, refused otherwise, once no model it accepts is left."""
     ledger = ledger or Ledger((), {})
     admitted: list[tuple[Allocation, list[str]]] = []
     waiting: dict[str, list[Reason]] = {}
@@ -115,6 +123,8 @@ def plan(
     for position, queued in enumerate(queue, start=1):
         here = gpu_model or queued.gpu_model
         guest = queued.gpu_model != here
+        # Holds nothing back, and reclaims nothing, if it does not fit now.
+        tentative = guest or queued.fail_if_unavailable
         # A guest is judged, and admitted, as an allocation of this model.
         row = _as_model(queued, here) if guest else queued
         if row.part_node:
@@ -125,7 +135,7 @@ def plan(
                 continue
             # Waiting in the queue's order (the head if nothing ahead is blocked), unless it
             # can never be placed and is passed over, or is a guest.
-            blocks = not guest and (not reasons or reasons[0].kind is not ReasonKind.NO_ACCEPTABLE_MODEL)
+            blocks = not tentative and (not reasons or reasons[0].kind is not ReasonKind.NO_ACCEPTABLE_MODEL)
             behind = [_behind(row, head, ahead, position, pool.free, keep)] if blocks and head else []
             waiting[row.allocation_id] = reasons + behind
             head = head or (row if blocks else None)
@@ -149,7 +159,7 @@ def plan(
                 ledger.take(row.tenant_id, needed)
                 admitted.append((row, chosen))
                 continue
-            if guest:
+            if tentative:
                 waiting[row.allocation_id] = [_short(row, pool, keep) or _capacity(row, pool.free, keep)]
                 continue
             head = row
@@ -162,8 +172,20 @@ def plan(
                 *([short] if short else []),
                 _behind(row, head, ahead, position, pool.free, keep),
             ]
-        ahead += not guest
-    return Plan(admitted, waiting, preempted, parts)
+        ahead += not tentative
+    refused = [
+        row.allocation_id
+        for row in queue
+        if row.fail_if_unavailable
+        and row.allocation_id in waiting
+        and _last_choice(row) == (gpu_model or row.gpu_model)
+    ]
+    return Plan(admitted, waiting, preempted, parts, refused)
+
+
+def _last_choice(row: Allocation) -> str:
+    """The last GPU model ``row`` accepts, in its order of preference."""
+    return (row.alternatives or (row.gpu_model,))[-1]
 
 
 def _as_model(row: Allocation, gpu_model: str) -> Allocation:

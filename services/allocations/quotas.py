@@ -26,7 +26,7 @@ from services.auth.principal import Principal
 from services.clock import now_us
 from services.nodes.inventory import GpuModel
 from services.store.engine import Database
-from services.store.tx import Sql, Tx, expand, for_update
+from services.store.tx import Sql, Tx, for_update
 from services.tenants import repository as tenants_repo
 
 
@@ -127,21 +127,6 @@ def ledger(gpu_model: str, *, locking: bool) -> Tx[Ledger | None]:
     if not limits:
         return None
     return Ledger(limits, (yield from usage(gpu_model)))
-
-
-def limited_tenants(tenant_ids: Iterable[str], gpu_models: Iterable[str]) -> Tx[set[tuple[str, str]]]:
-    """Which (tenant, model) pairs among these tenants and models have a quota: their creates
-    are decided by the scheduling cycle, where the quotas are counted."""
-    tenants, models = sorted(set(tenant_ids)), sorted(set(gpu_models))
-    if not tenants or not models:
-        return set()
-    tenant_list, tenant_params = expand("t", tenants)
-    model_list, model_params = expand("m", models)
-    result = yield Sql(
-        f"SELECT tenant_id, gpu_model FROM quotas WHERE tenant_id IN ({tenant_list}) AND gpu_model IN ({model_list})",
-        {**tenant_params, **model_params},
-    )
-    return {(str(t), str(m)) for t, m in result.rows}
 
 
 def usage(gpu_model: str) -> Tx[dict[str, int]]:

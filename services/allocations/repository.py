@@ -43,6 +43,8 @@ class Allocation(PartShape):
     # The other GPU models it accepts, comma-separated in order of preference ("" for none):
     # while PENDING those after its first choice, once admitted onto one of them the rest.
     other_models: str = ""
+    # Asked not to wait (taken in, not decided yet): the next cycle admits or withdraws it.
+    fail_if_unavailable: bool = False
 
     @property
     def alternatives(self) -> tuple[str, ...]:
@@ -121,7 +123,7 @@ class AllocationFilter:
 COLUMNS = (
     "allocation_id, tenant_id, gpu_model, node_count, state, created_us, cancel_us, released_us, priority,"
     " admitted_us, same_block, preempted_reason, other_models, gpus, mig_profile, share_milli, cpu_milli,"
-    " memory_mib"
+    " memory_mib, fail_if_unavailable"
 )
 # Binds for an insert; dataclasses.asdict deep-copies and costs more than the INSERT itself.
 _FIELDS = tuple(field.name for field in dataclasses.fields(Allocation))
@@ -148,6 +150,7 @@ def row_of(values: Sequence[Any]) -> Allocation:
         share_milli,
         cpu_milli,
         memory_mib,
+        fail,
     ) = values
     return Allocation(
         allocation_id,
@@ -163,6 +166,7 @@ def row_of(values: Sequence[Any]) -> Allocation:
         bool(block),  # SQLite answers a boolean as 0 or 1
         why,
         others,
+        bool(fail),
         gpus=gpus,
         mig_profile=mig_profile,
         share_milli=share_milli,
@@ -328,36 +332,6 @@ def queue_positions(rows: Sequence[Allocation]) -> Tx[dict[str, int]]:
     return {r.allocation_id: positions[r.allocation_id] for r in rows if r.allocation_id in positions}
 
 
-def queued_ahead(gpu_models: Sequence[str]) -> Tx[dict[str, int]]:
-    """The highest priority waiting in each of the models' queues, for those with a queue: a
-    create of priority at most that waits behind it rather than overtaking it. Allocations
-    that never hold the queue (queue.py) are not counted: part-node ones (a blocked one holds
-    the queue only while no free node is left, when a whole-node create cannot be placed
-    either, and one that waits is placed within a cycle), one larger than the fleet's nodes
-    of its model, and one over its tenant's quota even if the tenant borrowed all it may (an
-    upper bound of its limit: one within it that its cohort cannot lend to still counts)."""
-    if not gpu_models:
-        return {}
-    models, params = expand("m", sorted(set(gpu_models)))
-    result = yield Sql(
-        "SELECT a.gpu_model, MAX(a.priority) FROM allocations a"
-        f" WHERE a.state = :pending AND a.gpu_model IN ({models}) AND a.node_count > 0"
-        " AND a.node_count <= (SELECT COUNT(*) FROM nodes n"
-        " WHERE n.gpu_model = a.gpu_model AND n.state <> :retired)"
-        " AND NOT EXISTS (SELECT 1 FROM quotas q WHERE q.tenant_id = a.tenant_id AND q.gpu_model = a.gpu_model"
-        " AND a.node_count + (SELECT COALESCE(SUM(h.node_count), 0) FROM allocations h WHERE h.tenant_id = a.tenant_id"
-        " AND h.gpu_model = a.gpu_model AND h.state = :active) > q.nodes + q.borrow_limit)"
-        " GROUP BY a.gpu_model",
-        {
-            **params,
-            "pending": AllocationState.PENDING.value,
-            "retired": NodeState.RETIRED.value,
-            "active": AllocationState.ACTIVE.value,
-        },
-    )
-    return {str(model): int(top) for model, top in result.rows}
-
-
 def queued_models() -> Tx[tuple[list[str], int]]:
     """The GPU models a PENDING allocation asks for or also accepts, and the most other models
     one of them accepts."""
@@ -406,21 +380,23 @@ def cancel_pending(allocation_ids: Sequence[str], *, now_us: int) -> Tx[None]:
     )
 
 
-def withdraw(allocation_ids: Sequence[str], *, locking: bool) -> Tx[set[str]]:
-    """Delete those of the allocations still PENDING, with their idempotency keys, and return
-    their ids: creates refused after they were recorded (fail_if_unavailable), never answered
-    to anyone and never billed, so a retry with the same key is a new request."""
+def withdraw(allocation_ids: Sequence[str], *, key_method: str, locking: bool) -> Tx[set[str]]:
+    """Delete those of the allocations still PENDING, with their idempotency keys (of
+    ``key_method``), and return their ids: creates refused after they were taken in
+    (fail_if_unavailable), never billed, so a retry with the same key is a new request."""
     if not allocation_ids:
         return set()
     rows = yield from get_rows(allocation_ids, locking=locking)
     gone = [row for row in rows if row.state == AllocationState.PENDING.value]
     if gone:
         ids, params = expand("id", [row.allocation_id for row in gone])
-        # The tenants lead the keys' primary key: the delete reads their keys only.
+        # The tenants and the method lead the keys' primary key: the delete reads only their
+        # tenants' create keys.
         tenants, tenant_params = expand("t", sorted({row.tenant_id for row in gone}))
         yield Sql(
-            f"DELETE FROM idempotency_keys WHERE tenant_id IN ({tenants}) AND result_id IN ({ids})",
-            {**params, **tenant_params},
+            f"DELETE FROM idempotency_keys WHERE tenant_id IN ({tenants}) AND method = :method"
+            f" AND result_id IN ({ids})",
+            {**params, **tenant_params, "method": key_method},
         )
         yield Sql(f"DELETE FROM allocations WHERE allocation_id IN ({ids})", params)
     return {row.allocation_id for row in gone}
@@ -545,7 +521,7 @@ def insert_many(placed: Sequence[tuple[Allocation, Sequence[str]]]) -> Tx[None]:
     yield Sql(
         f"INSERT INTO allocations ({COLUMNS}) VALUES (:allocation_id, :tenant_id, :gpu_model, :node_count,"
         " :state, :created_us, :cancel_us, :released_us, :priority, :admitted_us, :same_block, :preempted_reason,"
-        " :other_models, :gpus, :mig_profile, :share_milli, :cpu_milli, :memory_mib)",
+        " :other_models, :gpus, :mig_profile, :share_milli, :cpu_milli, :memory_mib, :fail_if_unavailable)",
         rows=[{name: getattr(row, name) for name in _FIELDS} for row, _ in placed],
     )
     yield from _insert_assignments(

@@ -35,11 +35,6 @@ class AllocationRequest(PartShape):
     # Further GPU models it accepts, in order of preference: placed by the scheduling cycle.
     other_models: tuple[GpuModel, ...] = ()
 
-    @property
-    def by_the_cycle(self) -> bool:
-        """Whether only the scheduling cycle places it: part of one node, or several models."""
-        return self.part_node or bool(self.other_models)
-
 
 class Created(NamedTuple):
     """What a create answers: the allocation, and whether it was made by an earlier call with

@@ -9,10 +9,11 @@ or an uncordon is seen there). A pass:
    creates are recorded PENDING, cancels are accepted;
 2. runs a cycle per model with a queue: one transaction reads the queue in admission order,
    the pool of free nodes, the spares, the quotas and the shared nodes, lets ``queue.plan``
-   decide, cancels the allocations a reclaim preempts (as a cancel of theirs would), and
-   admits what it chose, each allocation billed from its admission;
-3. withdraws the new creates that asked not to wait (``fail_if_unavailable``) and still wait,
-   and answers every caller: a create ACTIVE when admitted, PENDING while it waits.
+   decide, cancels the allocations a reclaim preempts (as a cancel of theirs would), admits
+   what it chose, each allocation billed from its admission, and withdraws the creates that
+   asked not to wait (``fail_if_unavailable``) and fit in no model they accept;
+3. answers every caller: a create ACTIVE when admitted, PENDING while it waits, refused
+   when withdrawn.
 
 So a burst of creates is placed by one plan in one transaction, in the queue's order, by the
 rule that also explains why the rest wait; there is no second placement path to keep in step.
@@ -46,12 +47,12 @@ from services.allocations.part_node import SharedNodes
 from services.allocations.placement import DEFAULT_POLICIES, Candidate, Policies, Pool
 from services.allocations.queue import Plan, Reason, ReasonKind
 from services.allocations.repository import Allocation, AllocationView
-from services.allocations.requests import AllocationRequest, Created
+from services.allocations.requests import CREATE_METHOD, AllocationRequest, Created
 from services.allocations.states import AllocationState
 from services.allocations.writes import PendingCancel, PendingCreate, record_admissions, record_cancels
 from services.auth.principal import CONTROL_PLANE
 from services.clock import now_us
-from services.errors import Aborted, ApiError, ResourceExhausted
+from services.errors import Aborted, ApiError, ResourceExhausted, Unavailable
 from services.ids import new_id
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GpuModel
@@ -100,13 +101,12 @@ class Scheduler:
         self._store = store
         self._policies = policies
         self._interval_s = interval_s
+        self._locking = store.dialect == "postgresql"
         # Told when a cycle cancelled allocations for a reclaim (the releaser's wake-up).
         self._preempted = preempted
         self.wake = Notifier()
         # Requests waiting for the next pass; None while this replica's ``run`` is not running.
         self._waiting: _Waiting | None = None
-        # Who asked for each create the running pass took in, by allocation id.
-        self._asked_by: Mapping[str, str] = _NOBODY
 
     @property
     def leading(self) -> bool:
@@ -116,8 +116,8 @@ class Scheduler:
     async def create(self, pending: PendingCreate) -> Created:
         """The create taken in and planned: ACTIVE when admitted, PENDING while it waits.
         RESOURCE_EXHAUSTED (INSUFFICIENT_CAPACITY, QUOTA_EXCEEDED) when it asked not to wait
-        and was not admitted: it is withdrawn, and nothing was allocated. The intake's errors
-        (intake.py) are raised."""
+        and was not admitted: the cycle withdrew it, and nothing was allocated. The intake's
+        errors (intake.py) are raised."""
         if self._waiting is not None:
             with contextlib.suppress(_NotLeading):
                 return answer(await self._next_pass(self._waiting.creates, pending))
@@ -152,8 +152,10 @@ class Scheduler:
                 try:
                     await asyncio.shield(running)
                 except asyncio.CancelledError:
-                    with contextlib.suppress(Exception):
-                        await running
+                    # Owned to its end, however many cancels arrive meanwhile.
+                    while not running.done():
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await asyncio.wait({running})
                     raise
                 await self.wake.wait(seen, self._interval_s)
         finally:
@@ -162,118 +164,134 @@ class Scheduler:
                 _settle(future, error=_NotLeading())
 
     async def _answer_pass(self, taken: _Waiting) -> None:
-        """One pass over what was taken, each caller answered; a pass that fails tells them why."""
+        """One pass over what was taken (but requests whose callers stopped waiting), each
+        caller answered, whatever happens."""
+        creates = [(p, f) for p, f in taken.creates if not f.done()]
+        cancels = [(p, f) for p, f in taken.cancels if not f.done()]
         try:
-            creates, cancels = await self.admit([p for p, _ in taken.creates], [p for p, _ in taken.cancels])
+            created, cancelled = await self.admit([p for p, _ in creates], [p for p, _ in cancels])
+            for (_, future), create_outcome in zip(creates, created, strict=True):
+                _settle(future, create_outcome)
+            for (_, answered), cancel_outcome in zip(cancels, cancelled, strict=True):
+                _settle(answered, cancel_outcome)
         except Exception as error:
+            log.exception("scheduling_pass_failed")
             for future in taken.futures():
                 _settle(future, error=error)
-            log.exception("scheduling_pass_failed")
-            return
-        for (_, created), create_outcome in zip(taken.creates, creates, strict=True):
-            _settle(created, create_outcome)
-        for (_, cancelled), cancel_outcome in zip(taken.cancels, cancels, strict=True):
-            _settle(cancelled, cancel_outcome)
 
     async def admit(
         self, creates: Sequence[PendingCreate] = (), cancels: Sequence[PendingCancel] = ()
     ) -> tuple[list[Created | ApiError], list[Cancelled | ApiError]]:
         """A pass: take ``creates`` and ``cancels`` in (one transaction), run a cycle for every
-        model with a queue, withdraw the new creates that asked not to wait and still wait, and
-        answer each request, in order."""
+        model with a queue, and answer each request, in order: a new create as the cycles left
+        it, or refused if it asked not to wait and a cycle withdrew it. Once the intake has
+        committed, a failure later in the pass is logged and its creates answered PENDING."""
         accepted = await self._accept(creates, cancels) if creates or cancels else Accepted([], [], [])
         # Admitted in this pass, a new allocation's nodes name who asked for it, not the scheduler.
-        self._asked_by = {c.allocation_id: c.request.actor or f"tenant:{c.request.tenant_id}" for c in creates}
+        asked_by = {c.allocation_id: c.request.actor or f"tenant:{c.request.tenant_id}" for c in creates}
+        views: dict[str, AllocationView] = {}
         try:
-            waiting = await self.run_pass()
+            waiting, refused = await self.run_pass(asked_by)
+            if accepted.recorded:
+                views = await self._store.query(repo.views_by_id(accepted.recorded))
+            # Withdrawn by another's pass (standalone passes may run side by side): refused too.
+            for row in (c.view.row for c in accepted.creates if isinstance(c, Created)):
+                if row.allocation_id in accepted.recorded and row.allocation_id not in {*views, *refused}:
+                    waiting[row.allocation_id] = await self._store.query(reasons_for(row, self._policies))
+                    refused.add(row.allocation_id)
         except Exception:
-            # What was taken in is recorded: its callers hear of it PENDING, not of this failure.
+            # What was taken in is recorded: its callers hear of it as it was taken in.
             log.exception("scheduling_cycles_failed")
-            waiting = {}
-        finally:
-            self._asked_by = _NOBODY
-        if not accepted.recorded:
-            return accepted.creates, accepted.cancels
-        views = await self._store.query(repo.views_by_id(accepted.recorded))
+            waiting, refused = {}, set()
         asked = {create.allocation_id: create.request for create in creates}
-        refused = [i for i in accepted.recorded if views[i].row.state == _PENDING and asked[i].fail_if_unavailable]
-        withdrawn = await self._withdraw(refused)
-        if len(withdrawn) < len(refused):  # cancelled or admitted meanwhile: as it is now
-            views |= await self._store.query(repo.views_by_id(sorted(set(refused) - withdrawn)))
-        if withdrawn:
-            self.wake.notify()  # it may have held its queue in this pass: plan again without it
         answers: list[Created | ApiError] = []
         for outcome in accepted.creates:
             # A new allocation as the cycle left it (so is a replay of one in the same pass).
-            if isinstance(outcome, Created) and (allocation_id := outcome.view.row.allocation_id) in views:
-                if allocation_id in withdrawn:
+            if isinstance(outcome, Created):
+                allocation_id = outcome.view.row.allocation_id
+                if allocation_id in refused:
                     outcome = _refusal(asked[allocation_id], waiting.get(allocation_id, []))
-                else:
+                elif allocation_id in views:
                     outcome = Created(views[allocation_id], outcome.replayed)
             answers.append(outcome)
         return answers, accepted.cancels
 
     async def _accept(self, creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel]) -> Accepted:
         """The intake's transaction, run again when it lost a race to another replica's (a
-        key claimed meanwhile, a deadlock); ABORTED when it lost every time:
-        IDEMPOTENCY_KEY_IN_USE when the last loss was a key, otherwise PLACEMENT_CONTENDED."""
-        locking = self._store.dialect == "postgresql"
+        key claimed meanwhile, a deadlock). When it lost every time each request is ABORTED:
+        a keyed create with IDEMPOTENCY_KEY_IN_USE when the last loss was a key, the others
+        with PLACEMENT_CONTENDED."""
         lost: Conflict | None = None
         for _ in range(_ATTEMPTS):
             try:
-                return await self._store.transact(partial(accept, creates, cancels, locking=locking))
+                return await self._store.transact(partial(accept, creates, cancels, locking=self._locking))
             except Conflict as error:
                 lost = error
-        keyed = [create.request.request_id for create in creates if create.request.request_id]
-        if keyed and not isinstance(lost, Deadlock):
-            raise idempotency.in_use(keyed[0])
-        raise Aborted(
+        contended = Aborted(
             reason="PLACEMENT_CONTENDED",
             message=f"taking the request in lost {_ATTEMPTS} races to concurrent requests; retry",
             metadata={},
         )
-
-    async def _withdraw(self, allocation_ids: list[str]) -> set[str]:
-        if not allocation_ids:
-            return set()
-        locking = self._store.dialect == "postgresql"
-        return await self._store.transact(partial(repo.withdraw, allocation_ids, locking=locking))
+        key_lost = not isinstance(lost, Deadlock)
+        return Accepted(
+            [
+                idempotency.in_use(c.request.request_id) if key_lost and c.request.request_id else contended
+                for c in creates
+            ],
+            [contended for _ in cancels],
+            [],
+        )
 
     async def _follow(self, pending: PendingCreate) -> Created:
         """A create on a replica that does not lead: taken in alone, then placed by the
-        leader's next cycle, which this waits for up to ``interval_s`` (the leader's tick).
-        One that asked not to wait and still waits is withdrawn and refused, with the reasons
-        a cycle would give now."""
+        leader's next cycle, which this waits for up to ``interval_s`` (the leader's tick) and
+        a little more. One that asked not to wait is refused when the leader's cycle withdrew
+        it, with the reasons a cycle gives now; when no cycle decided in time it is withdrawn
+        here and UNAVAILABLE, since no scheduler answered."""
         created = answer((await self._accept([pending], [])).creates[0])
-        if created.replayed:
+        undecided = created.view.row.state == _PENDING and created.view.row.fail_if_unavailable
+        if created.replayed and not undecided:
             return created
-        allocation_id = pending.allocation_id
+        # A replay of one still undecided waits for the cycle too: it may yet be withdrawn.
+        allocation_id = created.view.row.allocation_id
         deadline = asyncio.get_running_loop().time() + self._interval_s + _FOLLOW_MARGIN_S
-        view = created.view
-        while view.row.state == _PENDING and asyncio.get_running_loop().time() < deadline:
+        view: AllocationView | None = created.view
+        while view is not None and view.row.state == _PENDING and asyncio.get_running_loop().time() < deadline:
             await asyncio.sleep(_FOLLOW_POLL_S)
-            view = await self._store.query(repo.get_view(allocation_id, tenant_id=None))
-        if view.row.state != _PENDING or not pending.request.fail_if_unavailable:
-            return Created(view, replayed=False)
-        _, reasons = await self._store.query(explain(allocation_id, tenant_id=None, policies=self._policies))
-        if allocation_id in await self._withdraw([allocation_id]):
+            view = (await self._store.query(repo.views_by_id([allocation_id]))).get(allocation_id)
+        if view is None:  # withdrawn by the leader's cycle
+            reasons = await self._store.query(reasons_for(created.view.row, self._policies))
             raise _refusal(pending.request, reasons)
-        return Created(await self._store.query(repo.get_view(allocation_id, tenant_id=None)), replayed=False)
+        if view.row.state != _PENDING or not view.row.fail_if_unavailable:
+            return Created(view, created.replayed)
+        withdrawn = await self._store.transact(
+            partial(repo.withdraw, [allocation_id], key_method=CREATE_METHOD, locking=self._locking)
+        )
+        if allocation_id not in withdrawn:  # decided meanwhile
+            return Created(await self._store.query(repo.get_view(allocation_id, tenant_id=None)), created.replayed)
+        raise Unavailable(
+            reason="NO_SCHEDULER",
+            message=f"no scheduling pass decided the create within {self._interval_s + _FOLLOW_MARGIN_S:g} s"
+            " (no replica leads the fleet now); nothing was allocated; retry",
+            metadata={"gpu_model": pending.request.gpu_model},
+        )
 
-    async def run_pass(self) -> dict[str, list[Reason]]:
-        """A cycle for every model with a queue; why each allocation left waiting waits, its
-        first choice's reasons first. A model whose cycle fails is logged and left to the next
-        pass: it never holds up the others.
+    async def run_pass(self, asked_by: Mapping[str, str] = _NOBODY) -> tuple[dict[str, list[Reason]], set[str]]:
+        """A cycle for every model with a queue: why each allocation left waiting waits, its
+        first choice's reasons first, and which allocations were refused and withdrawn. A
+        model whose cycle fails is logged and left to the next pass: it never holds up the
+        others. ``asked_by``: who asked for allocations taken in by this pass, by id.
 
         Allocations that accept other models are offered them in rounds: in round k every
         model's cycle sees the allocations it is the k-th choice of, or an earlier one, so
         each is placed on the first model of its preference order with room for it."""
         waiting: dict[str, list[Reason]] = {}
+        refused: set[str] = set()
         models, rounds = await self._store.query(repo.queued_models())
         for choice in range(rounds + 1):
             for model in models:
                 try:
-                    made = await self._cycle(GpuModel(model), choice)
+                    made = await self._cycle(GpuModel(model), choice, asked_by)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -281,10 +299,10 @@ class Scheduler:
                     continue
                 for allocation_id, reasons in made.waiting.items():
                     waiting.setdefault(allocation_id, reasons)
-        return waiting
+                refused.update(made.refused)
+        return waiting, refused
 
-    async def _cycle(self, gpu_model: GpuModel, choice: int) -> Plan:
-        locking = self._store.dialect == "postgresql"
+    async def _cycle(self, gpu_model: GpuModel, choice: int, asked_by: Mapping[str, str]) -> Plan:
         policy = self._policies.of(gpu_model.value)
         # Nodes another transaction held or took: the next attempt plans without them, as if
         # they were not free, rather than choosing them again.
@@ -297,14 +315,14 @@ class Scheduler:
                         cycle,
                         gpu_model,
                         policy,
-                        locking=locking,
+                        locking=self._locking,
                         wait=last,
                         choice=choice,
                         passed_over=frozenset(passed_over),
-                        asked_by=self._asked_by,
+                        asked_by=asked_by,
                     )
                 )
-            except (Aborted, VictimChanged) as error:
+            except (Aborted, VictimChanged, Conflict) as error:
                 if last:
                     raise
                 if isinstance(error, Aborted):
@@ -354,6 +372,10 @@ def cycle(
     made = yield from plan_model(gpu_model, queued, policy, locking=locking, passed_over=passed_over)
     if made.preempted:
         yield from _preempt(made.preempted, locking=locking)
+    if made.refused:
+        # Asked not to wait, and no model it accepts has room: it never was (the caller is
+        # refused), and nothing holds its place or its key.
+        yield from repo.withdraw(made.refused, key_method=CREATE_METHOD, locking=locking)
     if not made.admitted and not made.parts:
         return made
     if locking:
@@ -403,7 +425,7 @@ def _settle(future: asyncio.Future[Any], result: object = None, *, error: Except
         future.set_result(result)
 
 
-def _refusal(request: AllocationRequest, reasons: list[Reason]) -> ResourceExhausted:
+def _refusal(request: AllocationRequest, reasons: Sequence[Reason]) -> ResourceExhausted:
     """The refusal of a create that asked not to wait and was not admitted: the first reason
     the cycle gave (its first choice's) as the message, its kind and figures as metadata."""
     first = reasons[0] if reasons else Reason(ReasonKind.WAITING_FOR_CAPACITY, "the scheduling cycle did not admit it")
@@ -449,20 +471,33 @@ def explain(
     """The allocation and, while it is PENDING, why: the reasons the next cycle would give,
     most binding first. NOT_FOUND as for reading it."""
     view = yield from repo.get_view(allocation_id, tenant_id=tenant_id)
-    row = view.row
-    if row.state != AllocationState.PENDING.value:
+    if view.row.state != AllocationState.PENDING.value:
         return view, []
+    return view, (yield from reasons_for(view.row, policies))
+
+
+def reasons_for(row: Allocation, policies: Policies) -> Tx[list[Reason]]:
+    """Why the PENDING ``row`` would wait in the next cycle, at its place in each of its
+    models' queues (it need not be recorded: a create withdrawn meanwhile is planned as it
+    was): its first choice's reasons first, then each other model's in its order of
+    preference; ADMISSION_DUE when some model's plan admits it."""
     reasons: list[Reason] = []
     for model in (row.gpu_model, *row.alternatives):
-        queued = yield from repo.queue(model)
+        queued = [q for q in (yield from repo.queue(model)) if q.allocation_id != row.allocation_id]
+        place = sum(1 for q in queued if (-q.priority, q.created_us, q.allocation_id) < _queue_key(row))
+        queued.insert(place, row)
         made = yield from plan_model(GpuModel(model), queued, policies.of(model), locking=False)
-        waits = made.waiting.get(allocation_id)
+        waits = made.waiting.get(row.allocation_id)
         if not waits:
             # Admitted by the plan (or by a cycle since the read): the next cycle admits it.
-            return view, [queue.due(row)]
+            return [queue.due(row)]
         reasons += waits
-    # Its first choice's reasons first, then each other model's in its order of preference.
-    return view, reasons
+    return reasons
+
+
+def _queue_key(row: Allocation) -> tuple[int, int, str]:
+    """Where ``row`` stands in its queue's order (repository.queue's): priority, then age."""
+    return -row.priority, row.created_us, row.allocation_id
 
 
 def plan_model(

@@ -260,6 +260,8 @@ class AllocationRow(SQLModel, table=True):
     memory_mib: int = Field(default=0, sa_column_kwargs={"server_default": text("0")})
     # Further GPU models it accepts, comma-separated in order of preference ("" for none).
     other_models: str = Field(default="", max_length=64, sa_column_kwargs={"server_default": text("''")})
+    # Asked not to wait: the scheduling cycle admits it now or withdraws it (deletes the row).
+    fail_if_unavailable: bool = Field(default=False, sa_column_kwargs={"server_default": text("false")})
 
 
 class AssignmentRow(SQLModel, table=True):

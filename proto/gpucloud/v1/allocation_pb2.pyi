@@ -497,9 +497,8 @@ class CreateAllocationRequest(_message.Message):
     @_builtins.property
     def other_models(self) -> _containers.RepeatedScalarFieldContainer[_node_pb2.GpuModel.ValueType]:
         """Further GPU models it accepts, in order of preference after gpu_model (at most 4, each once).
-        Such an allocation is placed by the scheduling cycle on the first model with room for it,
-        in that model's queue order, so a create answers it PENDING (with fail_if_unavailable, only
-        when a cycle would admit it now); gpu_model then says which it got.
+        Such an allocation is placed by the scheduling pass on the first model with room for it,
+        in that model's queue order; gpu_model then says which it got.
         """
 
     def __init__(

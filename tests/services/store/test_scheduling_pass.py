@@ -17,7 +17,7 @@ from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import AllocationRequest
 from services.allocations.scheduler import Scheduler
 from services.auth.principal import CONTROL_PLANE
-from services.errors import InvalidArgument, ResourceExhausted
+from services.errors import InvalidArgument, ResourceExhausted, Unavailable
 from services.nodes.inventory import GpuModel
 from services.store.engine import Database
 from tests.conftest import until
@@ -107,10 +107,45 @@ async def test_a_replica_that_does_not_lead_leaves_placing_to_the_leader(fleet: 
     create = _create(fleet, follower)
     placed = await create(2, "on the follower")
     assert (placed.row.state, placed.node_ids) == ("ACTIVE", ("n5", "n4"))
-    with pytest.raises(ResourceExhausted):
+    # Asked not to wait: the leader's cycle withdraws it, and the follower says why.
+    with pytest.raises(ResourceExhausted) as refused:
         await create(5, "too many", fail=True)
+    assert (refused.value.metadata["reason"], refused.value.metadata["free"]) == ("WAITING_FOR_CAPACITY", "4")
     listed, _ = await commands.list_page(fleet, AllocationFilter(), cursor=None, page_size=10)
     assert len(listed) == 1
+
+
+async def test_a_create_that_asks_not_to_wait_holds_nothing_back_while_it_is_decided(
+    fleet: Database, leader: Scheduler
+) -> None:
+    """Taken in together: one that asked not to wait and does not fit, at the head of the
+    queue, and a smaller one behind it that fits. The first is refused without holding the
+    queue, so the second is admitted in the same pass."""
+    create = _create(fleet, leader)
+    await create(5, "most of them")
+    outcomes: tuple[AllocationView | BaseException, ...] = await asyncio.gather(
+        create(2, "two", fail=True), create(1, "one"), return_exceptions=True
+    )
+    refused, admitted = outcomes
+    assert isinstance(refused, ResourceExhausted)
+    assert refused.metadata["reason"] == "WAITING_FOR_CAPACITY"
+    assert isinstance(admitted, AllocationView)
+    assert (admitted.row.state, admitted.node_ids) == ("ACTIVE", ("n0",))
+
+
+async def test_with_no_leader_a_create_that_asks_not_to_wait_is_withdrawn_as_unavailable(fleet: Database) -> None:
+    """On a replica that does not lead, with no leader at all: nothing decides the create, so
+    one that asked not to wait is withdrawn and UNAVAILABLE (retry), though nodes are free;
+    one that may wait stays PENDING for the leader to come."""
+    follower = Scheduler(fleet, LastFit(), interval_s=0.1)
+    create = _create(fleet, follower)
+    with pytest.raises(Unavailable) as unavailable:
+        await create(1, "now", fail=True)
+    assert unavailable.value.reason == "NO_SCHEDULER"
+    waits = await create(1, "later")
+    assert waits.row.state == "PENDING"
+    listed, _ = await commands.list_page(fleet, AllocationFilter(), cursor=None, page_size=10)
+    assert [v.row.allocation_id for v in listed] == [waits.row.allocation_id]
 
 
 async def test_a_request_waiting_when_the_replica_stops_leading_is_taken_in_anyway(fleet: Database) -> None:
