@@ -195,8 +195,9 @@ class Scheduler:
             if accepted.recorded:
                 views = await self._store.query(repo.views_by_id(accepted.recorded))
             # Withdrawn by another's pass (standalone passes may run side by side): refused too.
+            recorded = set(accepted.recorded)
             for row in (c.view.row for c in accepted.creates if isinstance(c, Created)):
-                if row.allocation_id in accepted.recorded and row.allocation_id not in {*views, *refused}:
+                if row.allocation_id in recorded - views.keys() - refused:
                     waiting[row.allocation_id] = await self._store.query(reasons_for(row, self._policies))
                     refused.add(row.allocation_id)
         except Exception:

@@ -210,9 +210,7 @@ async def test_a_tenant_reads_the_metrics_of_the_gpus_it_holds_and_no_others(
 ) -> None:
     """Two tenants on one shared node: each reads its own GPUs' series, neither the other's
     GPUs nor the node's own series; the operator reads them all."""
-    [node] = await register_ready_nodes(operator, 1)
-    acme = await new_tenant(operator, control_plane, "acme")
-    bolt = await new_tenant(operator, control_plane, "bolt")
+    node, acme, bolt = await _one_node_two_tenants(control_plane, operator)
     async with acme, bolt:
         mine = await _place(acme, "", gpus=2)
         theirs = await _place(bolt, "", share_milli=500)
@@ -242,9 +240,7 @@ async def test_a_gpu_another_tenant_held_before_shows_none_of_its_time(
 ) -> None:
     """bolt holds GPU 0, acme GPU 1; a sample lands on both; bolt leaves and acme then gets GPU
     0 too: acme reads its GPU 1's sample, and nothing of GPU 0 from bolt's time."""
-    [node] = await register_ready_nodes(operator, 1)
-    acme = await new_tenant(operator, control_plane, "acme")
-    bolt = await new_tenant(operator, control_plane, "bolt")
+    node, acme, bolt = await _one_node_two_tenants(control_plane, operator)
     async with acme, bolt:
         theirs = await _place(bolt, "", gpus=1)
         mine = await _place(acme, "", gpus=1)
@@ -256,6 +252,14 @@ async def test_a_gpu_another_tenant_held_before_shows_none_of_its_time(
         assert [h.gpu_index for h in later.gpu_holds] == [0]
         read = await acme.query_metrics(start=before - 1_000, end=_now_ms() + 1_000)
         assert {(s.gpu, tuple(s.values.tolist())) for s in read.series} == {("1", (1.0,))}
+
+
+async def _one_node_two_tenants(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> tuple[str, AsyncClient, AsyncClient]:
+    """One READY node, and clients of the tenants acme and bolt (not entered yet)."""
+    [node] = await register_ready_nodes(operator, 1)
+    return node, await new_tenant(operator, control_plane, "acme"), await new_tenant(operator, control_plane, "bolt")
 
 
 def _now_ms() -> int:
