@@ -598,6 +598,27 @@ class AsyncClient:
         response = await self._call(stub.PlanDefragmentation, request, timeout=timeout)
         return convert.defragmentation_plan(response)
 
+    async def apply_defragmentation(
+        self, moves: Sequence[models.DefragmentationMove], *, timeout: float | None = None
+    ) -> models.DefragmentationApplied:
+        """Make the moves of a plan (``plan_defragmentation(...).moves``) on an operator's go: all
+        of them in one transaction, or none (operators). Each allocation then runs on its move's
+        ``to_node_id``, billed from the move, and each ``from_node_id`` goes to its scrub. Raises
+        ``FailedPreconditionError`` (reason MOVE_NO_LONGER_POSSIBLE or SAME_BLOCK_SPLIT,
+        ``metadata["field"]`` naming the move) when the fleet changed since the plan: plan again. A move
+        already made is answered as made, so a lost reply is safely retried."""
+        stub = self._stubs().nodes
+        request = node_pb2.ApplyDefragmentationRequest(
+            moves=[
+                node_pb2.DefragmentationMove(
+                    allocation_id=m.allocation_id, from_node_id=m.from_node_id, to_node_id=m.to_node_id
+                )
+                for m in moves
+            ]
+        )
+        response = await self._call(stub.ApplyDefragmentation, request, retry_on=_SAFE_WITH_KEY, timeout=timeout)
+        return convert.defragmentation_applied(response)
+
     async def audit_isolation(self, *, timeout: float | None = None) -> models.IsolationAudit:
         """Every node's fabric partitions, as its agent reported them, checked against whom the
         node belongs to: the nodes checked and every violation (operators)."""

@@ -174,19 +174,28 @@ def pool_fragmentation(message: node_pb2.PoolFragmentation) -> models.PoolFragme
     )
 
 
+def defragmentation_move(message: node_pb2.DefragmentationMove) -> models.DefragmentationMove:
+    """The client's ``DefragmentationMove`` of a DefragmentationMove message."""
+    return models.DefragmentationMove(
+        message.allocation_id, message.tenant_id, message.from_node_id, message.to_node_id
+    )
+
+
 def defragmentation_plan(message: node_pb2.PlanDefragmentationResponse) -> models.DefragmentationPlan:
     """The client's ``DefragmentationPlan`` of a PlanDefragmentationResponse, in the server's order."""
     return models.DefragmentationPlan(
         freed_leaf_switches=tuple(message.freed_leaf_switches),
-        moves=tuple(
-            models.DefragmentationMove(m.allocation_id, m.tenant_id, m.from_node_id, m.to_node_id)
-            for m in message.moves
-        ),
+        moves=tuple(defragmentation_move(m) for m in message.moves),
         costs=tuple(
             models.DefragmentationCost(c.allocation_id, c.tenant_id, c.nodes_moved, c.node_count) for c in message.costs
         ),
         summary=message.summary,
     )
+
+
+def defragmentation_applied(message: node_pb2.ApplyDefragmentationResponse) -> models.DefragmentationApplied:
+    """The client's ``DefragmentationApplied`` of an ApplyDefragmentationResponse, moves in order."""
+    return models.DefragmentationApplied(tuple(defragmentation_move(m) for m in message.moves), message.made)
 
 
 def quota(message: allocation_pb2.Quota) -> models.Quota:

@@ -114,8 +114,9 @@ class FailedPreconditionError(GpucloudError):
     """FAILED_PRECONDITION: the object's current state forbids the call; read the state again before deciding.
 
     A node event its state does not allow (ILLEGAL_NODE_TRANSITION, e.g. retiring an allocated node), finalizing a
-    period that has not ended (PERIOD_NOT_ENDED), deleting a running operation (OPERATION_NOT_DONE), or cancelling
-    an operation, which is never allowed (OPERATION_NOT_CANCELLABLE). Never retried.
+    period that has not ended (PERIOD_NOT_ENDED), deleting a running operation (OPERATION_NOT_DONE), cancelling
+    an operation, which is never allowed (OPERATION_NOT_CANCELLABLE), or a defragmentation move the fleet no longer
+    allows (MOVE_NO_LONGER_POSSIBLE or SAME_BLOCK_SPLIT, ``metadata["field"]`` naming the move). Never retried.
     """
 
     code = grpc.StatusCode.FAILED_PRECONDITION

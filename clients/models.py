@@ -164,6 +164,16 @@ class DefragmentationPlan:
 
 
 @dataclass(frozen=True)
+class DefragmentationApplied:
+    """What ``apply_defragmentation`` made: every move asked, with its allocation's tenant (each
+    allocation now runs on ``to_node_id``; ``from_node_id`` is being scrubbed), and how many of
+    them this call made (the rest an earlier call had made)."""
+
+    moves: tuple[DefragmentationMove, ...]
+    made: int
+
+
+@dataclass(frozen=True)
 class IsolationViolation:
     """A node whose fabric partitions break tenant isolation: ``kind`` is TWO_PARTITIONS,
     FREE_NODE_IN_PARTITION or ANOTHER_TENANTS_PARTITION; ``message`` says what is wrong."""

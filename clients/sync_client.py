@@ -191,6 +191,7 @@ class Client:
     audit_isolation = _blocking(AsyncClient.audit_isolation)
     get_fragmentation = _blocking(AsyncClient.get_fragmentation)
     plan_defragmentation = _blocking(AsyncClient.plan_defragmentation)
+    apply_defragmentation = _blocking(AsyncClient.apply_defragmentation)
 
     create_allocation = _blocking(AsyncClient.create_allocation)
     get_allocation = _blocking(AsyncClient.get_allocation)

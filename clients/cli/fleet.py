@@ -1,7 +1,6 @@
 """``gpucloud fleet fragmentation|defrag``: each pool's free capacity and how it lies across leaf
 switches, as tables, JSON or a PNG picture; and the plan of moves that would free whole leaf
-switches (operator). A plan only: nothing moves without an operator's go, and no command here
-moves anything."""
+switches, made only on an operator's go (``defrag --apply``, which shows the plan and asks)."""
 
 from __future__ import annotations
 
@@ -39,8 +38,8 @@ _LABELLED_COLUMNS = 16
 _MOST_INCHES = 300.0
 
 NOT_WITHOUT_PLAN = (
-    "fleet defrag: nothing moves without an operator's go, and only planning exists: run it with --plan"
-    " to see the moves that would free whole leaf switches and what they cost each allocation"
+    "fleet defrag: say what to do: --plan to see the moves that would free whole leaf switches and what"
+    " they cost each allocation, or --apply to see them and, on your go, make them"
 )
 
 
@@ -144,7 +143,11 @@ def fleet_fragmentation(
 @fleet.command("defrag")
 def fleet_defrag(
     ctx: typer.Context,
-    plan: Annotated[bool, typer.Option("--plan", help="Plan only (required): print the moves; nothing moves.")] = False,
+    plan: Annotated[bool, typer.Option("--plan", help="Plan only: print the moves; nothing moves.")] = False,
+    apply: Annotated[
+        bool, typer.Option("--apply", help="Plan, print the moves, and make them on your go (or --yes).")
+    ] = False,
+    yes: Annotated[bool, typer.Option("--yes", help="With --apply: make the moves without asking.")] = False,
     gpu_model: Annotated[str | None, typer.Option("--gpu-model", help="The pool to plan for: H100, A100, ...")] = None,
     blocks: Annotated[int, typer.Option(parser=int32, help="Leaf switches to free whole.")] = 1,
     max_allocation_nodes: Annotated[
@@ -154,24 +157,61 @@ def fleet_defrag(
 ) -> None:
     """Plan the fewest moves of small allocations to free nodes elsewhere that would free whole
     leaf switches of a pool, for same-block gangs: the summary, the moves and what they cost each
-    allocation (every move checkpoints and restarts the work on the node). Only with --plan:
-    nothing moves without an operator's go."""
-    if not plan:
-        render.fail(NOT_WITHOUT_PLAN)
+    allocation (every move checkpoints and restarts the work on the node). --plan only prints
+    them; --apply prints them and, once you say yes, makes them, all or none."""
+    if plan == apply:
+        render.fail(NOT_WITHOUT_PLAN if not plan else "fleet defrag: --plan or --apply, not both")
         raise typer.Exit(EXIT_USAGE)
     if not gpu_model:
         render.fail("--gpu-model: give the pool to plan for, as in --gpu-model H100")
+        raise typer.Exit(EXIT_USAGE)
+    if apply and json_out and not yes:
+        render.fail("--json with --apply needs --yes: a JSON reader cannot answer the question")
         raise typer.Exit(EXIT_USAGE)
     model = gpu_model
     made = call(
         ctx,
         lambda client: client.plan_defragmentation(model, blocks=blocks, max_allocation_nodes=max_allocation_nodes),
     )
-    if json_out:
+    if json_out and not apply:
         render.print_json(made)
         return
-    render.console.print(Text(made.summary), soft_wrap=True)
-    if made.moves:
-        render.console.print(render.defrag_moves_table(made.moves))
-        render.console.print(render.defrag_costs_table(made.costs))
-    render.console.print(Text("a plan only: nothing has moved"), style="dim")
+    if not json_out:
+        render.console.print(Text(made.summary), soft_wrap=True)
+        if made.moves:
+            render.console.print(render.defrag_moves_table(made.moves))
+            render.console.print(render.defrag_costs_table(made.costs))
+    if not apply or not made.moves:
+        if json_out:
+            render.print_json({"plan": made, "applied": None})
+        else:
+            render.console.print(Text("a plan only: nothing has moved"), style="dim")
+        return
+    if not yes and not _go(made):
+        render.console.print(Text("nothing has moved"), style="dim")
+        raise typer.Exit(1)
+    moves = made.moves
+    done = call(ctx, lambda client: client.apply_defragmentation(moves))
+    if json_out:
+        render.print_json({"plan": made, "applied": done})
+        return
+    earlier = len(done.moves) - done.made
+    render.console.print(
+        Text(
+            f"moved {len(done.moves)} node(s) of {len({m.allocation_id for m in done.moves})} allocation(s)"
+            + (f" ({earlier} of them by an earlier call)" if earlier else "")
+            + f"; once the nodes left finish their scrub, leaf switch(es) {', '.join(made.freed_leaf_switches)}"
+            " will be wholly free"
+        ),
+        soft_wrap=True,
+    )
+
+
+def _go(made: models.DefragmentationPlan) -> bool:
+    """Ask the operator whether to make the plan's moves."""
+    allocations = len({m.allocation_id for m in made.moves})
+    return typer.confirm(
+        f"Move {len(made.moves)} node(s) of {allocations} allocation(s)? Each move checkpoints and restarts"
+        " the work on its node",
+        default=False,
+    )

@@ -355,7 +355,7 @@ def fragmentation_table(items: Sequence[models.PoolFragmentation], title: str = 
         add_caption(
             grid,
             "LARGEST FREE BLOCK under FREE NODES: the free nodes are spread over leaf switches;"
-            " gpucloud fleet defrag --plan proposes the moves that would free a whole one",
+            " gpucloud fleet defrag --plan proposes the moves that would free a whole one, --apply makes them",
         )
     return grid
 

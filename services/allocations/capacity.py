@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from services.allocations import spares
 from services.allocations.defrag import DefragPlan, Held, NodeSlot, plan
+from services.allocations.relocation import MAX_MOVES
 from services.allocations.states import AllocationState
 from services.nodes import repository as nodes_repo
 from services.nodes.inventory import GPUS_PER_NODE, GpuModel
@@ -119,14 +121,45 @@ def defragmentation(
     """The plan that frees ``blocks`` of ``gpu_model``'s leaf switches, and the allocations it
     may move (for their costs)."""
     capacity = yield from pool(gpu_model)
+    active = {"model": gpu_model.value, "active": AllocationState.ACTIVE.value}
     result = yield Sql(
-        "SELECT allocation_id, tenant_id, node_count FROM allocations WHERE gpu_model = :model AND state = :active",
-        {"model": gpu_model.value, "active": AllocationState.ACTIVE.value},
+        "SELECT allocation_id, tenant_id, node_count, same_block FROM allocations"
+        " WHERE gpu_model = :model AND state = :active AND node_count > 0",
+        active,
     )
-    held = {str(a): Held(str(t), int(n)) for a, t, n in result.rows}
+    ever = yield Sql(
+        "SELECT a.allocation_id, a.node_id FROM assignments a JOIN allocations al"
+        " ON al.allocation_id = a.allocation_id WHERE al.gpu_model = :model AND al.state = :active",
+        active,
+    )
+    held_before: dict[str, set[str]] = {}
+    for allocation_id, node_id in ever.rows:
+        held_before.setdefault(str(allocation_id), set()).add(str(node_id))
+    held = {
+        str(a): Held(str(t), int(n), bool(same), frozenset(held_before.get(str(a), ())))
+        for a, t, n, same in result.rows
+    }
+    flagged = yield Sql(
+        "SELECT node_id, state, cordoned, drain_pending FROM nodes WHERE gpu_model = :model"
+        " AND (state = :scrubbing OR cordoned = TRUE OR drain_pending = TRUE)",
+        {"model": gpu_model.value, "scrubbing": NodeState.SCRUBBING.value},
+    )
+    # Cordoned or drained, a node stays out of the pool once left; scrubbing, the others come back.
+    stuck = {str(node_id) for node_id, _, cordoned, drained in flagged.rows if cordoned or drained}
+    freeing = {str(r[0]) for r in flagged.rows if r[1] == NodeState.SCRUBBING.value} - stuck
     slots = [
         # A node held by an allocation no longer ACTIVE (being released) is not movable.
-        NodeSlot(n.node_id, n.leaf_switch, n.free, n.allocation_id if n.allocation_id in held else "")
+        NodeSlot(
+            n.node_id,
+            n.leaf_switch,
+            n.free,
+            n.allocation_id if n.allocation_id in held else "",
+            freeing=n.node_id in freeing,
+            stuck=n.node_id in stuck,
+        )
         for n in capacity.nodes
     ]
-    return plan(slots, held, blocks=blocks, max_allocation_nodes=max_allocation_nodes), held
+    # Each move holds a free node until the one it left is scrubbed: the spares stay free.
+    reserve = yield from spares.reserve(gpu_model, locking=False)
+    max_moves = min(MAX_MOVES, max(0, capacity.free_nodes - reserve))
+    return plan(slots, held, blocks=blocks, max_allocation_nodes=max_allocation_nodes, max_moves=max_moves), held

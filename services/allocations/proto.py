@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from gpucloud.v1 import allocation_pb2, node_pb2
 from services.allocations.capacity import PoolCapacity
-from services.allocations.defrag import DefragPlan, Held
+from services.allocations.defrag import DefragPlan, Held, Move
 from services.allocations.queue import Reason, ReasonKind
 from services.allocations.quotas import Quota
 from services.allocations.repository import AllocationView
@@ -116,21 +116,28 @@ def defrag_plan_to_proto(made: DefragPlan, held: dict[str, Held]) -> node_pb2.Pl
     """The API form of a defragmentation plan."""
     return node_pb2.PlanDefragmentationResponse(
         freed_leaf_switches=made.freed,
-        moves=[
-            node_pb2.DefragmentationMove(
-                allocation_id=m.allocation_id,
-                tenant_id=m.tenant_id,
-                from_node_id=m.from_node_id,
-                to_node_id=m.to_node_id,
-            )
-            for m in made.moves
-        ],
+        moves=[move_to_proto(m) for m in made.moves],
         costs=[
             node_pb2.DefragmentationCost(allocation_id=a, tenant_id=t, nodes_moved=moved, node_count=count)
             for a, t, moved, count in made.costs(held)
         ],
         summary=made.summary,
     )
+
+
+def move_to_proto(move: Move) -> node_pb2.DefragmentationMove:
+    """The API form of one defragmentation move."""
+    return node_pb2.DefragmentationMove(
+        allocation_id=move.allocation_id,
+        tenant_id=move.tenant_id,
+        from_node_id=move.from_node_id,
+        to_node_id=move.to_node_id,
+    )
+
+
+def move_from_proto(move: node_pb2.DefragmentationMove) -> Move:
+    """A move as an operator sent it back (its tenant is not read)."""
+    return Move(move.allocation_id, "", move.from_node_id, move.to_node_id)
 
 
 def spare_pool_to_proto(pool: SparePool) -> node_pb2.SparePool:

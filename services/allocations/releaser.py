@@ -1,4 +1,5 @@
-"""Finishes cancelled allocations: scrubs their nodes, releases them, completes the Operation.
+"""Finishes cancelled allocations: scrubs their nodes, releases them, completes the Operation;
+and finishes the scrubs of nodes taken from an allocation (a replacement, a defragmentation move).
 
 The tenant's hold (its billing, its access to the nodes' metrics) ended when the cancel was
 accepted (writes.record_cancels); the scrub and any outage before the release are the
@@ -10,13 +11,15 @@ of tenant keys and fabric membership) is performed by its agent on a real fleet;
 report it, the control plane stands in for them and counts a scrub done ``scrub_seconds``
 after the cancel was accepted. A node its agent manages is left SCRUBBING when its allocation
 is released: the node reconciler (services/fleet/) makes it READY once the agent confirms the
-scrub.
+scrub. A node taken from a live allocation no agent runs is counted scrubbed likewise,
+``scrub_seconds`` after it was taken: READY again, or QUARANTINED when a drain waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 from functools import partial
+from typing import Protocol
 
 import structlog
 
@@ -41,6 +44,13 @@ POLL_SECONDS = 1.0
 # row (docs/performance.md).
 BATCH = 64
 BATCH_WINDOW_SECONDS = 0.02
+
+
+class Batch(Protocol):
+    """A releaser step: finish up to ``limit`` scrubs done before ``scrubbed_before_us``; the
+    ids finished, and when the oldest still going began."""
+
+    def __call__(self, *, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[tuple[list[str], int | None]]: ...
 
 
 class Releaser:
@@ -82,29 +92,47 @@ class Releaser:
 
     async def poll(self) -> int | None:
         """A pass no cancel of this server asked for (a timer's: a scrub came due, or another
-        replica accepted a cancel): read first, and write only when something is due, so that
-        an idle fleet costs no write transaction (and on SQLite no commit) every second.
+        replica accepted a cancel or took a node): read first, and write only what is due, so
+        that an idle fleet costs no write transaction (and on SQLite no commit) every second.
         Returns when the next scrub is due, like ``release_due``."""
-        oldest = await self._store.query(repo.oldest_cancel_us())
-        if oldest is None:
-            return None
-        if oldest + self._scrub_us > now_us():
-            return oldest + self._scrub_us
-        return await self.release_due()
+        cancelled, taken = await self._store.query(_oldest_scrubs_us())
+        next_release = None if cancelled is None else cancelled + self._scrub_us
+        if next_release is not None and next_release <= now_us():
+            return await self.release_due()
+        return _earliest(next_release, await self._finish_taken_scrubs(taken))
 
     async def release_due(self) -> int | None:
-        """Release every allocation whose scrub is done; return when the next one is due."""
+        """Release every allocation whose scrub is done, and finish the due scrubs of taken
+        nodes; return when the next scrub is due."""
+        next_release = await self._release_allocations()
+        taken = await self._store.query(nodes_repo.oldest_taken_scrub_us())
+        return _earliest(next_release, await self._finish_taken_scrubs(taken))
+
+    async def _finish_taken_scrubs(self, oldest_us: int | None) -> int | None:
+        """Finish the due scrubs of taken nodes, the oldest of which began at ``oldest_us`` (read
+        first: a cancel's wake-up must not cost a second write transaction when, as nearly
+        always, none is due); return when the next is due."""
+        if oldest_us is None or oldest_us + self._scrub_us > now_us():
+            return None if oldest_us is None else oldest_us + self._scrub_us
+        return await self._in_batches(finish_taken_scrubs, "taken_nodes_scrubbed", self._freed)
+
+    async def _release_allocations(self) -> int | None:
+        return await self._in_batches(release_batch, "allocations_released", self._done, self._freed)
+
+    async def _in_batches(self, step: Batch, event: str, *told: Notifier | None) -> int | None:
+        """Run ``step`` on what is due, ``BATCH`` at a time, logging ``event`` and telling ``told``
+        after each batch that did something; return when the next scrub is due."""
         locking = self._store.dialect == "postgresql"
         while True:
-            released, oldest = await self._store.transact(
-                partial(release_batch, scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH, locking=locking)
+            done, oldest = await self._store.transact(
+                partial(step, scrubbed_before_us=now_us() - self._scrub_us, limit=BATCH, locking=locking)
             )
-            if released:
-                log.info("allocations_released", count=len(released), allocation_ids=released)
-                self._done.notify()
-                if self._freed is not None:
-                    self._freed.notify()
-            if len(released) < BATCH:
+            if done:
+                log.info(event, count=len(done), ids=done)
+                for notifier in told:
+                    if notifier is not None:
+                        notifier.notify()
+            if len(done) < BATCH:
                 return None if oldest is None else oldest + self._scrub_us
 
 
@@ -122,17 +150,8 @@ def release_batch(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[t
         # Stamped once the nodes are locked: after anything that committed on them meanwhile
         # (an operator's drain), and before any create that takes them next.
         now = now_us()
-        drained = yield from nodes_repo.drain_pending([h.node_id for h in held])
-        moves = [
-            nodes_repo.Move(
-                h.node_id,
-                NodeState(h.node_state),
-                NodeEvent.FINISH_SCRUB_DRAINED if h.node_id in drained else NodeEvent.FINISH_SCRUB,
-                reason=f"scrubbed after {h.allocation_id}",
-            )
-            for h in held
-        ]
-        yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now)
+        scrubbed = [(h.node_id, NodeState(h.node_state), f"scrubbed after {h.allocation_id}") for h in held]
+        yield from _finish_scrubs(scrubbed, now_us=now)
         yield from _release_shared(ids, now_us=now, locking=locking)
         yield from repo.finish_cancel(ids, now_us=now)
         yield from ops_repo.complete(CANCEL_KIND, ids, now_us=now)
@@ -156,15 +175,45 @@ def _release_shared(allocation_ids: list[str], *, now_us: int, locking: bool) ->
         actor=CONTROL_PLANE.actor,
         now_us=now_us,
     )
-    scrubbed = [e.node_id for e in emptied if not e.agent_managed]
-    drained = yield from nodes_repo.drain_pending(scrubbed)
+    why = "scrubbed after its last part-node allocation"
+    scrubbed = [(e.node_id, NodeState.SCRUBBING, why) for e in emptied if not e.agent_managed]
+    yield from _finish_scrubs(scrubbed, now_us=now_us)
+
+
+def finish_taken_scrubs(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[tuple[list[str], int | None]]:
+    """Count done the scrubs of up to ``limit`` taken nodes no agent scrubs, begun at or before
+    ``scrubbed_before_us``. Returns them and when the oldest such scrub still going began."""
+    due = yield from nodes_repo.taken_scrubs_due(scrubbed_before_us=scrubbed_before_us, limit=limit, locking=locking)
+    if due:
+        why = "scrubbed after it was taken from its allocation"
+        yield from _finish_scrubs([(node_id, NodeState.SCRUBBING, why) for node_id in due], now_us=now_us())
+    oldest = yield from nodes_repo.oldest_taken_scrub_us()
+    return due, oldest
+
+
+def _finish_scrubs(scrubbed: list[tuple[str, NodeState, str]], *, now_us: int) -> Tx[None]:
+    """Move each scrubbed (node, state, why) to READY, or out of service when a drain waits for it."""
+    if not scrubbed:
+        return
+    drained = yield from nodes_repo.drain_pending([node_id for node_id, _, _ in scrubbed])
     moves = [
         nodes_repo.Move(
             node_id,
-            NodeState.SCRUBBING,
+            state,
             NodeEvent.FINISH_SCRUB_DRAINED if node_id in drained else NodeEvent.FINISH_SCRUB,
-            reason="scrubbed after its last part-node allocation",
+            reason=why,
         )
-        for node_id in scrubbed
+        for node_id, state, why in scrubbed
     ]
     yield from nodes_repo.apply_many(moves, reason="scrubbed", actor=CONTROL_PLANE.actor, now_us=now_us)
+
+
+def _oldest_scrubs_us() -> Tx[tuple[int | None, int | None]]:
+    """When the oldest scrubs the releaser finishes began: a cancel's, and a taken node's."""
+    cancelled = yield from repo.oldest_cancel_us()
+    taken = yield from nodes_repo.oldest_taken_scrub_us()
+    return cancelled, taken
+
+
+def _earliest(*due_us: int | None) -> int | None:
+    return min((t for t in due_us if t is not None), default=None)

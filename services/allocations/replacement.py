@@ -1,4 +1,5 @@
-"""Taking a faulty node from the allocation that holds it, and giving the allocation a spare.
+"""Taking a node from the allocation that holds it, and giving the allocation another: a spare
+for a faulty node (``replace``), or the node a defragmentation move names (``move``).
 
 The health controller (services/health/controller.py) calls ``replace`` in the transaction
 that drains a node whose fault the tenant's work cannot run through (DRAIN_NOW and worse). In
@@ -17,6 +18,10 @@ that one transaction:
 - the replacement is recorded with the evidence, and the allocation shows it. With no spare
   free the allocation runs on fewer nodes and says it is degraded, and why, until ``top_up``
   (run by the leader's sweep, degraded.py) gives it a spare once a node of the model frees.
+
+An operator's defragmentation move (relocation.py) is the same hand-over to a node the operator
+chose, healthy node and all: billing moves at one instant, and the node left goes to its scrub
+and then back to READY.
 """
 
 from __future__ import annotations
@@ -65,23 +70,58 @@ def replace(node: Node, reason: str, *, actor: str, locking: bool, fault_us: int
         return None
     allocation_id = held.allocation.allocation_id
     now = now_us()
-    stop_us = min(now, max(fault_us, held.assigned_us))
-    yield from usage.record(UsageKind.STOP, [allocation_id], at_us=stop_us, node_ids=[node.node_id])
-    yield from repo.take_node(allocation_id, node.node_id, now_us=now)
+    yield from _take(node, held, stop_us=min(now, max(fault_us, held.assigned_us)), now=now)
     # Never a node the allocation held before: its usage event ids (allocation/GPU/kind) are taken.
     excluding = yield from repo.ever_assigned(allocation_id)
     placed = yield from _spare(held.allocation, node, held.position, excluding, actor=actor, locking=locking)
     spare, spare_us = (None, None) if placed is None else placed
-    release = nodes_repo.Move(
-        node.node_id,
-        NodeState(node.state),
-        NodeEvent.RELEASE,
-        reason=f"taken from {allocation_id}" + (f", {spare} replaces it" if spare else ", no spare free"),
+    why = f"taken from {allocation_id}" + (f", {spare} replaces it" if spare else ", no spare free")
+    return (
+        yield from _record(
+            node, held, Replacement(node.node_id, spare, held.position, reason, now, spare_us), why, actor
+        )
     )
-    yield from nodes_repo.apply_many([release], reason="", actor=actor, now_us=now)
-    made = Replacement(node.node_id, spare, held.position, reason, now, spare_us)
-    yield from repo.insert_replacement(allocation_id, made)
+
+
+def move(node: Node, held: Holding, to_node_id: str, reason: str, *, actor: str) -> Tx[Replacement]:
+    """Move ``held``'s allocation from ``node`` to the free ``to_node_id`` (locked by the caller,
+    and never held by the allocation before), as steps of the caller's transaction: the tenant
+    pays for the one node's GPUs until now and the other's from now, ``node`` goes to its scrub,
+    and the move is recorded as a replacement with ``reason``."""
+    now = now_us()
+    allocation_id = held.allocation.allocation_id
+    yield from _take(node, held, stop_us=now, now=now)
+    yield from _give(
+        held.allocation, to_node_id, held.position, f"moved here from {node.node_id}", actor=actor, now=now
+    )
+    made = Replacement(node.node_id, to_node_id, held.position, reason, now, now)
+    return (yield from _record(node, held, made, f"{allocation_id} moved to {to_node_id}", actor))
+
+
+def _take(node: Node, held: Holding, *, stop_us: int, now: int) -> Tx[None]:
+    """Stop billing ``held``'s allocation for ``node`` at ``stop_us`` and end its assignment, as taken."""
+    allocation_id = held.allocation.allocation_id
+    yield from usage.record(UsageKind.STOP, [allocation_id], at_us=stop_us, node_ids=[node.node_id])
+    yield from repo.take_node(allocation_id, node.node_id, now_us=now)
+
+
+def _record(node: Node, held: Holding, made: Replacement, why: str, actor: str) -> Tx[Replacement]:
+    """Send the taken ``node`` to its scrub, saying ``why``, and record ``made`` under the allocation."""
+    release = nodes_repo.Move(node.node_id, NodeState(node.state), NodeEvent.RELEASE, reason=why)
+    yield from nodes_repo.apply_many([release], reason="", actor=actor, now_us=made.at_us)
+    yield from repo.insert_replacement(held.allocation.allocation_id, made)
     return made
+
+
+def _give(allocation: Allocation, node_id: str, position: int, why: str, *, actor: str, now: int) -> Tx[None]:
+    """Hand the free ``node_id`` to the allocation at ``position``, billed from ``now``."""
+    allocate = nodes_repo.Move(
+        node_id, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation.allocation_id}: {why}"
+    )
+    # Guarded by placeability too: a cordon committed since the node was chosen stops the hand-over.
+    yield from nodes_repo.apply_many([allocate], reason="", actor=actor, now_us=now, uncordoned_only=True)
+    yield from repo.assign(Holding(allocation, position, now), node_id, now_us=now)
+    yield from usage.record(UsageKind.START, [allocation.allocation_id], at_us=now, node_ids=[node_id])
 
 
 def top_up(allocation_id: str, *, actor: str, locking: bool) -> Tx[Replacement | None]:
@@ -127,12 +167,7 @@ def _spare(
     if spare is None:
         return None
     now = now_us()
-    allocate = nodes_repo.Move(
-        spare, NodeState.READY, NodeEvent.ALLOCATE, reason=f"{allocation.allocation_id}: spare for {removed.node_id}"
-    )
-    yield from nodes_repo.apply_many([allocate], reason="", actor=actor, now_us=now)
-    yield from repo.assign(Holding(allocation, position, now), spare, now_us=now)
-    yield from usage.record(UsageKind.START, [allocation.allocation_id], at_us=now, node_ids=[spare])
+    yield from _give(allocation, spare, position, f"spare for {removed.node_id}", actor=actor, now=now)
     return spare, now
 
 

@@ -46,6 +46,7 @@ METHOD_ROLES: Mapping[str, frozenset[Role]] = {
     "/gpucloud.v1.NodeService/ListSparePools": OPERATOR,
     "/gpucloud.v1.NodeService/GetFragmentation": OPERATOR,
     "/gpucloud.v1.NodeService/PlanDefragmentation": OPERATOR,
+    "/gpucloud.v1.NodeService/ApplyDefragmentation": OPERATOR,
     "/gpucloud.v1.AgentService/RegisterAgent": AGENT,
     "/gpucloud.v1.AgentService/Heartbeat": AGENT,
     "/gpucloud.v1.AgentService/Connect": AGENT,

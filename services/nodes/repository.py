@@ -430,6 +430,36 @@ def drain_pending(node_ids: Sequence[str]) -> Tx[set[str]]:
     return drained
 
 
+# Nodes taken from their allocation (by a replacement or a defragmentation move) whose scrub no
+# agent performs: SCRUBBING with no live assignment, where a cancelled allocation's nodes keep
+# theirs until it is released.
+_TAKEN_SCRUBBING = (
+    "state = :scrubbing AND agent_managed = FALSE"
+    " AND NOT EXISTS (SELECT 1 FROM assignments a WHERE a.node_id = nodes.node_id AND a.released_us IS NULL)"
+)
+
+
+def taken_scrubs_due(*, scrubbed_before_us: int, limit: int, locking: bool) -> Tx[list[str]]:
+    """Up to ``limit`` taken nodes no agent scrubs that began their scrub at or before
+    ``scrubbed_before_us``, oldest first, locked; on PostgreSQL those another replica holds are
+    skipped."""
+    result = yield Sql(
+        f"SELECT node_id FROM nodes WHERE {_TAKEN_SCRUBBING} AND state_changed_us <= :before"
+        " ORDER BY state_changed_us, node_id LIMIT :limit" + for_update(locking, skip_locked=True),
+        {"scrubbing": NodeState.SCRUBBING.value, "before": scrubbed_before_us, "limit": limit},
+    )
+    return [str(r[0]) for r in result.rows]
+
+
+def oldest_taken_scrub_us() -> Tx[int | None]:
+    """When the oldest scrub of a taken node no agent scrubs began, or None if none is scrubbing."""
+    result = yield Sql(
+        f"SELECT MIN(state_changed_us) FROM nodes WHERE {_TAKEN_SCRUBBING}", {"scrubbing": NodeState.SCRUBBING.value}
+    )
+    found = result.first()
+    return None if found is None or found[0] is None else int(found[0])
+
+
 def in_service(gpu_model: GpuModel) -> Tx[tuple[int, int]]:
     """How many nodes of a model the fleet has in any state but RETIRED, and the most of them
     under one leaf switch: the most an allocation of the model (one that asks for one fabric

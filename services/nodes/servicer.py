@@ -2,13 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import partial
 from typing import Any
 
 import grpc
+import structlog
 
 from gpucloud.v1 import agent_pb2, node_pb2, node_pb2_grpc
-from services.allocations import capacity, spares
-from services.allocations.proto import defrag_plan_to_proto, pool_capacity_to_proto, spare_pool_to_proto
+from services.allocations import capacity, relocation, spares
+from services.allocations.defrag import Move
+from services.allocations.proto import (
+    defrag_plan_to_proto,
+    move_from_proto,
+    move_to_proto,
+    pool_capacity_to_proto,
+    spare_pool_to_proto,
+)
 from services.auth.principal import current_principal
 from services.fabric.commands import audit_isolation
 from services.fabric.proto import audit_to_proto
@@ -25,6 +35,8 @@ from services.nodes.transitions import NodeEvent
 from services.paging import Cursor, PageTokens, cut_page
 from services.store.engine import Database
 from services.validation import Violations
+
+log = structlog.get_logger(__name__)
 
 Context = grpc.aio.ServicerContext[Any, Any]
 _KNOWN_MODELS = frozenset(GPU_MODEL_FROM_PROTO)
@@ -43,6 +55,28 @@ def _node_id_and_reason(request: Any) -> tuple[str, str]:
     v.text("reason", getattr(request, "reason", ""))
     v.raise_if_any()
     return request.node_id, getattr(request, "reason", "")
+
+
+def _checked_moves(moves: Sequence[node_pb2.DefragmentationMove]) -> list[Move]:
+    """The moves an ApplyDefragmentation names, once well formed: 1 to ``MAX_MOVES``, ids well
+    formed, and no node named twice (a node leaves or receives one allocation's work once)."""
+    v = Violations()
+    if not 1 <= len(moves) <= relocation.MAX_MOVES:
+        v.add("moves", f"must hold 1 to {relocation.MAX_MOVES:,} moves, not {len(moves):,}")
+        v.raise_if_any()
+    named: set[str] = set()
+    for i, move in enumerate(moves):
+        v.identifier(f"moves[{i}].allocation_id", move.allocation_id)
+        for name in ("from_node_id", "to_node_id"):
+            node_id = getattr(move, name)
+            v.identifier(f"moves[{i}].{name}", node_id)
+            if node_id and node_id in named:
+                itself = name == "to_node_id" and node_id == move.from_node_id
+                whose = "the node it moves from" if itself else "named by an earlier move"
+                v.add(f"moves[{i}].{name}", f"{node_id} is {whose}: each node moves once")
+            named.add(node_id)
+    v.raise_if_any()
+    return [move_from_proto(m) for m in moves]
 
 
 def checked_inventory(
@@ -236,6 +270,17 @@ class NodeServicer(node_pb2_grpc.NodeServiceServicer):
             )
         )
         return defrag_plan_to_proto(made, held)
+
+    async def ApplyDefragmentation(
+        self, request: node_pb2.ApplyDefragmentationRequest, context: Context
+    ) -> node_pb2.ApplyDefragmentationResponse:
+        """Make the moves of a plan on an operator's go: all of them, checked again, or none."""
+        moves = _checked_moves(request.moves)
+        principal = current_principal()
+        locking = self._store.dialect == "postgresql"
+        done = await self._store.transact(partial(relocation.apply, moves, actor=principal.actor, locking=locking))
+        log.info("defragmentation_applied", actor=principal.actor, moves=len(done.moves), made=done.made)
+        return node_pb2.ApplyDefragmentationResponse(moves=[move_to_proto(m) for m in done.moves], made=done.made)
 
     async def ListHealthEvents(
         self, request: node_pb2.ListHealthEventsRequest, context: Context

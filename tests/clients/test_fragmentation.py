@@ -14,6 +14,7 @@ from clients import (
     DefragmentationCost,
     DefragmentationMove,
     DefragmentationPlan,
+    FailedPreconditionError,
     InvalidArgumentError,
     InvalidValueError,
     NodeCapacity,
@@ -22,7 +23,7 @@ from clients import (
     convert,
 )
 from gpucloud.v1 import node_pb2
-from tests.conftest import RunningControlPlane, register_ready_nodes
+from tests.conftest import RunningControlPlane, register_ready_nodes, until
 
 # Where partly_held_fleet places its 1-node allocations: three under leaf-0, two under leaf-1.
 HELD = ("node-000", "node-002", "node-004", "node-008", "node-009")
@@ -180,6 +181,17 @@ async def test_the_plan_frees_the_cheaper_switch_and_nothing_moves(operator: Asy
     assert (pool.free_nodes, pool.largest_free_block) == (11, 6)
 
 
+async def test_a_plan_leaves_the_pools_spares_free(operator: AsyncClient) -> None:
+    await partly_held_fleet(operator)
+    # 11 free nodes, 10 kept as spares: one move at most, and leaf-1 needs two.
+    await operator.set_spare_pool("H100", 10)
+    plan = await operator.plan_defragmentation("H100")
+    assert (plan.freed_leaf_switches, plan.moves) == ((), ())
+    assert "at most 1 move(s) now" in plan.summary
+    await operator.set_spare_pool("H100", 9)
+    assert (await operator.plan_defragmentation("H100")).freed_leaf_switches == ("leaf-1",)
+
+
 async def test_a_plan_frees_no_more_switches_than_can_be_and_says_so(operator: AsyncClient) -> None:
     await partly_held_fleet(operator)
     # Once leaf-1's nodes go to leaf-0, leaf-0 cannot be freed too.
@@ -216,6 +228,8 @@ async def test_a_tenant_may_neither_read_fragmentation_nor_plan(
             await tenant.get_fragmentation()
         with pytest.raises(PermissionDeniedError):
             await tenant.plan_defragmentation("H100")
+        with pytest.raises(PermissionDeniedError):
+            await tenant.apply_defragmentation([DefragmentationMove("alloc-1", "", "node-000", "node-001")])
 
 
 async def test_the_blocking_client_reads_fragmentation_and_plans_too(
@@ -228,3 +242,67 @@ async def test_the_blocking_client_reads_fragmentation_and_plans_too(
         assert (pool.nodes, pool.free_nodes, pool.largest_free_block) == (2, 2, 2)
         plan = await asyncio.to_thread(client.plan_defragmentation, "H100", blocks=1)
         assert plan.moves == ()
+        await operator.create_tenant("acme")
+        held = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+        move = DefragmentationMove(held.allocation_id, "", "node-000", "node-001")
+        done = await asyncio.to_thread(client.apply_defragmentation, [move])
+        assert (done.moves, done.made) == (
+            (DefragmentationMove(held.allocation_id, "acme", "node-000", "node-001"),),
+            1,
+        )
+
+
+async def test_a_go_the_fleet_no_longer_allows_moves_nothing_and_names_the_move(operator: AsyncClient) -> None:
+    allocation_ids = await partly_held_fleet(operator)
+    plan = await operator.plan_defragmentation("H100")
+    first, second = plan.moves
+    await operator.cordon_node(second.to_node_id, "a bad cable found after the plan")
+    with pytest.raises(FailedPreconditionError) as stale:
+        await operator.apply_defragmentation(plan.moves)
+    assert (stale.value.reason, stale.value.metadata["field"]) == ("MOVE_NO_LONGER_POSSIBLE", "moves[1].to_node_id")
+    assert f"{second.to_node_id} is no longer free (cordoned)" in stale.value.message
+    # All or none: the first move, possible on its own, was not made either.
+    assert (await operator.get_allocation(first.allocation_id)).node_ids == ("node-008",)
+    assert (await operator.get_node(first.to_node_id)).state == "READY"
+
+    await operator.uncordon_node(second.to_node_id)
+    done = await operator.apply_defragmentation(plan.moves)
+    assert done.made == 2
+    on = dict(zip(HELD, allocation_ids, strict=True))
+    assert (await operator.get_allocation(on["node-009"])).node_ids == (second.to_node_id,)
+
+
+async def test_a_same_block_allocation_moves_only_whole_under_one_switch(operator: AsyncClient) -> None:
+    await register_ready_nodes(operator, 16)
+    await operator.create_tenant("acme")
+    gang = await operator.create_allocation(gpu_model="H100", node_count=2, tenant_id="acme", same_block=True)
+    assert gang.node_ids == ("node-000", "node-001")
+    half = [DefragmentationMove(gang.allocation_id, "", "node-000", "node-008")]
+    with pytest.raises(FailedPreconditionError) as split:
+        await operator.apply_defragmentation(half)
+    assert (split.value.reason, split.value.metadata["field"]) == ("SAME_BLOCK_SPLIT", "moves[0].to_node_id")
+    assert "leaf-0, leaf-1" in split.value.message
+    whole = [*half, DefragmentationMove(gang.allocation_id, "", "node-001", "node-009")]
+    assert (await operator.apply_defragmentation(whole)).made == 2
+    assert (await operator.get_allocation(gang.allocation_id)).node_ids == ("node-008", "node-009")
+
+
+async def test_an_allocation_never_moves_back_nor_part_of_a_node(operator: AsyncClient) -> None:
+    await register_ready_nodes(operator, 3)
+    await operator.create_tenant("acme")
+    held = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+    await operator.apply_defragmentation([DefragmentationMove(held.allocation_id, "", "node-000", "node-001")])
+
+    async def scrubbed() -> bool:
+        return (await operator.get_node("node-000")).state == "READY"
+
+    await until(scrubbed, timeout=20)
+    with pytest.raises(FailedPreconditionError) as back:
+        await operator.apply_defragmentation([DefragmentationMove(held.allocation_id, "", "node-001", "node-000")])
+    assert back.value.metadata["field"] == "moves[0].to_node_id"
+    assert f"allocation {held.allocation_id} held node-000 before" in back.value.message
+
+    part = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
+    assert part.node_ids == ("node-000",)
+    with pytest.raises(FailedPreconditionError, match="holds part of a node: only whole nodes move"):
+        await operator.apply_defragmentation([DefragmentationMove(part.allocation_id, "", "node-000", "node-002")])

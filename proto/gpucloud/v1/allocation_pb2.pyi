@@ -180,8 +180,9 @@ class Allocation(_message.Message):
 
     @_builtins.property
     def replacements(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeReplacement]:
-        """Nodes the health controller took from this allocation, oldest first, each with the spare
-        that took its place in node_ids (its position there) when one was free.
+        """Nodes taken from this allocation, oldest first: by the health controller, each with the
+        spare that took its place in node_ids (its position there) when one was free, or by an
+        operator's defragmentation move, with the node it moved to.
         """
 
     @_builtins.property
@@ -366,7 +367,9 @@ Global___PendingReason: _TypeAlias = PendingReason  # noqa: Y015
 
 @_typing.final
 class NodeReplacement(_message.Message):
-    """A node taken from an allocation for a fault its work cannot run through, and its spare."""
+    """A node taken from an allocation, for a fault its work cannot run through or by an operator's
+    defragmentation move, and the node that took its place.
+    """
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -379,7 +382,9 @@ class NodeReplacement(_message.Message):
     spare_node_id: _builtins.str
     """Empty while no spare has been free: the allocation is degraded."""
     reason: _builtins.str
-    """The decision with its evidence: the signal, the strikes and window, the rule."""
+    """Why: the health decision with its evidence (the signal, the strikes and window, the rule),
+    or the operator's defragmentation move that took it.
+    """
     @_builtins.property
     def time(self) -> _timestamp_pb2.Timestamp:
         """When the node was taken."""

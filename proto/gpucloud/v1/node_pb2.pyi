@@ -520,6 +520,60 @@ class DefragmentationMove(_message.Message):
 Global___DefragmentationMove: _TypeAlias = DefragmentationMove  # noqa: Y015
 
 @_typing.final
+class ApplyDefragmentationRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOVES_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def moves(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefragmentationMove]:
+        """The moves to make, as PlanDefragmentation proposed them (it proposes no more than this
+        takes): 1 to 256, no node named twice.
+        tenant_id is not read (the allocation's is answered).
+        """
+
+    def __init__(
+        self,
+        *,
+        moves: _abc.Iterable[Global___DefragmentationMove] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["moves", b"moves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyDefragmentationRequest: _TypeAlias = ApplyDefragmentationRequest  # noqa: Y015
+
+@_typing.final
+class ApplyDefragmentationResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MOVES_FIELD_NUMBER: _builtins.int
+    MADE_FIELD_NUMBER: _builtins.int
+    made: _builtins.int
+    """How many of them this call made; the rest an earlier call had made."""
+    @_builtins.property
+    def moves(self) -> _containers.RepeatedCompositeFieldContainer[Global___DefragmentationMove]:
+        """Every move asked, in order, with its allocation's tenant: each allocation now holds
+        to_node_id in from_node_id's place (recorded among its replacements), billed from the
+        move, and from_node_id is being scrubbed on its way back to READY.
+        """
+
+    def __init__(
+        self,
+        *,
+        moves: _abc.Iterable[Global___DefragmentationMove] | None = ...,
+        made: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["made", b"made", "moves", b"moves"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ApplyDefragmentationResponse: _TypeAlias = ApplyDefragmentationResponse  # noqa: Y015
+
+@_typing.final
 class DefragmentationCost(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

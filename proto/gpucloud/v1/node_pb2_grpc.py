@@ -130,6 +130,11 @@ class NodeServiceStub:
                 request_serializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.SerializeToString,
                 response_deserializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.FromString,
                 _registered_method=True)
+        self.ApplyDefragmentation = channel.unary_unary(
+                '/gpucloud.v1.NodeService/ApplyDefragmentation',
+                request_serializer=gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationRequest.SerializeToString,
+                response_deserializer=gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationResponse.FromString,
+                _registered_method=True)
 
 
 class NodeServiceServicer:
@@ -276,6 +281,18 @@ class NodeServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ApplyDefragmentation(self, request, context):
+        """Makes the moves of a plan on an operator's go (operators): all of them in one transaction,
+        or none. Each is checked again when made: FAILED_PRECONDITION (reason
+        MOVE_NO_LONGER_POSSIBLE or SAME_BLOCK_SPLIT, metadata "field" naming the move's field) when
+        the fleet changed since the plan, NOT_FOUND for an allocation or a to_node_id that does not
+        exist. A move already made is answered as made and changes nothing, so the call can be
+        retried.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_NodeServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -373,6 +390,11 @@ def add_NodeServiceServicer_to_server(servicer, server):
                     servicer.PlanDefragmentation,
                     request_deserializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.FromString,
                     response_serializer=gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.SerializeToString,
+            ),
+            'ApplyDefragmentation': grpc.unary_unary_rpc_method_handler(
+                    servicer.ApplyDefragmentation,
+                    request_deserializer=gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationRequest.FromString,
+                    response_serializer=gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -889,6 +911,33 @@ class NodeService:
             '/gpucloud.v1.NodeService/PlanDefragmentation',
             gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationRequest.SerializeToString,
             gpucloud_dot_v1_dot_node__pb2.PlanDefragmentationResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ApplyDefragmentation(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/gpucloud.v1.NodeService/ApplyDefragmentation',
+            gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationRequest.SerializeToString,
+            gpucloud_dot_v1_dot_node__pb2.ApplyDefragmentationResponse.FromString,
             options,
             channel_credentials,
             insecure,

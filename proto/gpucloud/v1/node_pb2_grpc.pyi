@@ -68,6 +68,14 @@ class NodeServiceStub:
     """Proposes the fewest moves of small allocations that free whole leaf switches (operators).
     A plan only: nothing moves.
     """
+    ApplyDefragmentation: _aio.UnaryUnaryMultiCallable[_node_pb2.ApplyDefragmentationRequest, _node_pb2.ApplyDefragmentationResponse]
+    """Makes the moves of a plan on an operator's go (operators): all of them in one transaction,
+    or none. Each is checked again when made: FAILED_PRECONDITION (reason
+    MOVE_NO_LONGER_POSSIBLE or SAME_BLOCK_SPLIT, metadata "field" naming the move's field) when
+    the fleet changed since the plan, NOT_FOUND for an allocation or a to_node_id that does not
+    exist. A move already made is answered as made and changes nothing, so the call can be
+    retried.
+    """
 
 class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operator (and, later, agent) view of the fleet."""
@@ -236,6 +244,20 @@ class NodeServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _abc.Awaitable[_node_pb2.PlanDefragmentationResponse]:
         """Proposes the fewest moves of small allocations that free whole leaf switches (operators).
         A plan only: nothing moves.
+        """
+
+    @_abc_1.abstractmethod
+    def ApplyDefragmentation(
+        self,
+        request: _node_pb2.ApplyDefragmentationRequest,
+        context: _aio.ServicerContext[_node_pb2.ApplyDefragmentationRequest, _abc.Awaitable[_node_pb2.ApplyDefragmentationResponse]],
+    ) -> _abc.Awaitable[_node_pb2.ApplyDefragmentationResponse]:
+        """Makes the moves of a plan on an operator's go (operators): all of them in one transaction,
+        or none. Each is checked again when made: FAILED_PRECONDITION (reason
+        MOVE_NO_LONGER_POSSIBLE or SAME_BLOCK_SPLIT, metadata "field" naming the move's field) when
+        the fleet changed since the plan, NOT_FOUND for an allocation or a to_node_id that does not
+        exist. A move already made is answered as made and changes nothing, so the call can be
+        retried.
         """
 
 def add_NodeServiceServicer_to_server(servicer: NodeServiceServicer, server: _aio.Server) -> None: ...

@@ -1,6 +1,7 @@
-"""``gpucloud fleet fragmentation`` and ``fleet defrag --plan``: each pool's free capacity as tables,
-JSON or a PNG picture of its nodes by leaf switch, and a defragmentation plan that moves nothing.
-How the tables show them, and against a real server."""
+"""``gpucloud fleet fragmentation`` and ``fleet defrag --plan|--apply``: each pool's free capacity
+as tables, JSON or a PNG picture of its nodes by leaf switch, a defragmentation plan that moves
+nothing, and its moves made once the operator says yes. How the tables show them, and against a
+real server."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from typer.testing import CliRunner
 
 from clients import models
 from clients.cli import fleet, render
+from clients.cli.app import app
 from tests.clients.cli.rendered import rendered, words
 from tests.clients.cli.test_commands import connect, document
 from tests.clients.cli.test_connection import gpucloud
@@ -155,13 +158,20 @@ async def test_fragmentation_refuses_a_png_path_in_no_directory_before_calling(
     assert not nowhere.parent.exists()
 
 
-async def test_defrag_without_plan_refuses_saying_nothing_moves_without_an_operators_go(
+async def test_defrag_without_plan_or_apply_refuses_saying_what_each_does(
     control_plane: RunningControlPlane,
 ) -> None:
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "fleet", "defrag", "--gpu-model", "H100")
     assert code == 2, output
-    assert "nothing moves without an operator's go, and only planning exists" in _flat(output)
-    assert "--plan" in output
+    assert "--plan to see the moves" in _flat(output)
+    assert "or --apply to see them and, on your go, make them" in _flat(output)
+    both = ["fleet", "defrag", "--plan", "--apply", "--gpu-model", "H100"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *both)
+    assert (code, _flat(output)) == (2, "error: fleet defrag: --plan or --apply, not both")
+    no_answer = ["fleet", "defrag", "--apply", "--json", "--gpu-model", "H100"]
+    code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *no_answer)
+    assert code == 2, output
+    assert "--json with --apply needs --yes" in output
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "fleet", "defrag", "--plan")
     assert code == 2, output
     assert "--gpu-model" in output
@@ -207,3 +217,44 @@ async def test_bad_defrag_values_exit_2_naming_the_option(control_plane: Running
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *plan)
     assert code == 2, output
     assert "--gpu-model: unknown GPU model 'H999'" in output
+
+
+def _answering(answer: str, *args: str) -> tuple[int, str]:
+    """Run ``gpucloud`` with ``answer`` typed at its question."""
+    result = CliRunner().invoke(app, list(args), input=answer, env={"GPUCLOUD_TOKEN": None, "COLUMNS": "160"})
+    return result.exit_code, result.output
+
+
+async def test_defrag_apply_shows_the_plan_and_moves_only_on_the_operators_yes(
+    control_plane: RunningControlPlane,
+) -> None:
+    async with control_plane.client() as operator:
+        allocation_ids = await partly_held_fleet(operator)
+    on = dict(zip(HELD, allocation_ids, strict=True))
+    apply = [*connect(control_plane), "fleet", "defrag", "--apply", "--gpu-model", "H100"]
+
+    code, output = await asyncio.to_thread(_answering, "n\n", *apply)
+    assert code == 1, output
+    flat = _flat(output)
+    assert "frees leaf-1 whole" in flat
+    assert "Move 2 node(s) of 2 allocation(s)? Each move checkpoints and restarts the work on its node" in flat
+    assert "nothing has moved" in flat
+    async with control_plane.client() as operator:
+        assert (await operator.get_allocation(on["node-008"])).node_ids == ("node-008",)
+
+    code, output = await asyncio.to_thread(_answering, "y\n", *apply)
+    assert code == 0, output
+    assert "moved 2 node(s) of 2 allocation(s); once the nodes left finish their scrub, leaf switch(es) leaf-1" in (
+        _flat(output)
+    )
+    moved = [row for row in _rows(output) if len(row) == 4 and row[2] in ("node-008", "node-009")]
+    async with control_plane.client() as operator:
+        for allocation_id, _, from_node, to_node in moved:
+            assert (await operator.get_allocation(allocation_id)).node_ids == (to_node,)
+            assert from_node in ("node-008", "node-009")
+
+    # leaf-1 is wholly free, and nothing would move into it: no plan, nothing asked or moved.
+    code, output = await asyncio.to_thread(gpucloud, *apply, "--json", "--yes")
+    assert code == 0, output
+    made = document(output)
+    assert (made["plan"]["moves"], made["applied"]) == ([], None)

@@ -434,6 +434,56 @@ async def test_defragmentation_bad_input(world: World) -> None:
     )
 
 
+async def test_apply_defragmentation_bad_input(world: World) -> None:
+    """ApplyDefragmentation names a missing or malformed move, a node named twice, an allocation
+    or node that does not exist, and a move the fleet does not allow; nothing moves."""
+    n, m = "node", "ApplyDefragmentation"
+
+    def move(allocation_id: str, from_node_id: str, to_node_id: str) -> node_pb2.DefragmentationMove:
+        return node_pb2.DefragmentationMove(
+            allocation_id=allocation_id, from_node_id=from_node_id, to_node_id=to_node_id
+        )
+
+    def request(*moves: node_pb2.DefragmentationMove) -> node_pb2.ApplyDefragmentationRequest:
+        return node_pb2.ApplyDefragmentationRequest(moves=moves)
+
+    live, held, free = world.allocation_id, world.held_node, world.free_node
+    await check_cases(
+        world,
+        [
+            invalid("no moves", n, m, request(), "moves"),
+            invalid("257 moves", n, m, request(*[move(live, held, free)] * 257), "moves"),
+            invalid(
+                "malformed ids",
+                n,
+                m,
+                request(move("Alloc!", "", "NODE")),
+                "moves[0].allocation_id",
+                "moves[0].from_node_id",
+                "moves[0].to_node_id",
+            ),
+            invalid(
+                "a node named twice",
+                n,
+                m,
+                request(move(live, held, free), move(live, free, "node-x")),
+                "moves[1].from_node_id",
+            ),
+            invalid("a node moved onto itself", n, m, request(move(live, held, held)), "moves[0].to_node_id"),
+            not_found("no such allocation", n, m, request(move("alloc-missing", held, free)), "moves[0].allocation_id"),
+            not_found("no such node", n, m, request(move(live, held, "node-missing")), "moves[0].to_node_id"),
+            Case(
+                "a node it does not hold",
+                n,
+                m,
+                request(move(live, free, held)),
+                grpc.StatusCode.FAILED_PRECONDITION,
+                reason="MOVE_NO_LONGER_POSSIBLE",
+            ),
+        ],
+    )
+
+
 async def test_health_automation_and_events_bad_input(world: World) -> None:
     """SetHealthAutomation names an unknown pool or an oversized reason, and pauses nothing;
     ListHealthEvents names a time a Timestamp cannot hold."""
