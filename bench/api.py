@@ -271,8 +271,11 @@ def measure(args: argparse.Namespace) -> Rounds:
         try:
             assert empty_process.pid is not None
             assert plane_process.pid is not None
-            token = (Path(data_dir) / "operator.token").read_text().strip()
-            tenant_token = asyncio.run(register_fleet(plane_port, token, args.nodes))
+            token_file = Path(data_dir) / "operator.token"
+            if not token_file.exists():
+                # Written only on the first start of a database: this one has been used before.
+                sys.exit("bench: --database-url must name an empty database (its fleet and tenant are the bench's own)")
+            tenant_token = asyncio.run(register_fleet(plane_port, token_file.read_text().strip(), args.nodes))
             for concurrency in args.concurrency:
                 for _ in range(args.rounds):
                     empty = asyncio.run(bench_empty(empty_port, empty_process.pid, share, concurrency))
