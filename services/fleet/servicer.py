@@ -158,4 +158,9 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
             self._leader.notify(record.node_id)
         if strikes:
             self._leader.notify_health(record.node_id)
-        return agent_pb2.ReportStatusResponse(instructions=self._instructions(record))
+        # Answered with what the node is asked now, not when the call began: it may have moved
+        # while the report was stored, its stream pushing the new action meanwhile, and an answer
+        # from the record read before would withdraw that action on the agent, with nothing to
+        # name it again (the stream pushes only on a change).
+        now = await self._directives.lookup(record.node_id) or record
+        return agent_pb2.ReportStatusResponse(instructions=self._instructions(now))

@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from collections.abc import AsyncIterator
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 
 from clients import AsyncClient
 from gpucloud.v1 import agent_pb2, node_pb2
+from services.fleet import commands as fleet_commands
 from services.fleet.config import FleetConfig
 from tests.conftest import RunningControlPlane, running_control_plane, until
 from tests.e2e.agent_wire import FAST, WireAgent, burn_in, scrub
@@ -222,3 +225,31 @@ async def test_a_journaled_xid_sent_again_counts_once(plane: RunningControlPlane
                 await agent.report(status=agent_pb2.NodeStatus(gpus=[gpu]))
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT
             assert "status.gpus[0].xid_seqs" in (refused.value.details() or "")
+
+
+async def test_a_report_stored_while_its_node_moved_is_answered_with_the_new_action(
+    plane: RunningControlPlane, operator: AsyncClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A report whose store is slow (a loaded machine) must not answer with the instructions of
+    before: the node was released meanwhile, its stream pushed the scrub, and an answer without
+    it would withdraw the scrub on the agent, with nothing to ask for it again."""
+    [agent] = await burn_in_fleet(operator, plane.address, [1.0])
+    async with agent:
+        await until(partial(_is, operator, agent.node_id, "READY"))
+        await operator.create_tenant("acme")
+        allocation = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme")
+        stored = asyncio.Event()
+        report = fleet_commands.report
+
+        async def slow_report(*args: Any, **kwargs: Any) -> Any:
+            await stored.wait()
+            return await report(*args, **kwargs)
+
+        monkeypatch.setattr(fleet_commands, "report", slow_report)
+        answer = asyncio.create_task(agent.report())
+        await operator.wait_operation((await operator.cancel_allocation(allocation.allocation_id)).name, timeout=15)
+        assert await state_of(operator, agent.node_id) == "SCRUBBING"
+        stored.set()
+        instructions = await answer
+        assert instructions.desired_state == node_pb2.NODE_STATE_SCRUBBING
+        assert [a.kind for a in instructions.actions] == [agent_pb2.ACTION_KIND_SCRUB]

@@ -22,7 +22,9 @@ from services.store.engine import Database
 from tests.conftest import open_database, until
 
 NAME = "reconciler"
-DURATION_S = 0.5
+# Ten renewals to a term, so that a renewal held up on a loaded machine (CI runs the suite on
+# two cores) does not let the lease lapse and two leaders follow one another.
+DURATION_S = 1.0
 RENEW_S = 0.1
 RETRY_S = 0.02
 
