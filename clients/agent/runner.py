@@ -199,10 +199,15 @@ class StatusTracker:
 
 class ActionBook:
     """The actions of the instructions: which to start (each id once while it is named), which
-    were withdrawn while running (to cancel), and the results to send until the instructions
-    stop naming them. A withdrawn action named again is started again (the control plane still
-    wants its result: an answer from a replica behind the others may withdraw it for a moment);
-    one whose result was acknowledged (no longer named) never is."""
+    were withdrawn while running (to cancel), and the results to send until they are
+    acknowledged. A withdrawn action named again is started again (the control plane still
+    wants its result: an answer from behind the node, a replica's or one read before the node
+    moved, may withdraw it for a moment); one whose result was acknowledged never is.
+
+    A result is acknowledged only by the answer to a report that carried it, once that answer
+    no longer names its action: the result is stored by then. Instructions that merely stop
+    naming it (a push, or an answer to a report sent before the result was) may be behind the
+    node, and forgetting the result on their word would lose it for good."""
 
     def __init__(self) -> None:
         self._running: dict[str, agent_pb2.ActionKind.ValueType] = {}
@@ -211,19 +216,24 @@ class ActionBook:
 
     def update(self, actions: Iterable[agent_pb2.Action]) -> tuple[list[agent_pb2.Action], list[str]]:
         """Take the actions the instructions name now: the new ones to start (marked running) and
-        the ids of running ones no longer named (to cancel). Results no longer named are forgotten."""
+        the ids of running ones no longer named (to cancel)."""
         named = {action.action_id: action for action in actions if action.action_id}
         withdrawn = [action_id for action_id in self._running if action_id not in named]
         for action_id in withdrawn:
             del self._running[action_id]
-        for action_id in [action_id for action_id in self._results if action_id not in named]:
-            del self._results[action_id]
-            self._forget(action_id)
         known = self._running.keys() | self._results.keys() | self._forgotten.keys()
         start = [action for action_id, action in named.items() if action_id not in known]
         for action in start:
             self._running[action.action_id] = action.kind
         return start, withdrawn
+
+    def acknowledge(self, carried: Iterable[str], actions: Iterable[agent_pb2.Action]) -> None:
+        """A report carrying the results of ``carried`` was answered naming ``actions``: forget
+        the results of those no longer named, and never start them again."""
+        named = {action.action_id for action in actions}
+        for action_id in carried:
+            if action_id not in named and self._results.pop(action_id, None) is not None:
+                self._forget(action_id)
 
     def _forget(self, action_id: str) -> None:
         self._forgotten[action_id] = None
@@ -403,6 +413,9 @@ class NodeAgent:
         self._tasks: dict[str, asyncio.Task[None]] = {}
         self._failing: set[str] = set()
         self._wake = asyncio.Event()
+        # Instructions withdrew a running action: report at the next beat, news or not, so that
+        # an answer that is current names it again if it is still wanted (ActionBook).
+        self._confirm = False
         self._registered = asyncio.Event()
         self._refusal: RegistrationRefused | None = None
         self._node: node_pb2.Node | None = None
@@ -588,7 +601,7 @@ class NodeAgent:
         status = await self._observe(samples)
         results = self._book.results()
         changed = self._status.changed(status)
-        if not (changed or results):
+        if not (changed or results or self._confirm):
             return
         request = agent_pb2.ReportStatusRequest(
             node_id=self.identity.node_id, status=status if changed else None, results=results
@@ -605,6 +618,8 @@ class NodeAgent:
         self._ok("ReportStatus")
         if changed:
             await self._delivered(status)
+        self._confirm = False
+        self._book.acknowledge([r.action_id for r in results], response.instructions.actions)
         self._follow(response.instructions)
 
     async def _observe(self, samples: Sequence[GpuSample]) -> agent_pb2.NodeStatus:
@@ -664,6 +679,7 @@ class NodeAgent:
         interval_ms = instructions.heartbeat_interval_ms
         self._override_s = interval_ms / 1000 if interval_ms > 0 else None
         start, withdrawn = self._book.update(instructions.actions)
+        self._confirm = self._confirm or bool(withdrawn)
         for action_id in withdrawn:
             task = self._tasks.pop(action_id, None)
             if task is not None:

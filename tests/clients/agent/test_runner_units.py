@@ -182,8 +182,8 @@ def test_an_action_starts_once_however_often_it_is_named() -> None:
     assert book.finish(result)
     assert book.update([action("a1")]) == ([], [])
     assert book.results() == [result]  # sent again while still named
-    assert book.update([]) == ([], [])
-    assert book.results() == []  # forgotten once no longer named
+    book.acknowledge(["a1"], [])
+    assert book.results() == []  # forgotten once a report carrying it is answered without it
     assert book.update([action("a1")]) == ([], [])  # and never run again
 
 
@@ -202,9 +202,27 @@ def test_only_the_last_acknowledged_ids_are_remembered() -> None:
     for n in range(REMEMBERED_ACTIONS + 1):
         book.update([action(f"a{n}")])
         assert book.finish(agent_pb2.ActionResult(action_id=f"a{n}", kind=BURN_IN))
-        book.update([])  # no longer named: acknowledged
+        book.acknowledge([f"a{n}"], [])
     assert book.update([action("a0")]) == ([action("a0")], [])  # the oldest fell out
     assert book.update([action("a0"), action(f"a{REMEMBERED_ACTIONS}")]) == ([], [])
+
+
+def test_a_result_is_kept_until_the_answer_to_a_report_carrying_it_no_longer_names_it() -> None:
+    """Instructions that stop naming an action before any report carried its result (a push, or
+    the answer to a report sent before) may be behind the node: the result is kept and sent."""
+    book = ActionBook()
+    book.update([action("a1"), action("a2")])
+    first, second = (agent_pb2.ActionResult(action_id=a, kind=BURN_IN) for a in ("a1", "a2"))
+    assert book.finish(first)
+    assert book.update([]) == ([], ["a2"])
+    assert book.results() == [first]
+    book.acknowledge([], [])  # the answer to a report that carried nothing
+    assert book.results() == [first]
+    book.acknowledge(["a1"], [action("a1")])  # carried, but still named: not yet stored
+    assert book.results() == [first]
+    book.acknowledge(["a1"], [])
+    assert book.results() == []
+    assert not book.finish(second)  # withdrawn while running: its result is not kept
 
 
 def test_a_withdrawn_action_named_again_starts_again() -> None:
@@ -273,6 +291,8 @@ class Plane:
     # Connect streams ended with UNAVAILABLE after their first beat, the first ones opened.
     streams_to_break: int = 0
     streams: int = 0
+    # Reports answered as if no action were named, the first ones (an answer behind the node).
+    stale_answers: int = 0
 
     def instructions(self) -> agent_pb2.Instructions:
         carried: dict[str, int] = {}
@@ -312,7 +332,11 @@ class Plane:
         async def report(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             self._token(context)
             self.reports.append(agent_pb2.ReportStatusRequest.FromString(request))
-            return agent_pb2.ReportStatusResponse(instructions=self.instructions()).SerializeToString()
+            answer = self.instructions()
+            if self.stale_answers:
+                self.stale_answers -= 1
+                answer = agent_pb2.Instructions(heartbeat_interval_ms=self.interval_ms)
+            return agent_pb2.ReportStatusResponse(instructions=answer).SerializeToString()
 
         async def write(request: bytes, context: grpc.aio.ServicerContext[bytes, bytes]) -> bytes:
             self._token(context)
@@ -437,6 +461,42 @@ async def test_an_action_runs_once_and_its_result_is_sent_until_withdrawn(script
     assert [r.HasField("status") for r in carrying] == [False, False]
     assert work.runs == 1
     assert agent.stats.actions_done == 1
+
+
+@dataclass
+class HeldScrub:
+    """A scrub that runs until ``done`` is set; counts its starts."""
+
+    done: asyncio.Event = field(default_factory=asyncio.Event)
+    starts: int = 0
+
+    async def burn_in(self) -> BurnIn:
+        raise NotImplementedError
+
+    async def scrub(self) -> Scrub:
+        self.starts += 1
+        await self.done.wait()
+        return Scrub(gpus_reset=True, disks_wiped=True, keys_removed=True)
+
+
+async def test_a_scrub_withdrawn_by_an_answer_behind_the_node_is_asked_for_again_and_done(
+    scripted: Start,
+) -> None:
+    """The stream names a scrub; the answer to a report sent meanwhile does not (read before the
+    node moved). The agent reports again at its next beat, is told the scrub again, and runs it."""
+    plane = Plane(actions=[action("scrub-1", agent_pb2.ACTION_KIND_SCRUB)], stale_answers=1)
+    gpus, work = SimulatedGpus(IDENTITY.node_id), HeldScrub()
+    agent = make_agent(await scripted(plane.methods()), gpus, work)
+    async with running(agent):
+        # Started, and the stream has pushed what it will push: nothing changes on the plane.
+        await until(lambda: work.starts == 1 and plane.beats >= 2)
+        gpus.throttle(2, ThrottleReason.HW_SLOWDOWN)  # news, once: a report goes out
+        await until(lambda: work.starts == 2)
+        assert plane.stale_answers == 0
+        work.done.set()
+        await until(lambda: any(r.results for r in plane.reports))
+    [result] = next(r.results for r in plane.reports if r.results)
+    assert (result.action_id, result.scrub.keys_removed) == ("scrub-1", True)
 
 
 async def test_a_work_error_is_the_actions_error(scripted: Start) -> None:
