@@ -20,6 +20,7 @@ import random
 import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -204,36 +205,42 @@ class ActionBook:
     wants its result: an answer from behind the node, a replica's or one read before the node
     moved, may withdraw it for a moment); one whose result was acknowledged never is.
 
-    A result is acknowledged only by the answer to a report that carried it, once that answer
-    no longer names its action: the result is stored by then. Instructions that merely stop
-    naming it (a push, or an answer to a report sent before the result was) may be behind the
-    node, and forgetting the result on their word would lose it for good."""
+    A result is acknowledged once a report carrying it was answered (it is stored then) and the
+    instructions no longer name its action. Until a report carrying it is answered, instructions
+    that stop naming it (a push, or an answer to a report sent before the result was) may be
+    behind the node, and forgetting the result on their word would lose it for good."""
 
     def __init__(self) -> None:
         self._running: dict[str, agent_pb2.ActionKind.ValueType] = {}
         self._results: dict[str, agent_pb2.ActionResult] = {}
+        # Results a report carried and the control plane answered: stored.
+        self._stored: set[str] = set()
         self._forgotten: OrderedDict[str, None] = OrderedDict()
 
     def update(self, actions: Iterable[agent_pb2.Action]) -> tuple[list[agent_pb2.Action], list[str]]:
         """Take the actions the instructions name now: the new ones to start (marked running) and
-        the ids of running ones no longer named (to cancel)."""
+        the ids of running ones no longer named (to cancel). Stored results no longer named are
+        forgotten."""
         named = {action.action_id: action for action in actions if action.action_id}
         withdrawn = [action_id for action_id in self._running if action_id not in named]
         for action_id in withdrawn:
             del self._running[action_id]
+        self._forget_stored(named.keys())
         known = self._running.keys() | self._results.keys() | self._forgotten.keys()
         start = [action for action_id, action in named.items() if action_id not in known]
         for action in start:
             self._running[action.action_id] = action.kind
         return start, withdrawn
 
-    def acknowledge(self, carried: Iterable[str], actions: Iterable[agent_pb2.Action]) -> None:
-        """A report carrying the results of ``carried`` was answered naming ``actions``: forget
-        the results of those no longer named, and never start them again."""
-        named = {action.action_id for action in actions}
-        for action_id in carried:
-            if action_id not in named and self._results.pop(action_id, None) is not None:
-                self._forget(action_id)
+    def stored(self, carried: Iterable[str]) -> None:
+        """A report carrying the results of ``carried`` was answered: they are stored."""
+        self._stored.update(action_id for action_id in carried if action_id in self._results)
+
+    def _forget_stored(self, named: AbstractSet[str]) -> None:
+        for action_id in [action_id for action_id in self._stored if action_id not in named]:
+            self._stored.discard(action_id)
+            del self._results[action_id]
+            self._forget(action_id)
 
     def _forget(self, action_id: str) -> None:
         self._forgotten[action_id] = None
@@ -619,7 +626,7 @@ class NodeAgent:
         if changed:
             await self._delivered(status)
         self._confirm = False
-        self._book.acknowledge([r.action_id for r in results], response.instructions.actions)
+        self._book.stored(r.action_id for r in results)
         self._follow(response.instructions)
 
     async def _observe(self, samples: Sequence[GpuSample]) -> agent_pb2.NodeStatus:

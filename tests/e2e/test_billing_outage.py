@@ -86,7 +86,10 @@ async def test_a_fault_during_an_outage_stops_billing_when_it_happened(
             raised = fault_time(fleet, faulty, gpu=2, code=79)
 
             async def tried_to_report() -> bool:
-                return fleet.stats.reports_failed > failed_before
+                # A report failed after the fault was journaled (an earlier one may have failed
+                # too: one re-sending a result still named, say).
+                pending = [e.code for e in Journal(journal_path(journals, faulty)).pending]
+                return pending == [79] and fleet.stats.reports_failed > failed_before
 
             await until(tried_to_report, timeout=30)
             if agents_restart:

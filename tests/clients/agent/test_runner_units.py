@@ -182,8 +182,9 @@ def test_an_action_starts_once_however_often_it_is_named() -> None:
     assert book.finish(result)
     assert book.update([action("a1")]) == ([], [])
     assert book.results() == [result]  # sent again while still named
-    book.acknowledge(["a1"], [])
-    assert book.results() == []  # forgotten once a report carrying it is answered without it
+    book.stored(["a1"])
+    assert book.update([]) == ([], [])
+    assert book.results() == []  # stored and no longer named: forgotten
     assert book.update([action("a1")]) == ([], [])  # and never run again
 
 
@@ -202,12 +203,13 @@ def test_only_the_last_acknowledged_ids_are_remembered() -> None:
     for n in range(REMEMBERED_ACTIONS + 1):
         book.update([action(f"a{n}")])
         assert book.finish(agent_pb2.ActionResult(action_id=f"a{n}", kind=BURN_IN))
-        book.acknowledge([f"a{n}"], [])
+        book.stored([f"a{n}"])
+        book.update([])  # no longer named: acknowledged
     assert book.update([action("a0")]) == ([action("a0")], [])  # the oldest fell out
     assert book.update([action("a0"), action(f"a{REMEMBERED_ACTIONS}")]) == ([], [])
 
 
-def test_a_result_is_kept_until_the_answer_to_a_report_carrying_it_no_longer_names_it() -> None:
+def test_a_result_is_kept_until_a_report_carrying_it_was_answered() -> None:
     """Instructions that stop naming an action before any report carried its result (a push, or
     the answer to a report sent before) may be behind the node: the result is kept and sent."""
     book = ActionBook()
@@ -216,12 +218,13 @@ def test_a_result_is_kept_until_the_answer_to_a_report_carrying_it_no_longer_nam
     assert book.finish(first)
     assert book.update([]) == ([], ["a2"])
     assert book.results() == [first]
-    book.acknowledge([], [])  # the answer to a report that carried nothing
+    book.stored([])  # the answer to a report that carried nothing
+    assert book.update([]) == ([], [])
     assert book.results() == [first]
-    book.acknowledge(["a1"], [action("a1")])  # carried, but still named: not yet stored
-    assert book.results() == [first]
-    book.acknowledge(["a1"], [])
+    book.stored(["a1"])
+    assert book.update([]) == ([], [])
     assert book.results() == []
+    assert book.update([action("a1")]) == ([], [])  # acknowledged: never run again
     assert not book.finish(second)  # withdrawn while running: its result is not kept
 
 
