@@ -58,11 +58,13 @@ def apply(moves: Sequence[Move], *, actor: str, locking: bool) -> Tx[Relocated]:
     for i, move in enumerate(moves):
         if move.allocation_id not in rows:
             raise NotFound.of("allocation", move.allocation_id, field_path=f"moves[{i}].allocation_id")
-    yield from repo.held_nodes(ids, locking=locking)
     # On SQLite the writer's one lock holds them all; on PostgreSQL a target not locked here was
     # not free when asked (it may be by the time it is read: it is not used unlocked).
     targets = [m.to_node_id for m in moves]
-    locked = (yield from nodes_repo.lock_free(sorted(targets), skip_locked=False)) if locking else set(targets)
+    locked = set(targets)
+    if locking:
+        yield from repo.held_nodes(ids, locking=True)
+        locked = yield from nodes_repo.lock_free(sorted(targets), skip_locked=False)
     done = yield from repo.replacements(ids)
     to_make: list[tuple[int, Move, Node, repo.Holding]] = []
     answered = []
