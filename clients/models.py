@@ -286,9 +286,9 @@ class CreatedAllocation(Allocation):
 class Quota:
     """A tenant's quota of one GPU model: it may hold ``nodes`` of its own, and borrow up to
     ``borrow_limit`` more of what the other tenants of its ``cohort`` ("" for none) leave unused;
-    ``used_nodes`` is what its ACTIVE allocations of the model hold now. ``actor`` and
-    ``update_time`` say who set it last, and when. A tenant without a quota of a model is not
-    limited."""
+    ``used_nodes`` is what its ACTIVE allocations of the model hold now (part-node ones as a
+    nodes' worth of their GPUs, rounded up). ``actor`` and ``update_time`` say who set it last,
+    and when. A tenant without a quota of a model is not limited."""
 
     tenant_id: str
     gpu_model: str

@@ -21,9 +21,9 @@ An allocation that asked not to wait (``fail_if_unavailable``) is placed if it f
 place and otherwise neither blocks the queue nor reclaims quota: once no model it accepts is
 left, ``plan`` refuses it (``Plan.refused``), and the cycle withdraws it.
 
-Quotas (quotas.py) are counted on the way: an allocation over its tenant's quota waits
-(QUOTA_EXCEEDED) and is passed over, holding nothing back, since one tenant's quota must not
-hold up the others. A head that fits within its tenant's own quota but not in the free nodes
+Quotas (quotas.py) are counted on the way, part-node work by its GPUs: an allocation over its
+tenant's quota waits (QUOTA_EXCEEDED) and is passed over, holding nothing back, since one
+tenant's quota must not hold up the others. A head that fits within its tenant's own quota but not in the free nodes
 reclaims what its cohort borrowed: ``plan`` names the borrowers' allocations to preempt
 (lowest priority first, then the newest, only while their tenant borrows, and only when they
 free enough), and the head waits for their release (WAITING_FOR_PREEMPTION).
@@ -44,7 +44,7 @@ import scheduling
 from services.allocations import part_node
 from services.allocations.part_node import PartPlacement, SharedNodes
 from services.allocations.placement import Pool
-from services.allocations.quotas import Ledger
+from services.allocations.quotas import NODE_MILLI, Ledger, held_milli
 from services.allocations.repository import Allocation
 from services.nodes.inventory import GpuModel
 
@@ -128,10 +128,14 @@ def plan(
         # A guest is judged, and admitted, as an allocation of this model.
         row = _as_model(queued, here) if guest else queued
         if row.part_node:
+            if not ledger.fits(row.tenant_id, held_milli(row)):
+                waiting[row.allocation_id] = [quota_reason(row, ledger)]
+                continue
             shared = shared or SharedNodes(GpuModel(row.gpu_model), (), ())
             placed, reasons = _part(row, shared, pool, policy=policy, keep=keep, fleet_nodes=fleet_nodes, head=head)
             if placed is not None:
                 parts.append(placed)
+                ledger.take(row.tenant_id, held_milli(row))
                 continue
             # Waiting in the queue's order (the head if nothing ahead is blocked), unless it
             # can never be placed and is passed over, or is a guest.
@@ -149,14 +153,14 @@ def plan(
         if row.same_block and needed > fleet_block:
             waiting[row.allocation_id] = [_topology(row, fleet_block, pool.free, in_fleet=True)]
             continue
-        if not ledger.fits(row.tenant_id, needed):
+        if not ledger.fits(row.tenant_id, held_milli(row)):
             waiting[row.allocation_id] = [quota_reason(row, ledger)]
             continue
         if head is None:
             chosen = pool.choose(policy, needed, tenant=row.tenant_id, keep=keep, same_block=row.same_block)
             if chosen is not None:
                 pool.take(chosen)
-                ledger.take(row.tenant_id, needed)
+                ledger.take(row.tenant_id, held_milli(row))
                 admitted.append((row, chosen))
                 continue
             if tentative:
@@ -201,7 +205,7 @@ def _blocked(
     """Why the head of the queue waits, and the borrowers' allocations its reclaim preempts
     (``_reclaim``), if it reclaims."""
     binding = _short(row, pool, keep) or _capacity(row, pool.free, keep)
-    if binding.kind is not ReasonKind.WAITING_FOR_CAPACITY or not ledger.within_nominal(row.tenant_id, row.node_count):
+    if binding.kind is not ReasonKind.WAITING_FOR_CAPACITY or not ledger.within_nominal(row.tenant_id, held_milli(row)):
         return [binding], []
     if row.alternatives:
         # Another model it accepts may take it this very pass: no one is preempted for it.
@@ -272,7 +276,7 @@ def _reclaim(
     short = row.node_count - coming
     if short <= 0:
         return []  # what is on its way back suffices
-    borrowed = {t: ledger.used(t) - ledger.nominal(t) for t in {a.tenant_id for a in running} if ledger.limited(t)}
+    borrowed = {t: ledger.borrowed_milli(t) for t in {a.tenant_id for a in running} if ledger.limited(t)}
     candidates = sorted(
         (a for a in running if a.tenant_id != row.tenant_id and ledger.same_cohort(row.tenant_id, a.tenant_id)),
         key=lambda a: (a.priority, -(a.admitted_us or 0), a.allocation_id),
@@ -281,7 +285,7 @@ def _reclaim(
     for victim in candidates:
         if borrowed[victim.tenant_id] <= 0:
             continue  # its tenant no longer borrows: the rest is its own quota
-        borrowed[victim.tenant_id] -= victim.node_count
+        borrowed[victim.tenant_id] -= held_milli(victim)
         victims.append(victim)
         short -= victim.node_count
         if short <= 0:
@@ -291,7 +295,7 @@ def _reclaim(
     reasons = []
     for victim in victims:
         reasons.append((victim, _victim_reason(victim, row, ledger)))
-        ledger.give_back(victim.tenant_id, victim.node_count)
+        ledger.give_back(victim.tenant_id, held_milli(victim))
     return reasons
 
 
@@ -316,17 +320,33 @@ def _preemption(row: Allocation, free: int, reclaiming: int, victims: Sequence[t
 
 
 def quota_reason(row: Allocation, ledger: Ledger) -> Reason:
-    """Why ``row`` waits for its tenant's quota: what the tenant holds, and its limit now."""
-    used, nominal, limit = ledger.used(row.tenant_id), ledger.nominal(row.tenant_id), ledger.limit(row.tenant_id)
-    borrow = (
-        f" (its quota {nominal}, and {limit - nominal} it may borrow from its cohort now)" if limit > nominal else ""
-    )
+    """Why ``row`` waits for its tenant's quota: what the tenant holds, and its limit now. In
+    nodes while the tenant holds and asks whole nodes only; in GPUs once part-node work is
+    counted, with the thousandths of a GPU as figures beside the nodes."""
+    tenant = row.tenant_id
+    used, nominal, limit = ledger.used(tenant), ledger.nominal(tenant), ledger.limit(tenant)
+    figures = {"used": used, "limit": limit, "nominal": nominal, "needed": row.node_count}
+    borrow = f", and {limit - nominal} it may borrow from its cohort now" if limit > nominal else ""
+    held, asked = ledger.used_milli(tenant), held_milli(row)
+    if not row.part_node and held % NODE_MILLI == 0:
+        holds = f"holds {used} of {limit} {row.gpu_model} node(s){borrow and f' (its quota {nominal}{borrow})'};"
+        holds += f" {row.node_count} more asked"
+    else:
+        figures |= {"used_gpu_milli": held, "limit_gpu_milli": limit * NODE_MILLI, "needed_gpu_milli": asked}
+        holds = (
+            f"holds {_gpus(held)} of {_gpus(limit * NODE_MILLI)} {row.gpu_model} GPU(s) (its quota {nominal}"
+            f" node(s){borrow}, part-node work counted by its GPUs); {part_node.describe(row)} asked"
+        )
     return Reason(
         ReasonKind.QUOTA_EXCEEDED,
-        f"quota exceeded: tenant {row.tenant_id} holds {used} of {limit} {row.gpu_model} node(s){borrow};"
-        f" {row.node_count} more asked. It waits, holding nothing back from other tenants",
-        {"used": used, "limit": limit, "nominal": nominal, "needed": row.node_count},
+        f"quota exceeded: tenant {tenant} {holds}. It waits, holding nothing back from other tenants",
+        figures,
     )
+
+
+def _gpus(milli: int) -> str:
+    """Thousandths of a GPU as GPUs: "16", "2.5", "0.143"."""
+    return f"{milli / 1000:.3f}".rstrip("0").rstrip(".")
 
 
 def due(row: Allocation) -> Reason:

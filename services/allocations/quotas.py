@@ -6,6 +6,13 @@ without one is not limited. Quota and capacity are separate: an allocation withi
 may still wait for free nodes, and one over it waits (QUOTA_EXCEEDED) without holding up other
 tenants' work, whatever is free.
 
+A quota of N nodes is N nodes' GPUs, so part-node work counts too: a whole-node allocation
+uses every GPU of its nodes, a part-node one what it is billed by (its GPUs, its MIG slice's
+fraction or its share; nothing for CPU and memory alone). ``Ledger`` counts in thousandths of
+a GPU (``held_milli``); what it answers in nodes is a nodes' worth, part-node GPUs eight to a
+node, rounded up. Only whole nodes are lent: what a cohort leaves unused is counted in whole
+nodes, rounded down.
+
 A tenant that wants back what it lent reclaims it: when its allocation fits within its nominal
 quota but not in the free nodes, the scheduling cycle preempts allocations of the cohort's
 borrowers (tenants holding more than their nominal quota), lowest priority first, then the most
@@ -21,18 +28,38 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
+import scheduling
+from services.allocations import part_node
+from services.allocations.repository import Allocation
 from services.allocations.states import AllocationState
 from services.auth.principal import Principal
 from services.clock import now_us
-from services.nodes.inventory import GpuModel
+from services.nodes.inventory import GPUS_PER_NODE, GpuModel
 from services.store.engine import Database
 from services.store.tx import Sql, Tx, for_update
 from services.tenants import repository as tenants_repo
 
+# A node's worth of quota, in thousandths of a GPU.
+NODE_MILLI = GPUS_PER_NODE * 1000
+
+
+def held_milli(row: Allocation) -> int:
+    """What ``row`` counts against its tenant's quota, in thousandths of a GPU: every GPU of
+    its nodes, or for part of a node what it is billed by."""
+    if not row.part_node:
+        return row.node_count * NODE_MILLI
+    return scheduling.gpu_milli(part_node.request_of(row))
+
+
+def nodes_worth(milli: int) -> int:
+    """``milli`` thousandths of a GPU as nodes, a part of one counted whole."""
+    return -(-milli // NODE_MILLI)
+
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A tenant's quota of one model, and how many of its nodes the tenant holds now."""
+    """A tenant's quota of one model, and how many of its nodes the tenant holds now (a nodes'
+    worth: ``nodes_worth``)."""
 
     tenant_id: str
     gpu_model: str
@@ -45,19 +72,24 @@ class Quota:
 
 
 class Ledger:
-    """The quotas of one model's tenants and what each holds, as a cycle admits and preempts."""
+    """The quotas of one model's tenants and what each holds, as a cycle admits and preempts:
+    amounts held and asked are thousandths of a GPU (``held_milli``), quotas and limits nodes."""
 
-    def __init__(self, quotas: Iterable[Quota], used: Mapping[str, int]) -> None:
+    def __init__(self, quotas: Iterable[Quota], used_milli: Mapping[str, int]) -> None:
         self._quotas = {q.tenant_id: q for q in quotas}
-        self._used = dict(used)
+        self._used = dict(used_milli)
 
     def limited(self, tenant: str) -> bool:
         """Whether ``tenant`` has a quota of the model."""
         return tenant in self._quotas
 
-    def used(self, tenant: str) -> int:
-        """The nodes of the model ``tenant`` holds."""
+    def used_milli(self, tenant: str) -> int:
+        """The thousandths of the model's GPUs ``tenant`` holds."""
         return self._used.get(tenant, 0)
+
+    def used(self, tenant: str) -> int:
+        """The nodes' worth of the model ``tenant`` holds."""
+        return nodes_worth(self.used_milli(tenant))
 
     def nominal(self, tenant: str) -> int:
         """``tenant``'s own quota."""
@@ -68,37 +100,40 @@ class Ledger:
         quota = self._quotas[tenant]
         return quota.nodes + min(quota.borrow_limit, self._lendable(quota.cohort, tenant))
 
-    def fits(self, tenant: str, nodes: int) -> bool:
-        """Whether ``tenant`` may take ``nodes`` more; always, for a tenant without a quota."""
-        return not self.limited(tenant) or self.used(tenant) + nodes <= self.limit(tenant)
+    def fits(self, tenant: str, milli: int) -> bool:
+        """Whether ``tenant`` may take ``milli`` more; always, for a tenant without a quota."""
+        return not self.limited(tenant) or self.used_milli(tenant) + milli <= self.limit(tenant) * NODE_MILLI
 
-    def within_nominal(self, tenant: str, nodes: int) -> bool:
-        """Whether ``tenant`` has a quota and ``nodes`` more stay inside it: what it may reclaim."""
-        return self.limited(tenant) and self.used(tenant) + nodes <= self.nominal(tenant)
+    def within_nominal(self, tenant: str, milli: int) -> bool:
+        """Whether ``tenant`` has a quota and ``milli`` more stay inside it: what it may reclaim."""
+        return self.limited(tenant) and self.used_milli(tenant) + milli <= self.nominal(tenant) * NODE_MILLI
 
-    def borrowing(self, tenant: str) -> bool:
-        """Whether ``tenant`` holds more than its own quota."""
-        return self.limited(tenant) and self.used(tenant) > self.nominal(tenant)
+    def borrowed_milli(self, tenant: str) -> int:
+        """How much more than its own quota ``tenant`` holds (0 or less: it borrows nothing)."""
+        return self.used_milli(tenant) - self.nominal(tenant) * NODE_MILLI
 
     def same_cohort(self, tenant: str, other: str) -> bool:
         """Whether both tenants have a quota in one cohort."""
         a, b = self._quotas.get(tenant), self._quotas.get(other)
         return a is not None and b is not None and bool(a.cohort) and a.cohort == b.cohort
 
-    def take(self, tenant: str, nodes: int) -> None:
-        """``tenant`` holds ``nodes`` more."""
-        self._used[tenant] = self.used(tenant) + nodes
+    def take(self, tenant: str, milli: int) -> None:
+        """``tenant`` holds ``milli`` more."""
+        self._used[tenant] = self.used_milli(tenant) + milli
 
-    def give_back(self, tenant: str, nodes: int) -> None:
-        """``tenant`` holds ``nodes`` fewer."""
-        self._used[tenant] = self.used(tenant) - nodes
+    def give_back(self, tenant: str, milli: int) -> None:
+        """``tenant`` holds ``milli`` fewer."""
+        self._used[tenant] = self.used_milli(tenant) - milli
 
     def _lendable(self, cohort: str, borrower: str) -> int:
         if not cohort:
             return 0
-        return sum(
-            max(q.nodes - self.used(t), 0) for t, q in self._quotas.items() if q.cohort == cohort and t != borrower
+        unused = sum(
+            max(q.nodes * NODE_MILLI - self.used_milli(t), 0)
+            for t, q in self._quotas.items()
+            if q.cohort == cohort and t != borrower
         )
+        return unused // NODE_MILLI
 
 
 _COLUMNS = "tenant_id, gpu_model, nodes, borrow_limit, cohort, actor, updated_us"
@@ -130,13 +165,23 @@ def ledger(gpu_model: str, *, locking: bool) -> Tx[Ledger | None]:
 
 
 def usage(gpu_model: str) -> Tx[dict[str, int]]:
-    """The nodes of ``gpu_model`` each tenant's ACTIVE allocations hold (by what they asked)."""
-    result = yield Sql(
+    """The thousandths of ``gpu_model``'s GPUs each tenant's ACTIVE allocations hold (whole
+    nodes by what they asked, part-node ones by their live holds)."""
+    params = {"model": gpu_model, "active": AllocationState.ACTIVE.value}
+    whole = yield Sql(
         "SELECT tenant_id, SUM(node_count) FROM allocations WHERE state = :active AND gpu_model = :model"
         " GROUP BY tenant_id",
-        {"model": gpu_model, "active": AllocationState.ACTIVE.value},
+        params,
     )
-    return {str(t): int(n) for t, n in result.rows}
+    part = yield Sql(
+        "SELECT a.tenant_id, SUM(h.milli) FROM gpu_holds h JOIN allocations a ON a.allocation_id = h.allocation_id"
+        " WHERE a.state = :active AND a.gpu_model = :model AND h.released_us IS NULL GROUP BY a.tenant_id",
+        params,
+    )
+    used = {str(t): int(n) * NODE_MILLI for t, n in whole.rows}
+    for tenant, milli in part.rows:
+        used[str(tenant)] = used.get(str(tenant), 0) + int(milli)
+    return used
 
 
 def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[Quota]]:
@@ -148,11 +193,14 @@ def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[
         where, params["tenant"] = "WHERE q.tenant_id = :tenant", tenant_id
     result = yield Sql(
         f"SELECT {_COLUMNS}, (SELECT COALESCE(SUM(a.node_count), 0) FROM allocations a"
-        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active)"
+        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active),"
+        " (SELECT COALESCE(SUM(h.milli), 0) FROM gpu_holds h JOIN allocations a ON a.allocation_id = h.allocation_id"
+        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active"
+        " AND h.released_us IS NULL)"
         f" FROM quotas q {where} ORDER BY tenant_id, gpu_model",
         params,
     )
-    return [_quota(row) for row in result.rows]
+    return [_quota((*row[:-2], int(row[-2]) + nodes_worth(int(row[-1])))) for row in result.rows]
 
 
 def _set(

@@ -103,3 +103,38 @@ async def test_concurrent_creates_never_exceed_a_quota(
     assert {error.reason for error in refused} == {"QUOTA_EXCEEDED"}
     [quota] = await operator.list_quotas(tenant_id="acme")
     assert quota.used_nodes == 3
+
+
+async def test_part_node_work_counts_against_the_quota_by_its_gpus(
+    control_plane: RunningControlPlane, operator: AsyncClient
+) -> None:
+    """A one-node quota is eight GPUs, however they are asked for: four 2-GPU allocations
+    fit, a fifth waits for the quota (another tenant's work goes ahead of it), a whole node
+    is refused, and the fifth is admitted once one of the four is cancelled."""
+    await register_ready_nodes(operator, 3)
+    for tenant in ("acme", "bolt"):
+        await operator.create_tenant(tenant)
+    await operator.set_quota("acme", "H100", 1)
+    for _ in range(4):
+        created = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
+        assert (await operator.wait_admitted(created.allocation_id, timeout=15, poll_s=0.05)).state == "ACTIVE"
+    first = created
+    fifth = await operator.create_allocation(gpu_model="H100", gpus=2, tenant_id="acme")
+    assert fifth.state == "PENDING"
+    [reason] = (await operator.explain_allocation(fifth.allocation_id)).reasons
+    assert reason.kind == "QUOTA_EXCEEDED"
+    gpu_figures = [reason.figures[f"{name}_gpu_milli"] for name in ("used", "limit", "needed")]
+    assert (reason.figures["used"], gpu_figures) == (1, [8000, 8000, 2000])
+    bolt = await operator.create_allocation(gpu_model="H100", gpus=1, tenant_id="bolt")
+    assert (await operator.wait_admitted(bolt.allocation_id, timeout=15, poll_s=0.05)).state == "ACTIVE"
+    with pytest.raises(ResourceExhaustedError) as refused:
+        await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="acme", fail_if_unavailable=True)
+    assert refused.value.reason == "QUOTA_EXCEEDED"
+    # Eight GPUs held are a node's worth: said in nodes, as for whole-node work.
+    assert (refused.value.metadata["used"], refused.value.metadata["limit"]) == ("1", "1")
+    [quota] = await operator.list_quotas(tenant_id="acme")
+    assert quota.used_nodes == 1
+
+    await operator.cancel_allocation(first.allocation_id)
+    admitted = await operator.wait_admitted(fifth.allocation_id, timeout=15, poll_s=0.05)
+    assert admitted.state == "ACTIVE"

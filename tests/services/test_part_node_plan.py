@@ -7,6 +7,7 @@ from __future__ import annotations
 from services.allocations.part_node import LiveHold, SharedNodes, describe
 from services.allocations.placement import Candidate, Pool
 from services.allocations.queue import Plan, ReasonKind, plan
+from services.allocations.quotas import Ledger, Quota
 from services.allocations.repository import Allocation
 from services.nodes.inventory import GpuModel
 from tests.services.test_queue_plan import FIRST_FIT, waiting
@@ -105,3 +106,99 @@ def test_what_each_asks_reads_as_words() -> None:
     assert describe(part("b", mig="3g.40gb")) == "a 3g.40gb MIG slice of an H100 GPU"
     assert describe(part("c", share=250, cpu=4000)) == "a 250/1000 share of an H100 GPU with 4 CPU"
     assert describe(waiting("d", 3)) == "3 H100 node(s)"
+
+
+def quota_of(tenant: str, nodes: int, *, borrow: int = 0, cohort: str = "") -> Quota:
+    return Quota(tenant, "H100", nodes, borrow, cohort, "operator", 0)
+
+
+def test_part_node_work_counts_against_a_quota_by_its_gpus() -> None:
+    """A one-node quota is eight GPUs: four 2-GPU allocations fit, the fifth waits over the
+    quota, passed over by another tenant's."""
+    queue = [part(f"a{i}", gpus=2) for i in range(5)] + [part("b", tenant="bolt", gpus=1)]
+    made = plan(
+        queue,
+        Pool(node(i) for i in range(3)),
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=3,
+        fleet_block=3,
+        ledger=Ledger([quota_of("acme", 1)], {}),
+    )
+    assert sorted(p.row.allocation_id for p in made.parts) == ["a0", "a1", "a2", "a3", "b"]
+    [reason] = made.waiting["a4"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert reason.figures == {
+        "used": 1,
+        "limit": 1,
+        "nominal": 1,
+        "needed": 0,
+        "used_gpu_milli": 8000,
+        "limit_gpu_milli": 8000,
+        "needed_gpu_milli": 2000,
+    }
+    assert "tenant acme holds 8 of 8 H100 GPU(s) (its quota 1 node(s)" in reason.message
+    assert "2 H100 GPU(s) on one node asked" in reason.message
+
+
+def test_a_whole_node_does_not_fit_a_quota_that_part_node_work_uses() -> None:
+    made = plan(
+        [waiting("whole", 1)],
+        Pool(node(i) for i in range(2)),
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=2,
+        fleet_block=2,
+        ledger=Ledger([quota_of("acme", 1)], {"acme": 1000}),
+    )
+    assert made.admitted == []
+    [reason] = made.waiting["whole"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert (reason.figures["used"], reason.figures["used_gpu_milli"], reason.figures["needed_gpu_milli"]) == (
+        1,
+        1000,
+        8000,
+    )
+    assert "holds 1 of 8 H100 GPU(s)" in reason.message
+
+
+def test_a_mig_slice_and_a_share_count_their_fraction() -> None:
+    """7.9 of 8 GPUs held: a 1g.10gb slice (an eighth of a GPU) would exceed the quota, a
+    tenth of a GPU fits."""
+    made = plan(
+        [part("slice", mig="1g.10gb"), part("share", share=100)],
+        Pool(node(i) for i in range(2)),
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=2,
+        fleet_block=2,
+        ledger=Ledger([quota_of("acme", 1)], {"acme": 7900}),
+    )
+    assert [p.row.allocation_id for p in made.parts] == ["share"]
+    [reason] = made.waiting["slice"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert reason.figures["needed_gpu_milli"] == 125
+    assert "holds 7.9 of 8 H100 GPU(s)" in reason.message
+
+
+def test_a_cohort_lends_only_whole_nodes_its_part_node_work_leaves() -> None:
+    """acme uses one GPU of its two nodes: bolt, holding two nodes against its one, has
+    borrowed the one whole node left and may not borrow the seven GPUs beyond it."""
+    quotas = Ledger(
+        [quota_of("acme", 2, cohort="lab"), quota_of("bolt", 1, borrow=4, cohort="lab")],
+        {"acme": 1000, "bolt": 16000},
+    )
+    assert quotas.limit("bolt") == 2
+    made = plan(
+        [part("more", tenant="bolt", gpus=1)],
+        Pool(node(i) for i in range(4)),
+        policy=FIRST_FIT,
+        keep=0,
+        fleet_nodes=4,
+        fleet_block=4,
+        ledger=quotas,
+    )
+    assert made.parts == []
+    [reason] = made.waiting["more"]
+    assert reason.kind is ReasonKind.QUOTA_EXCEEDED
+    assert "holds 16 of 16 H100 GPU(s) (its quota 1 node(s), and 1 it may borrow" in reason.message

@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 import scheduling
 from services.allocations.placement import Candidate, Pool
 from services.allocations.queue import ReasonKind, plan
-from services.allocations.quotas import Ledger, Quota
+from services.allocations.quotas import NODE_MILLI, Ledger, Quota
 from services.allocations.repository import Allocation
 
 FIRST_FIT = scheduling.POLICIES["first-fit"]
@@ -173,8 +173,9 @@ def test_a_gang_the_spares_leave_no_room_for_holds_nothing_back() -> None:
 
 
 def ledger(*quotas: tuple[str, int, int, str], used: dict[str, int] | None = None) -> Ledger:
-    """Quotas as (tenant, nodes, borrow limit, cohort), and what each tenant holds."""
-    return Ledger((Quota(t, "H100", n, b, c, "operator", 0) for t, n, b, c in quotas), used or {})
+    """Quotas as (tenant, nodes, borrow limit, cohort), and the whole nodes each tenant holds."""
+    held = {tenant: nodes * NODE_MILLI for tenant, nodes in (used or {}).items()}
+    return Ledger((Quota(t, "H100", n, b, c, "operator", 0) for t, n, b, c in quotas), held)
 
 
 def owned(name: str, tenant: str, nodes: int, *, priority: int = 0, admitted_us: int = 0) -> Allocation:

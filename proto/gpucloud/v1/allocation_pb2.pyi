@@ -291,7 +291,9 @@ class Quota(_message.Message):
     cohort: _builtins.str
     """Tenants of one cohort lend one another their unused quota ("" for none)."""
     used_nodes: _builtins.int
-    """Nodes its ACTIVE allocations of the model hold now."""
+    """Nodes its ACTIVE allocations of the model hold now: part-node ones as a nodes' worth of
+    their GPUs (eight to a node, a MIG slice or a share by its fraction), rounded up.
+    """
     actor: _builtins.str
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp: ...
