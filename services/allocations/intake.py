@@ -51,11 +51,13 @@ Cancelled = tuple[Operation, AllocationView]
 @dataclass(frozen=True, slots=True)
 class Accepted:
     """What ``accept`` answers, in the order asked: each create's allocation (a new one
-    PENDING) or error, each cancel's answer or error, and the ids of the new allocations."""
+    PENDING) or error, each cancel's answer or error, the ids of the new allocations, and the
+    models with a queue once they were taken in (``repository.queued_models``; None when not read)."""
 
     creates: list[Created | ApiError]
     cancels: list[Cancelled | ApiError]
     recorded: list[str]
+    queued: tuple[list[str], int] | None = None
 
 
 def answer(outcome: T | ApiError) -> T:
@@ -77,7 +79,8 @@ def accept(creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel], *
     cancelled allocations and their nodes are locked first. Raises only what fails the whole
     set (a key claimed concurrently by another replica: ``tx.Conflict``, to run again)."""
     answered, recorded = yield from _creates(creates)
-    return Accepted(answered, (yield from _cancels(cancels, locking=locking)), recorded)
+    cancelled = yield from _cancels(cancels, locking=locking)
+    return Accepted(answered, cancelled, recorded, (yield from repo.queued_models()))
 
 
 def _creates(pending: Sequence[PendingCreate]) -> Tx[tuple[list[Created | ApiError], list[str]]]:

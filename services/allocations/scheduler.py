@@ -7,7 +7,8 @@ or an uncordon is seen there). A pass:
 
 1. takes in, in one transaction, everything that arrived since the last pass (intake.py): new
    creates are recorded PENDING, cancels are accepted;
-2. runs a cycle per model with a queue: one transaction reads the queue in admission order,
+2. runs a cycle per model with a queue (those it expects, queued right behind the intake, so
+   that on SQLite one group commit covers the intake and them): one transaction reads the queue in admission order,
    the pool of free nodes, the spares, the quotas and the shared nodes, lets ``queue.plan``
    decide, cancels the allocations a reclaim preempts (as a cancel of theirs would), admits
    what it chose, each allocation billed from its admission, and withdraws the creates that
@@ -32,8 +33,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
@@ -65,6 +66,7 @@ log = structlog.get_logger(__name__)
 
 _PENDING = AllocationState.PENDING.value
 _NOBODY: Mapping[str, str] = {}
+_NO_PLANS: Mapping[str, Plan] = {}
 Item = TypeVar("Item")
 Outcome = TypeVar("Outcome")
 # How often a replica that does not lead looks whether the leader's cycle admitted a create,
@@ -107,6 +109,9 @@ class Scheduler:
         self.wake = Notifier()
         # Requests waiting for the next pass; None while this replica's ``run`` is not running.
         self._waiting: _Waiting | None = None
+        # The models with a queue when a pass last read them: a pass with requests expects
+        # these, and its creates' models, to need a cycle.
+        self._queued_models: frozenset[str] = frozenset()
 
     @property
     def leading(self) -> bool:
@@ -186,12 +191,14 @@ class Scheduler:
         model with a queue, and answer each request, in order: a new create as the cycles left
         it, or refused if it asked not to wait and a cycle withdrew it. Once the intake has
         committed, a failure later in the pass is logged and its creates answered PENDING."""
-        accepted = await self._accept(creates, cancels) if creates or cancels else Accepted([], [], [])
         # Admitted in this pass, a new allocation's nodes name who asked for it, not the scheduler.
         asked_by = {c.allocation_id: c.request.actor or f"tenant:{c.request.tenant_id}" for c in creates}
+        nothing = _TakenIn(Accepted([], [], []))
+        taken = await self._take_in(creates, cancels, asked_by) if creates or cancels else nothing
+        accepted = taken.accepted
         views: dict[str, AllocationView] = {}
         try:
-            waiting, refused = await self.run_pass(asked_by)
+            waiting, refused = await self.run_pass(asked_by, queued=accepted.queued, done=taken.done)
             if accepted.recorded:
                 views = await self._store.query(repo.views_by_id(accepted.recorded))
             # Withdrawn by another's pass (standalone passes may run side by side): refused too.
@@ -216,6 +223,32 @@ class Scheduler:
                     outcome = Created(views[allocation_id], outcome.replayed)
             answers.append(outcome)
         return answers, accepted.cancels
+
+    async def _take_in(
+        self, creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel], asked_by: Mapping[str, str]
+    ) -> _TakenIn:
+        """The intake's transaction with, queued right behind it, a cycle of each model the
+        pass expects a queue in (first choices only: ``run_pass``'s first round): the models
+        with a queue at the last read and those the creates ask for first. Each cycle sees the
+        intake; on SQLite one group commit covers them all. A cycle that failed is left to
+        ``run_pass``, as is every one when the intake lost a race (taken in again by
+        ``_accept``)."""
+        expected = sorted(self._queued_models | {c.request.gpu_model for c in creates})
+        intake, *cycles = await self._store.transact_in_order(
+            [
+                partial(accept, creates, cancels, locking=self._locking),
+                *(self._cycle_of(GpuModel(model), 0, asked_by) for model in expected),
+            ]
+        )
+        if isinstance(intake, Conflict):
+            return _TakenIn(await self._accept(creates, cancels))
+        if isinstance(intake, BaseException):
+            raise intake
+        assert isinstance(intake, Accepted)
+        done = {model: made for model, made in zip(expected, cycles, strict=True) if isinstance(made, Plan)}
+        for model, made in done.items():
+            self._made(GpuModel(model), made)
+        return _TakenIn(intake, done)
 
     async def _accept(self, creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel]) -> Accepted:
         """The intake's transaction, run again when it lost a race to another replica's (a
@@ -277,22 +310,33 @@ class Scheduler:
             metadata={"gpu_model": pending.request.gpu_model},
         )
 
-    async def run_pass(self, asked_by: Mapping[str, str] = _NOBODY) -> tuple[dict[str, list[Reason]], set[str]]:
+    async def run_pass(
+        self,
+        asked_by: Mapping[str, str] = _NOBODY,
+        *,
+        queued: tuple[list[str], int] | None = None,
+        done: Mapping[str, Plan] = _NO_PLANS,
+    ) -> tuple[dict[str, list[Reason]], set[str]]:
         """A cycle for every model with a queue: why each allocation left waiting waits, its
         first choice's reasons first, and which allocations were refused and withdrawn. A
         model whose cycle fails is logged and left to the next pass: it never holds up the
-        others. ``asked_by``: who asked for allocations taken in by this pass, by id.
+        others. ``asked_by``: who asked for allocations taken in by this pass, by id;
+        ``queued``: the models with a queue as the intake read them (read here when None);
+        ``done``: the first-round cycles made already (``_take_in``), by model.
 
         Allocations that accept other models are offered them in rounds: in round k every
         model's cycle sees the allocations it is the k-th choice of, or an earlier one, so
         each is placed on the first model of its preference order with room for it."""
         waiting: dict[str, list[Reason]] = {}
         refused: set[str] = set()
-        models, rounds = await self._store.query(repo.queued_models())
+        models, rounds = queued if queued is not None else await self._store.query(repo.queued_models())
+        self._queued_models = frozenset(models)
         for choice in range(rounds + 1):
-            for model in models:
+            for model in sorted({*models, *done}) if choice == 0 else models:
                 try:
-                    made = await self._cycle(GpuModel(model), choice, asked_by)
+                    made = done.get(model) if choice == 0 else None
+                    if made is None:
+                        made = await self._cycle(GpuModel(model), choice, asked_by)
                 except asyncio.CancelledError:
                     raise
                 except Exception:
@@ -303,8 +347,28 @@ class Scheduler:
                 refused.update(made.refused)
         return waiting, refused
 
+    def _cycle_of(
+        self,
+        gpu_model: GpuModel,
+        choice: int,
+        asked_by: Mapping[str, str],
+        *,
+        wait: bool = False,
+        passed_over: frozenset[str] = frozenset(),
+    ) -> Callable[[], Tx[Plan]]:
+        """The transaction of one cycle of ``gpu_model`` (``cycle``), as the store runs it."""
+        return partial(
+            cycle,
+            gpu_model,
+            self._policies.of(gpu_model.value),
+            locking=self._locking,
+            wait=wait,
+            choice=choice,
+            passed_over=passed_over,
+            asked_by=asked_by,
+        )
+
     async def _cycle(self, gpu_model: GpuModel, choice: int, asked_by: Mapping[str, str]) -> Plan:
-        policy = self._policies.of(gpu_model.value)
         # Nodes another transaction held or took: the next attempt plans without them, as if
         # they were not free, rather than choosing them again.
         passed_over: set[str] = set()
@@ -312,16 +376,7 @@ class Scheduler:
             last = attempt == _ATTEMPTS
             try:
                 made = await self._store.transact(
-                    partial(
-                        cycle,
-                        gpu_model,
-                        policy,
-                        locking=self._locking,
-                        wait=last,
-                        choice=choice,
-                        passed_over=frozenset(passed_over),
-                        asked_by=asked_by,
-                    )
+                    self._cycle_of(gpu_model, choice, asked_by, wait=last, passed_over=frozenset(passed_over))
                 )
             except (Aborted, VictimChanged, Conflict) as error:
                 if last:
@@ -329,24 +384,28 @@ class Scheduler:
                 if isinstance(error, Aborted):
                     passed_over.update(node for node in error.metadata.get("node_ids", "").split(",") if node)
                 continue
-            if made.preempted:
-                log.info(
-                    "allocations_preempted",
-                    gpu_model=gpu_model.value,
-                    allocation_ids=[row.allocation_id for row, _ in made.preempted],
-                )
-                if self._preempted is not None:
-                    self._preempted.notify()
-            if made.admitted or made.parts:
-                log.info(
-                    "allocations_admitted",
-                    gpu_model=gpu_model.value,
-                    allocation_ids=[row.allocation_id for row, _ in made.admitted]
-                    + [p.row.allocation_id for p in made.parts],
-                    waiting=len(made.waiting),
-                )
+            self._made(gpu_model, made)
             return made
         raise AssertionError("unreachable")
+
+    def _made(self, gpu_model: GpuModel, made: Plan) -> None:
+        """Log what a cycle decided, and wake the releaser for the allocations it preempted."""
+        if made.preempted:
+            log.info(
+                "allocations_preempted",
+                gpu_model=gpu_model.value,
+                allocation_ids=[row.allocation_id for row, _ in made.preempted],
+            )
+            if self._preempted is not None:
+                self._preempted.notify()
+        if made.admitted or made.parts:
+            log.info(
+                "allocations_admitted",
+                gpu_model=gpu_model.value,
+                allocation_ids=[row.allocation_id for row, _ in made.admitted]
+                + [p.row.allocation_id for p in made.parts],
+                waiting=len(made.waiting),
+            )
 
 
 def cycle(
@@ -397,6 +456,14 @@ def cycle(
     now = now_us()
     yield from record_admissions(made.admitted, made.parts, now_us=now, actor=SCHEDULER_ACTOR, asked_by=asked_by)
     return made
+
+
+@dataclass(frozen=True, slots=True)
+class _TakenIn:
+    """What a pass's intake answered, and the plans of the cycles queued behind it, by model."""
+
+    accepted: Accepted
+    done: dict[str, Plan] = field(default_factory=dict)
 
 
 class _NotLeading(Exception):

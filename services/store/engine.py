@@ -23,7 +23,7 @@ handler.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncIterator, Callable, Coroutine, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -252,6 +252,26 @@ class Database:
             raise
         self.committed += 1
         return result
+
+    async def transact_in_order(self, makes: Sequence[Callable[[], Tx[Any]]]) -> list[object]:
+        """Run the transactions ``makes`` build, in order, each seeing what those before it
+        committed, and answer each one's result or the exception it raised (each commits or
+        fails alone, as with ``transact``). On SQLite they are queued together, so that one
+        group commit covers them unless a group was already under way; on PostgreSQL each
+        commits before the next begins."""
+        if self._writer is not None:
+            outcomes: list[object] = await asyncio.gather(
+                *(self._writer.submit(make) for make in makes), return_exceptions=True
+            )
+            self.committed += sum(not isinstance(outcome, BaseException) for outcome in outcomes)
+            return outcomes
+        outcomes = []
+        for make in makes:
+            try:
+                outcomes.append(await self.transact(make))
+            except Exception as error:
+                outcomes.append(error)
+        return outcomes
 
     def _owned(self, coroutine: Coroutine[Any, Any, T]) -> asyncio.Task[T]:
         """Run ``coroutine`` on a task the store owns: ``settled()`` and ``close()`` wait for it,

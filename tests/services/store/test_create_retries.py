@@ -4,7 +4,7 @@ ABORTED, which clients retry; the reason tells an operator which race it was."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
@@ -24,6 +24,13 @@ def always_losing(error: Exception) -> Callable[..., Any]:
     return transact
 
 
+def always_losing_in_order(error: Exception) -> Callable[..., Any]:
+    async def transact_in_order(makes: Sequence[Callable[[], Tx[Any]]]) -> list[object]:
+        return [error for _ in makes]
+
+    return transact_in_order
+
+
 @pytest.mark.parametrize(
     ("lost_to", "reason"),
     [
@@ -35,6 +42,7 @@ async def test_a_create_that_keeps_losing_says_to_what(
     store: Database, monkeypatch: pytest.MonkeyPatch, lost_to: Exception, reason: str
 ) -> None:
     monkeypatch.setattr(store, "transact", always_losing(lost_to))
+    monkeypatch.setattr(store, "transact_in_order", always_losing_in_order(lost_to))
     with pytest.raises(Aborted) as raised:
         await commands.create(store, AllocationRequest("acme", GpuModel.H100, 1, "request-1"))
     assert raised.value.reason == reason
