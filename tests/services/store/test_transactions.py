@@ -46,6 +46,32 @@ async def read_tenants(store: Database) -> list[str]:
         return await run_in_session(session, tenant_ids())
 
 
+def tenants_named(prefix: str) -> Tx[list[str]]:
+    result = yield Sql("SELECT tenant_id FROM tenants WHERE tenant_id LIKE :p ORDER BY tenant_id", {"p": f"{prefix}%"})
+    return [str(row[0]) for row in result.rows]
+
+
+async def test_transactions_in_order_each_see_those_before_and_fail_alone(store: Database) -> None:
+    """Each sees what the ones before it wrote, one that raises after writing is undone and
+    answered as its exception, and on SQLite one group commit covers them all."""
+    writer = store._writer
+    before = writer.commits if writer is not None else 0
+    outcomes = await store.transact_in_order(
+        [
+            partial(add_tenant, "t-a"),
+            partial(add_tenant, "t-b", then_fail=True),
+            partial(tenants_named, "t-"),
+            partial(add_tenant, "t-c"),
+        ]
+    )
+    assert outcomes[0] == "t-a"
+    assert isinstance(outcomes[1], ValueError)
+    assert outcomes[2:] == [["t-a"], "t-c"]
+    assert await read_tenants(store) == ["t-a", "t-c"]
+    if writer is not None:
+        assert writer.commits - before == 1
+
+
 async def test_a_failing_transaction_leaves_no_trace_and_spares_the_others(store: Database) -> None:
     """Submitted together (one group on SQLite, one transaction each on PostgreSQL): the one
     that raises after writing is undone, the others commit."""
