@@ -7,12 +7,12 @@ or an uncordon is seen there). A pass:
 
 1. takes in, in one transaction, everything that arrived since the last pass (intake.py): new
    creates are recorded PENDING, cancels are accepted;
-2. runs a cycle per model with a queue (those it expects, queued right behind the intake, so
-   that on SQLite one group commit covers the intake and them): one transaction reads the queue in admission order,
-   the pool of free nodes, the spares, the quotas and the shared nodes, lets ``queue.plan``
-   decide, cancels the allocations a reclaim preempts (as a cancel of theirs would), admits
-   what it chose, each allocation billed from its admission, and withdraws the creates that
-   asked not to wait (``fail_if_unavailable``) and fit in no model they accept;
+2. runs a cycle per model with a queue (those it expects queued right behind the intake, so
+   that on SQLite one group commit covers them all): one transaction reads the queue in
+   admission order, the pool of free nodes, the spares, the quotas and the shared nodes, lets
+   ``queue.plan`` decide, cancels the allocations a reclaim preempts (as a cancel of theirs
+   would), admits what it chose, each allocation billed from its admission, and withdraws the
+   creates that asked not to wait (``fail_if_unavailable``) and fit in no model they accept;
 3. answers every caller: a create ACTIVE when admitted, PENDING while it waits, refused
    when withdrawn.
 
@@ -240,14 +240,15 @@ class Scheduler:
                 *(self._cycle_of(GpuModel(model), 0, asked_by) for model in expected),
             ]
         )
+        done = {model: made for model, made in zip(expected, cycles, strict=True) if isinstance(made, Plan)}
+        for model, made in done.items():
+            self._made(GpuModel(model), made)
         if isinstance(intake, Conflict):
+            # The cycles ran without the requests: those run again once they are taken in.
             return _TakenIn(await self._accept(creates, cancels))
         if isinstance(intake, BaseException):
             raise intake
         assert isinstance(intake, Accepted)
-        done = {model: made for model, made in zip(expected, cycles, strict=True) if isinstance(made, Plan)}
-        for model, made in done.items():
-            self._made(GpuModel(model), made)
         return _TakenIn(intake, done)
 
     async def _accept(self, creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel]) -> Accepted:
