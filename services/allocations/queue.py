@@ -23,10 +23,11 @@ left, ``plan`` refuses it (``Plan.refused``), and the cycle withdraws it.
 
 Quotas (quotas.py) are counted on the way, part-node work by its GPUs: an allocation over its
 tenant's quota waits (QUOTA_EXCEEDED) and is passed over, holding nothing back, since one
-tenant's quota must not hold up the others. A head that fits within its tenant's own quota but not in the free nodes
-reclaims what its cohort borrowed: ``plan`` names the borrowers' allocations to preempt
-(lowest priority first, then the newest, only while their tenant borrows, and only when they
-free enough), and the head waits for their release (WAITING_FOR_PREEMPTION).
+tenant's quota must not hold up the others. A head that fits within its tenant's own quota but
+not in the free nodes reclaims what its cohort borrowed: ``plan`` names the borrowers'
+allocations to preempt (lowest priority first, then the newest, only while their tenant
+borrows, and only when they free enough), and the head waits for their release
+(WAITING_FOR_PREEMPTION).
 
 A gang is admitted whole or not at all and waits holding nothing, so two gangs can never each
 hold part of what the other needs: neither deadlock nor partial hold is possible. The same
@@ -329,8 +330,8 @@ def quota_reason(row: Allocation, ledger: Ledger) -> Reason:
     borrow = f", and {limit - nominal} it may borrow from its cohort now" if limit > nominal else ""
     held, asked = ledger.used_milli(tenant), held_milli(row)
     if not row.part_node and held % NODE_MILLI == 0:
-        holds = f"holds {used} of {limit} {row.gpu_model} node(s){borrow and f' (its quota {nominal}{borrow})'};"
-        holds += f" {row.node_count} more asked"
+        own = f" (its quota {nominal}{borrow})" if borrow else ""
+        holds = f"holds {used} of {limit} {row.gpu_model} node(s){own}; {row.node_count} more asked"
     else:
         figures |= {"used_gpu_milli": held, "limit_gpu_milli": limit * NODE_MILLI, "needed_gpu_milli": asked}
         holds = (

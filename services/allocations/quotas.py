@@ -161,46 +161,48 @@ def ledger(gpu_model: str, *, locking: bool) -> Tx[Ledger | None]:
     limits = yield from of_model(gpu_model, locking=locking)
     if not limits:
         return None
-    return Ledger(limits, (yield from usage(gpu_model)))
+    held = yield from usage(gpu_model=gpu_model)
+    return Ledger(limits, {tenant: milli for (tenant, _), milli in held.items()})
 
 
-def usage(gpu_model: str) -> Tx[dict[str, int]]:
-    """The thousandths of ``gpu_model``'s GPUs each tenant's ACTIVE allocations hold (whole
-    nodes by what they asked, part-node ones by their live holds)."""
-    params = {"model": gpu_model, "active": AllocationState.ACTIVE.value}
+def usage(*, gpu_model: str | None = None, tenant_id: str | None = None) -> Tx[dict[tuple[str, str], int]]:
+    """The thousandths of a GPU each tenant's ACTIVE allocations hold, by tenant and model
+    (whole nodes by what they asked, part-node ones by their live holds); of one model or one
+    tenant only when named."""
+    where, params = "a.state = :active", {"active": AllocationState.ACTIVE.value}
+    if gpu_model is not None:
+        where, params["model"] = where + " AND a.gpu_model = :model", gpu_model
+    if tenant_id is not None:
+        where, params["tenant"] = where + " AND a.tenant_id = :tenant", tenant_id
     whole = yield Sql(
-        "SELECT tenant_id, SUM(node_count) FROM allocations WHERE state = :active AND gpu_model = :model"
-        " GROUP BY tenant_id",
+        f"SELECT a.tenant_id, a.gpu_model, SUM(a.node_count) FROM allocations a WHERE {where}"
+        " GROUP BY a.tenant_id, a.gpu_model",
         params,
     )
     part = yield Sql(
-        "SELECT a.tenant_id, SUM(h.milli) FROM gpu_holds h JOIN allocations a ON a.allocation_id = h.allocation_id"
-        " WHERE a.state = :active AND a.gpu_model = :model AND h.released_us IS NULL GROUP BY a.tenant_id",
+        "SELECT a.tenant_id, a.gpu_model, SUM(h.milli) FROM gpu_holds h JOIN allocations a"
+        f" ON a.allocation_id = h.allocation_id WHERE {where} AND h.released_us IS NULL"
+        " GROUP BY a.tenant_id, a.gpu_model",
         params,
     )
-    used = {str(t): int(n) * NODE_MILLI for t, n in whole.rows}
-    for tenant, milli in part.rows:
-        used[str(tenant)] = used.get(str(tenant), 0) + int(milli)
+    used: dict[tuple[str, str], int] = {}
+    for rows, unit in ((whole.rows, NODE_MILLI), (part.rows, 1)):
+        for tenant, model, amount in rows:
+            key = (str(tenant), str(model))
+            used[key] = used.get(key, 0) + int(amount) * unit
     return used
 
 
 def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[Quota]]:
     if tenant_must_exist and tenant_id is not None:
         yield from tenants_repo.require(tenant_id)
-    params: dict[str, str] = {"active": AllocationState.ACTIVE.value}
+    params: dict[str, str] = {}
     where = ""
     if tenant_id:
-        where, params["tenant"] = "WHERE q.tenant_id = :tenant", tenant_id
-    result = yield Sql(
-        f"SELECT {_COLUMNS}, (SELECT COALESCE(SUM(a.node_count), 0) FROM allocations a"
-        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active),"
-        " (SELECT COALESCE(SUM(h.milli), 0) FROM gpu_holds h JOIN allocations a ON a.allocation_id = h.allocation_id"
-        " WHERE a.tenant_id = q.tenant_id AND a.gpu_model = q.gpu_model AND a.state = :active"
-        " AND h.released_us IS NULL)"
-        f" FROM quotas q {where} ORDER BY tenant_id, gpu_model",
-        params,
-    )
-    return [_quota((*row[:-2], int(row[-2]) + nodes_worth(int(row[-1])))) for row in result.rows]
+        where, params["tenant"] = "WHERE tenant_id = :tenant", tenant_id
+    result = yield Sql(f"SELECT {_COLUMNS} FROM quotas {where} ORDER BY tenant_id, gpu_model", params)
+    held = yield from usage(tenant_id=tenant_id or None)
+    return [_quota((*row, nodes_worth(held.get((str(row[0]), str(row[1])), 0)))) for row in result.rows]
 
 
 def _set(

@@ -112,19 +112,17 @@ def quota_of(tenant: str, nodes: int, *, borrow: int = 0, cohort: str = "") -> Q
     return Quota(tenant, "H100", nodes, borrow, cohort, "operator", 0)
 
 
+def with_quotas(queue: list[Allocation], ledger: Ledger, *, free: int) -> Plan:
+    """``queue`` planned on ``free`` free nodes, no node shared yet, under ``ledger``'s quotas."""
+    pool = Pool(node(i) for i in range(free))
+    return plan(queue, pool, policy=FIRST_FIT, keep=0, fleet_nodes=free, fleet_block=free, ledger=ledger)
+
+
 def test_part_node_work_counts_against_a_quota_by_its_gpus() -> None:
     """A one-node quota is eight GPUs: four 2-GPU allocations fit, the fifth waits over the
     quota, passed over by another tenant's."""
     queue = [part(f"a{i}", gpus=2) for i in range(5)] + [part("b", tenant="bolt", gpus=1)]
-    made = plan(
-        queue,
-        Pool(node(i) for i in range(3)),
-        policy=FIRST_FIT,
-        keep=0,
-        fleet_nodes=3,
-        fleet_block=3,
-        ledger=Ledger([quota_of("acme", 1)], {}),
-    )
+    made = with_quotas(queue, Ledger([quota_of("acme", 1)], {}), free=3)
     assert sorted(p.row.allocation_id for p in made.parts) == ["a0", "a1", "a2", "a3", "b"]
     [reason] = made.waiting["a4"]
     assert reason.kind is ReasonKind.QUOTA_EXCEEDED
@@ -142,15 +140,7 @@ def test_part_node_work_counts_against_a_quota_by_its_gpus() -> None:
 
 
 def test_a_whole_node_does_not_fit_a_quota_that_part_node_work_uses() -> None:
-    made = plan(
-        [waiting("whole", 1)],
-        Pool(node(i) for i in range(2)),
-        policy=FIRST_FIT,
-        keep=0,
-        fleet_nodes=2,
-        fleet_block=2,
-        ledger=Ledger([quota_of("acme", 1)], {"acme": 1000}),
-    )
+    made = with_quotas([waiting("whole", 1)], Ledger([quota_of("acme", 1)], {"acme": 1000}), free=2)
     assert made.admitted == []
     [reason] = made.waiting["whole"]
     assert reason.kind is ReasonKind.QUOTA_EXCEEDED
@@ -165,14 +155,8 @@ def test_a_whole_node_does_not_fit_a_quota_that_part_node_work_uses() -> None:
 def test_a_mig_slice_and_a_share_count_their_fraction() -> None:
     """7.9 of 8 GPUs held: a 1g.10gb slice (an eighth of a GPU) would exceed the quota, a
     tenth of a GPU fits."""
-    made = plan(
-        [part("slice", mig="1g.10gb"), part("share", share=100)],
-        Pool(node(i) for i in range(2)),
-        policy=FIRST_FIT,
-        keep=0,
-        fleet_nodes=2,
-        fleet_block=2,
-        ledger=Ledger([quota_of("acme", 1)], {"acme": 7900}),
+    made = with_quotas(
+        [part("slice", mig="1g.10gb"), part("share", share=100)], Ledger([quota_of("acme", 1)], {"acme": 7900}), free=2
     )
     assert [p.row.allocation_id for p in made.parts] == ["share"]
     [reason] = made.waiting["slice"]
@@ -189,15 +173,7 @@ def test_a_cohort_lends_only_whole_nodes_its_part_node_work_leaves() -> None:
         {"acme": 1000, "bolt": 16000},
     )
     assert quotas.limit("bolt") == 2
-    made = plan(
-        [part("more", tenant="bolt", gpus=1)],
-        Pool(node(i) for i in range(4)),
-        policy=FIRST_FIT,
-        keep=0,
-        fleet_nodes=4,
-        fleet_block=4,
-        ledger=quotas,
-    )
+    made = with_quotas([part("more", tenant="bolt", gpus=1)], quotas, free=4)
     assert made.parts == []
     [reason] = made.waiting["more"]
     assert reason.kind is ReasonKind.QUOTA_EXCEEDED
