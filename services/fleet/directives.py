@@ -99,11 +99,15 @@ class Directives:
     async def lookup(self, node_id: str) -> NodeRecord | None:
         """The node's record: from memory, or read once for a node registered elsewhere."""
         record = self._nodes.get(node_id)
-        if record is None:
-            read_at = time.monotonic()
-            record = await self._store.query(repo.record(node_id))
-            if record is not None:
-                self.put(record, read_at=read_at)
+        return record if record is not None else await self.reread(node_id)
+
+    async def reread(self, node_id: str) -> NodeRecord | None:
+        """The node's record as the store holds it now, kept here too: what a move by another
+        part of this replica (a cancel, a release) shows before the next refresh."""
+        read_at = time.monotonic()
+        record = await self._store.query(repo.record(node_id))
+        if record is not None:
+            self.put(record, read_at=read_at)
         return record
 
     def instructions(self, record: NodeRecord) -> Instructions:

@@ -161,6 +161,7 @@ class AgentServicer(agent_pb2_grpc.AgentServiceServicer):
         # Answered with what the node is asked now, not when the call began: it may have moved
         # while the report was stored, its stream pushing the new action meanwhile, and an answer
         # from the record read before would withdraw that action on the agent, with nothing to
-        # name it again (the stream pushes only on a change).
-        now = await self._directives.lookup(record.node_id) or record
+        # name it again (the stream pushes only on a change). Read from the store: a move made
+        # by the scheduling pass or the releaser reaches the directives only at their refresh.
+        now = await self._directives.reread(record.node_id) or record
         return agent_pb2.ReportStatusResponse(instructions=self._instructions(now))
