@@ -63,23 +63,24 @@ class Cluster:
     def __init__(self, nodes: Iterable[NodeSpec], workload: WorkloadMix = DEFAULT_MIX) -> None:
         self.workload = workload
         self.nodes: tuple[NodeSpec, ...] = tuple(nodes)
-        self.index: dict[str, int] = {n.node_id: i for i, n in enumerate(self.nodes)}
-        if len(self.index) != len(self.nodes):
-            raise InvalidCluster("a node id appears twice")
-        if any(n.gpus < 0 or n.cpu_milli < 0 or n.memory_mib < 0 for n in self.nodes):
-            raise InvalidCluster("a node has a negative capacity")
         # One pass to columns: the server builds a cluster of the free nodes for every
-        # placement, and per-attribute passes over thousands of nodes cost more than the choice.
+        # scheduling cycle, and per-node Python (a comprehension, a check) over its nodes costs
+        # more than the cycle's choices; what can be is done on the columns' arrays.
         count = len(self.nodes)
         node_ids, models, gpus, cpu, memory, zones, blocks, racks, leaves, mig = (
             zip(*self.nodes, strict=True) if count else ((),) * 10
         )
-        self.models: tuple[str, ...] = tuple(sorted(set(models)))
-        model_index = {m: i for i, m in enumerate(self.models)}
-        self.model: Ints = np.array([model_index[m] for m in models], dtype=np.int64)
+        self.index: dict[str, int] = dict(zip(node_ids, range(count), strict=True))
+        if len(self.index) != count:
+            raise InvalidCluster("a node id appears twice")
         self.gpu_count: Ints = np.array(gpus, dtype=np.int64)
         self.cpu_total: Ints = np.array(cpu, dtype=np.int64)
         self.memory_total: Ints = np.array(memory, dtype=np.int64)
+        if (self.gpu_count < 0).any() or (self.cpu_total < 0).any() or (self.memory_total < 0).any():
+            raise InvalidCluster("a node has a negative capacity")
+        self.models: tuple[str, ...] = tuple(sorted(set(models)))
+        model_index = {m: i for i, m in enumerate(self.models)}
+        self.model: Ints = np.array(list(map(model_index.__getitem__, models)), dtype=np.int64)
         self.mig_capable: Bools = np.array(mig, dtype=np.bool_)
         # Fabric order: NodeSpec.fabric_key, compared as one tuple per node.
         fabric = list(zip(zones, racks, leaves, node_ids, strict=True))
@@ -88,13 +89,15 @@ class Cluster:
         self.rank[order] = np.arange(count)
         zone_blocks = list(zip(zones, blocks, strict=True))
         block_index = {b: i for i, b in enumerate(sorted(set(zone_blocks)))}
-        self.block: Ints = np.array([block_index[b] for b in zone_blocks], dtype=np.int64)
+        self.block: Ints = np.array(list(map(block_index.__getitem__, zone_blocks)), dtype=np.int64)
         self.block_count = len(block_index)
         width = max(gpus, default=0)
         self.gpu_exists: Bools = np.arange(width)[None, :] < self.gpu_count[:, None]
         self.cpu_free: Ints = self.cpu_total.copy()
         self.memory_free: Ints = self.memory_total.copy()
-        self.gpu_free: Ints = np.where(self.gpu_exists, MILLI, 0).astype(np.int64)
+        # Every GPU free: what a node's row of ``gpu_free`` reads while nothing is placed on it.
+        self.gpu_full: Ints = np.where(self.gpu_exists, MILLI, 0).astype(np.int64)
+        self.gpu_free: Ints = self.gpu_full.copy()
         self.share_tenant: Ints = np.full(self.gpu_exists.shape, NO_TENANT, dtype=np.int64)
         self.mig_layout: Ints = np.zeros(self.gpu_exists.shape, dtype=np.int64)
         self.mig_tenant: Ints = np.full(self.gpu_exists.shape, NO_TENANT, dtype=np.int64)
@@ -143,7 +146,7 @@ class Cluster:
     def idle(self) -> Bools:
         """Nodes with nothing placed on them."""
         idle = (
-            (self.whole_gpus_free() == self.gpu_count)
+            (self.gpu_free == self.gpu_full).all(axis=1)
             & (self.cpu_free == self.cpu_total)
             & (self.memory_free == self.memory_total)
         )

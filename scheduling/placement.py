@@ -98,7 +98,7 @@ def _move(cluster: Cluster, p: Placement, sign: int) -> None:
             taking = sign < 0
             cluster.cpu_free[i] = 0 if taking else cluster.cpu_total[i]
             cluster.memory_free[i] = 0 if taking else cluster.memory_total[i]
-            cluster.gpu_free[i] = 0 if taking else MILLI * cluster.gpu_exists[i]
+            cluster.gpu_free[i] = 0 if taking else cluster.gpu_full[i]
         return
     i = rows[0]
     cluster.cpu_free[i] += sign * r.cpu_milli
