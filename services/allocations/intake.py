@@ -74,13 +74,17 @@ class _Answer(NamedTuple):
     replayed: bool
 
 
-def accept(creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel], *, locking: bool) -> Tx[Accepted]:
+def accept(
+    creates: Sequence[PendingCreate], cancels: Sequence[PendingCancel], *, locking: bool, queued: bool = False
+) -> Tx[Accepted]:
     """Record the new creates PENDING and accept the cancels; on PostgreSQL (``locking``) the
-    cancelled allocations and their nodes are locked first. Raises only what fails the whole
-    set (a key claimed concurrently by another replica: ``tx.Conflict``, to run again)."""
+    cancelled allocations and their nodes are locked first; with ``queued`` (the leader's
+    pass, which plans next), read the models with a queue too. Raises only what fails the
+    whole set (a key claimed concurrently by another replica: ``tx.Conflict``, to run again)."""
     answered, recorded = yield from _creates(creates)
     cancelled = yield from _cancels(cancels, locking=locking)
-    return Accepted(answered, cancelled, recorded, (yield from repo.queued_models()))
+    models = (yield from repo.queued_models()) if queued else None
+    return Accepted(answered, cancelled, recorded, models)
 
 
 def _creates(pending: Sequence[PendingCreate]) -> Tx[tuple[list[Created | ApiError], list[str]]]:

@@ -236,7 +236,7 @@ class Scheduler:
         expected = sorted(self._queued_models | {c.request.gpu_model for c in creates})
         intake, *cycles = await self._store.transact_in_order(
             [
-                partial(accept, creates, cancels, locking=self._locking),
+                partial(accept, creates, cancels, locking=self._locking, queued=True),
                 *(self._cycle_of(GpuModel(model), 0, asked_by) for model in expected),
             ]
         )

@@ -179,8 +179,11 @@ class SqliteWriter:
     def submit(self, make: Callable[[], Tx[T]]) -> asyncio.Future[T]:
         """Queue the transaction now; the future resolves once it is committed (or fails).
 
-        A caller that cancels the future before its transaction starts drops it from the
-        queue; once the transaction has started it commits or fails with its group.
+        Transactions run in the order they were submitted, whether a group boundary falls
+        between them or not, and each sees what those before it wrote unless they failed
+        (``Database.transact_in_order`` relies on this). A caller that cancels the future before
+        its transaction starts drops it from the queue; once the transaction has started it
+        commits or fails with its group.
         """
         if self._closed or self._pump is None or self._pump.done() or self._loop is None:
             raise WriterClosed("the store is closed")

@@ -8,16 +8,20 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Coroutine
+from functools import partial
 from typing import Any
 
 import pytest
 
 from services.allocations import commands
+from services.allocations.intake import accept
 from services.allocations.repository import AllocationFilter, AllocationView
 from services.allocations.requests import AllocationRequest
 from services.allocations.scheduler import Scheduler
+from services.allocations.writes import PendingCreate
 from services.auth.principal import CONTROL_PLANE
 from services.errors import InvalidArgument, ResourceExhausted, Unavailable
+from services.ids import new_id
 from services.nodes.inventory import GpuModel
 from services.store.engine import Database
 from tests.conftest import until
@@ -64,6 +68,17 @@ async def test_creates_that_arrive_together_are_placed_by_one_plan(fleet: Databa
     ]
     if writer is not None:
         assert writer.commits - before == 1, "not one intake and one cycle in one group: the pass did not batch"
+
+
+async def test_only_a_leading_pass_reads_the_models_with_a_queue(fleet: Database) -> None:
+    """A replica that does not lead plans nothing after its intake, so its intake leaves the
+    models with a queue unread (on PostgreSQL a round trip saved); the leader's reads them."""
+    locking = fleet.dialect == "postgresql"
+    waits = PendingCreate(AllocationRequest("acme", GpuModel.H100, 99, "too-big"), "fingerprint", new_id("alloc"))
+    alone = await fleet.transact(partial(accept, [waits], [], locking=locking))
+    assert alone.queued is None
+    leading = await fleet.transact(partial(accept, [], [], locking=locking, queued=True))
+    assert leading.queued == (["H100"], 0)
 
 
 async def test_cancels_that_arrive_together_are_taken_in_together(fleet: Database, leader: Scheduler) -> None:
