@@ -209,6 +209,7 @@ def quota(message: allocation_pb2.Quota) -> models.Quota:
         used_nodes=message.used_nodes,
         actor=message.actor,
         update_time=optional_time(message, "update_time"),
+        used_gpu_milli=message.used_gpu_milli,
     )
 
 

@@ -287,8 +287,9 @@ class Quota:
     """A tenant's quota of one GPU model: it may hold ``nodes`` of its own, and borrow up to
     ``borrow_limit`` more of what the other tenants of its ``cohort`` ("" for none) leave unused;
     ``used_nodes`` is what its ACTIVE allocations of the model hold now (part-node ones as a
-    nodes' worth of their GPUs, rounded up). ``actor`` and ``update_time`` say who set it last,
-    and when. A tenant without a quota of a model is not limited."""
+    nodes' worth of their GPUs, rounded up), and ``used_gpu_milli`` the same in thousandths of
+    a GPU (8,000 a node; 0 from a server that does not say). ``actor`` and ``update_time`` say
+    who set it last, and when. A tenant without a quota of a model is not limited."""
 
     tenant_id: str
     gpu_model: str
@@ -298,6 +299,7 @@ class Quota:
     used_nodes: int
     actor: str
     update_time: datetime | None
+    used_gpu_milli: int = 0
 
 
 @dataclass(frozen=True)

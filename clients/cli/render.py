@@ -276,11 +276,12 @@ def spare_pools_table(items: Sequence[models.SparePool], title: str) -> Table:
 
 def quotas_table(items: Sequence[models.Quota], title: str = "Quotas") -> Table:
     """Quotas: tenant, model, its own quota, what it may borrow, its cohort, and the nodes it
-    holds; a tenant holding more than its quota is borrowing, which the caption explains."""
+    holds with the GPUs they make (part-node work counts its GPUs, so 2.5 GPUs are one node
+    used); a tenant holding more than its quota is borrowing, which the caption explains."""
     borrowing = any(q.used_nodes > q.nodes for q in items)
     grid = table(
         title,
-        ["TENANT", "MODEL", "QUOTA", "BORROW LIMIT", "COHORT", "USED"],
+        ["TENANT", "MODEL", "QUOTA", "BORROW LIMIT", "COHORT", "USED", "USED GPUS"],
         items,
         lambda q: [
             q.tenant_id,
@@ -289,8 +290,9 @@ def quotas_table(items: Sequence[models.Quota], title: str = "Quotas") -> Table:
             str(q.borrow_limit),
             q.cohort or "-",
             Text(str(q.used_nodes), style="yellow") if q.used_nodes > q.nodes else str(q.used_nodes),
+            f"{q.used_gpu_milli / 1000:.3f}".rstrip("0").rstrip("."),
         ],
-        right=("QUOTA", "BORROW LIMIT", "USED"),
+        right=("QUOTA", "BORROW LIMIT", "USED", "USED GPUS"),
         empty="none: a tenant without a quota of a model is not limited",
     )
     if borrowing:

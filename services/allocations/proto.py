@@ -75,6 +75,7 @@ def quota_to_proto(quota: Quota) -> allocation_pb2.Quota:
         borrow_limit=quota.borrow_limit,
         cohort=quota.cohort,
         used_nodes=quota.used,
+        used_gpu_milli=quota.used_milli,
         actor=quota.actor,
         update_time=timestamp(quota.updated_us),
     )

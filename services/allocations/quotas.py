@@ -58,8 +58,8 @@ def nodes_worth(milli: int) -> int:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """A tenant's quota of one model, and how many of its nodes the tenant holds now (a nodes'
-    worth: ``nodes_worth``)."""
+    """A tenant's quota of one model, and what the tenant holds of the model now, in
+    thousandths of a GPU (``usage``)."""
 
     tenant_id: str
     gpu_model: str
@@ -68,7 +68,12 @@ class Quota:
     cohort: str
     actor: str
     updated_us: int
-    used: int = 0
+    used_milli: int = 0
+
+    @property
+    def used(self) -> int:
+        """What the tenant holds as nodes, a part of one counted whole (``nodes_worth``)."""
+        return nodes_worth(self.used_milli)
 
 
 class Ledger:
@@ -202,7 +207,7 @@ def _list(tenant_id: str | None, *, tenant_must_exist: bool = False) -> Tx[list[
         where, params["tenant"] = "WHERE tenant_id = :tenant", tenant_id
     result = yield Sql(f"SELECT {_COLUMNS} FROM quotas {where} ORDER BY tenant_id, gpu_model", params)
     held = yield from usage(tenant_id=tenant_id or None)
-    return [_quota((*row, nodes_worth(held.get((str(row[0]), str(row[1])), 0)))) for row in result.rows]
+    return [_quota((*row, held.get((str(row[0]), str(row[1])), 0))) for row in result.rows]
 
 
 def _set(

@@ -37,9 +37,11 @@ def test_a_quota_reads_with_its_model_by_name_and_an_aware_update_time() -> None
         used_nodes=5,
         actor="operator:tok-1",
         update_time=Timestamp(seconds=1_764_600_000),
+        used_gpu_milli=36_500,
     )
     read = convert.quota(message)
-    assert read == Quota("acme", "H100", 4, 2, "lab", 5, "operator:tok-1", message.update_time.ToDatetime(tzinfo=UTC))
+    when = message.update_time.ToDatetime(tzinfo=UTC)
+    assert read == Quota("acme", "H100", 4, 2, "lab", 5, "operator:tok-1", when, used_gpu_milli=36_500)
     assert read.update_time is not None
     assert read.update_time.tzinfo is UTC
 
@@ -102,9 +104,9 @@ async def test_an_operator_sets_a_quota_and_lists_it_with_the_nodes_held(
     cancelled = await operator.create_allocation(gpu_model="H100", node_count=1, tenant_id="beta")
     await operator.cancel_allocation(cancelled.allocation_id)
     listed = await operator.list_quotas()
-    assert [(q.tenant_id, q.gpu_model, q.nodes, q.used_nodes) for q in listed] == [
-        ("acme", "H100", 2, 2),
-        ("beta", "H100", 1, 0),
+    assert [(q.tenant_id, q.gpu_model, q.nodes, q.used_nodes, q.used_gpu_milli) for q in listed] == [
+        ("acme", "H100", 2, 2, 16_000),
+        ("beta", "H100", 1, 0, 0),
     ]
     assert [q.tenant_id for q in await operator.list_quotas(tenant_id="beta")] == ["beta"]
 

@@ -102,7 +102,7 @@ async def test_concurrent_creates_never_exceed_a_quota(
     assert (len(placed), len(refused)) == (3, 9), results
     assert {error.reason for error in refused} == {"QUOTA_EXCEEDED"}
     [quota] = await operator.list_quotas(tenant_id="acme")
-    assert quota.used_nodes == 3
+    assert (quota.used_nodes, quota.used_gpu_milli) == (3, 24000)
 
 
 async def test_part_node_work_counts_against_the_quota_by_its_gpus(
@@ -133,8 +133,12 @@ async def test_part_node_work_counts_against_the_quota_by_its_gpus(
     # Eight GPUs held are a node's worth: said in nodes, as for whole-node work.
     assert (refused.value.metadata["used"], refused.value.metadata["limit"]) == ("1", "1")
     [quota] = await operator.list_quotas(tenant_id="acme")
-    assert quota.used_nodes == 1
+    assert (quota.used_nodes, quota.used_gpu_milli) == (1, 8000)
 
     await operator.cancel_allocation(first.allocation_id)
     admitted = await operator.wait_admitted(fifth.allocation_id, timeout=15, poll_s=0.05)
     assert admitted.state == "ACTIVE"
+    await operator.cancel_allocation(fifth.allocation_id)
+    [quota] = await operator.list_quotas(tenant_id="acme")
+    # Six GPUs are still a node's worth, rounded up; the GPUs say what is left of the quota.
+    assert (quota.used_nodes, quota.used_gpu_milli) == (1, 6000)

@@ -282,6 +282,7 @@ class Quota(_message.Message):
     USED_NODES_FIELD_NUMBER: _builtins.int
     ACTOR_FIELD_NUMBER: _builtins.int
     UPDATE_TIME_FIELD_NUMBER: _builtins.int
+    USED_GPU_MILLI_FIELD_NUMBER: _builtins.int
     tenant_id: _builtins.str
     gpu_model: _node_pb2.GpuModel.ValueType
     nodes: _builtins.int
@@ -295,6 +296,10 @@ class Quota(_message.Message):
     their GPUs (eight to a node, a MIG slice or a share by its fraction), rounded up.
     """
     actor: _builtins.str
+    used_gpu_milli: _builtins.int
+    """What used_nodes rounds up, in thousandths of a GPU: 8,000 for each node of a whole-node
+    allocation, a part-node one by its GPUs (1,000 each), a MIG slice's or a share's fraction.
+    """
     @_builtins.property
     def update_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
@@ -308,10 +313,11 @@ class Quota(_message.Message):
         used_nodes: _builtins.int = ...,
         actor: _builtins.str = ...,
         update_time: _timestamp_pb2.Timestamp | None = ...,
+        used_gpu_milli: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["update_time", b"update_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "borrow_limit", b"borrow_limit", "cohort", b"cohort", "gpu_model", b"gpu_model", "nodes", b"nodes", "tenant_id", b"tenant_id", "update_time", b"update_time", "used_nodes", b"used_nodes"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["actor", b"actor", "borrow_limit", b"borrow_limit", "cohort", b"cohort", "gpu_model", b"gpu_model", "nodes", b"nodes", "tenant_id", b"tenant_id", "update_time", b"update_time", "used_gpu_milli", b"used_gpu_milli", "used_nodes", b"used_nodes"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -30,7 +30,7 @@ PREEMPTED = (
 
 
 def _quota(tenant_id: str = "acme", **fields: Any) -> models.Quota:
-    made = models.Quota(tenant_id, "H100", 4, 2, "lab", 1, "operator:tok-1", SET)
+    made = models.Quota(tenant_id, "H100", 4, 2, "lab", 1, "operator:tok-1", SET, used_gpu_milli=2500)
     return dataclasses.replace(made, **fields)
 
 
@@ -49,12 +49,16 @@ def _flat(output: str) -> str:
 
 
 def test_the_quota_table_shows_each_quota_with_what_the_tenant_holds(monkeypatch: pytest.MonkeyPatch) -> None:
-    quotas = [_quota(), _quota("beta", gpu_model="A100", nodes=8, borrow_limit=0, cohort="", used_nodes=0)]
+    quotas = [
+        _quota(),
+        _quota("beta", gpu_model="A100", nodes=8, borrow_limit=0, cohort="", used_nodes=0, used_gpu_milli=0),
+    ]
     text = rendered(monkeypatch, render.quotas_table(quotas))
     header = next(line for line in text.splitlines() if "TENANT" in line)
-    assert words(header) == ["TENANT", "MODEL", "QUOTA", "BORROW", "LIMIT", "COHORT", "USED"]
+    assert words(header) == ["TENANT", "MODEL", "QUOTA", "BORROW", "LIMIT", "COHORT", "USED", "USED", "GPUS"]
     rows = [words(line) for line in text.splitlines() if "acme" in line or "beta" in line]
-    assert rows == [["acme", "H100", "4", "2", "lab", "1"], ["beta", "A100", "8", "0", "-", "0"]]
+    # 2.5 GPUs of part-node work are one node's worth.
+    assert rows == [["acme", "H100", "4", "2", "lab", "1", "2.5"], ["beta", "A100", "8", "0", "-", "0", "0"]]
     assert "borrowing" not in text
 
 
@@ -80,6 +84,7 @@ def test_quota_json_has_every_field_and_the_time_in_utc(capsys: pytest.CaptureFi
             "used_nodes": 1,
             "actor": "operator:tok-1",
             "update_time": "2026-12-01T21:33:06Z",
+            "used_gpu_milli": 2500,
         }
     ]
 
@@ -140,7 +145,7 @@ async def test_an_operator_sets_and_lists_quotas_and_a_tenant_sees_only_its_own(
     assert set_["actor"].startswith("operator:")
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "tenants", "quota", "beta", "a100", "5")
     assert code == 0, output
-    assert ["beta", "A100", "5", "0", "-", "0"] in [words(line) for line in output.splitlines()]
+    assert ["beta", "A100", "5", "0", "-", "0", "0"] in [words(line) for line in output.splitlines()]
 
     async with control_plane.client() as operator:
         # Held: ACTIVE allocations' nodes count.
@@ -148,7 +153,7 @@ async def test_an_operator_sets_and_lists_quotas_and_a_tenant_sees_only_its_own(
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), "tenants", "quotas")
     assert code == 0, output
     rows = [words(line) for line in output.splitlines() if "│" in line and "TENANT" not in line]
-    assert rows == [["acme", "H100", "2", "1", "lab", "2"], ["beta", "A100", "5", "0", "-", "0"]]
+    assert rows == [["acme", "H100", "2", "1", "lab", "2", "16"], ["beta", "A100", "5", "0", "-", "0", "0"]]
     listing = ["tenants", "quotas", "beta", "--json"]
     code, output = await asyncio.to_thread(gpucloud, *connect(control_plane), *listing)
     assert code == 0, output
@@ -157,7 +162,7 @@ async def test_an_operator_sets_and_lists_quotas_and_a_tenant_sees_only_its_own(
     as_acme = ["--addr", control_plane.address, "--token", acme]
     code, output = await asyncio.to_thread(gpucloud, *as_acme, "tenants", "quotas", "--json")
     assert code == 0, output
-    assert [(q["tenant_id"], q["used_nodes"]) for q in _listed(output)] == [("acme", 2)]
+    assert [(q["tenant_id"], q["used_nodes"], q["used_gpu_milli"]) for q in _listed(output)] == [("acme", 2, 16000)]
     code, output = await asyncio.to_thread(gpucloud, *as_acme, "tenants", "quotas", "beta", "--json")
     assert code == 0, output
     assert _listed(output) == []
