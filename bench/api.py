@@ -97,10 +97,10 @@ def _without_database() -> None:
 
 
 def serve_control_plane(data_dir: str, database_url: str | None, no_database: bool, port_queue: mp.Queue[int]) -> None:
-    """Serve a control plane as ``gpucloud serve`` does (a frozen startup heap), logging at
+    """Serve a control plane as ``gpucloud serve`` does (its collector tuned), logging at
     warning only, on a free loopback port, which goes into ``port_queue``. The services are
     imported here, so that a caller may put another tree first on sys.path beforehand."""
-    from services.heap import freeze_startup_heap
+    from services.heap import tune_collector
     from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
 
@@ -113,7 +113,7 @@ def serve_control_plane(data_dir: str, database_url: str | None, no_database: bo
             ServerConfig(data_dir=Path(data_dir), listen="127.0.0.1:0", database_url=database_url, scrub_seconds=0)
         )
         await plane.start()
-        freeze_startup_heap()  # as `gpucloud serve` does
+        tune_collector()  # as `gpucloud serve` does
         assert plane.port is not None
         port_queue.put(plane.port)
         await plane.wait()

@@ -8,7 +8,7 @@ alternates rounds of pairs between the trees, with an empty-call round before ea
 shared machine speeding up or slowing down weighs on both trees alike: two separate runs of
 ``bench/api.py`` cannot tell a 10% change from the machine's drift between sittings, this can.
 The revision's product code is served through this tree's ``bench.api.serve_control_plane``,
-so ``REV`` must have the same ``ControlPlane``, ``ServerConfig``, ``freeze_startup_heap`` and
+so ``REV`` must have the same ``ControlPlane``, ``ServerConfig``, ``tune_collector`` and
 ``log_config.configure``. A comparison of the tree against itself reads within a few percent:
 differences smaller than that are noise.
 """

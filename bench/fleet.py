@@ -64,7 +64,7 @@ def serve(data_dir: str, database_url: str | None, interval_s: float, pipe: Conn
     """Run a control plane on a free loopback port (sent down ``pipe`` with its operator token),
     then answer each message on ``pipe`` with a ``ServerSample``."""
     from services.fleet.config import FleetConfig
-    from services.heap import freeze_startup_heap
+    from services.heap import tune_collector
     from services.log_config import configure
     from services.server import ControlPlane, ServerConfig
     from services.store.tx import Sql, Tx
@@ -85,7 +85,7 @@ def serve(data_dir: str, database_url: str | None, interval_s: float, pipe: Conn
         )
         plane = ControlPlane(config)
         await plane.start()
-        freeze_startup_heap()  # as `gpucloud serve` does
+        tune_collector()  # as `gpucloud serve` does
         pipe.send((plane.port, plane.operator_token_path.read_text().strip()))
         store = plane.database
         assert store is not None
@@ -195,7 +195,7 @@ async def run(
             server.address, nodes, interval_s=interval_s, seed=1, telemetry=telemetry, max_in_flight=max_in_flight
         )
         # The fleet's objects live as long as the run: out of the collector's way, as the
-        # server's startup heap is (services/heap.py).
+        # server's startup heap is (services/heap.py's tune_collector).
         gc.freeze()
         began = time.perf_counter()
         await fleet.mint_tokens(server.operator_token)

@@ -9,7 +9,7 @@ import signal
 from collections.abc import Iterator
 from pathlib import Path
 
-from services.heap import freeze_startup_heap
+from services.heap import tune_collector
 from services.log_config import LogFormat, LogLevel, configure
 from services.server import ControlPlane, ServerConfig
 
@@ -25,7 +25,7 @@ async def serve(config: ServerConfig, *, log_level: LogLevel, log_format: LogFor
     with _stopping_on_signals(stop):
         await plane.start()  # a failed start has closed what it opened
         try:
-            freeze_startup_heap()
+            tune_collector()
             announce_operator_token(plane.operator_token_created, plane.operator_token_path)
             await stop.wait()
         finally:

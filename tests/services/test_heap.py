@@ -1,5 +1,5 @@
-"""freeze_startup_heap: what startup built leaves the collector's generations; garbage does not
-get frozen with it."""
+"""tune_collector: what startup built leaves the collector's generations, garbage does not get
+frozen with it, and the youngest generation is collected less often."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from services.heap import freeze_startup_heap
+from services.heap import YOUNG_THRESHOLD, tune_collector
 
 
 class Node:
@@ -22,10 +22,12 @@ def unfrozen() -> Iterator[None]:
     """Leave the test process's collector as the test found it."""
     gc.collect()
     gc.unfreeze()
+    threshold = gc.get_threshold()
     try:
         yield
     finally:
         gc.unfreeze()
+        gc.set_threshold(*threshold)
 
 
 @pytest.mark.usefixtures("unfrozen")
@@ -35,7 +37,7 @@ def test_live_objects_are_frozen_and_cyclic_garbage_is_collected_first() -> None
     collected = weakref.ref(garbage)
     del garbage
 
-    frozen = freeze_startup_heap()
+    frozen = tune_collector()
 
     assert collected() is None, "garbage alive at the freeze would never be reclaimed"
     assert frozen == gc.get_freeze_count() > 0
@@ -48,3 +50,10 @@ def test_live_objects_are_frozen_and_cyclic_garbage_is_collected_first() -> None
     del later
     gc.collect()
     assert gone() is None
+
+
+@pytest.mark.usefixtures("unfrozen")
+def test_the_youngest_generation_is_collected_in_larger_batches() -> None:
+    _, middle, old = gc.get_threshold()
+    tune_collector()
+    assert gc.get_threshold() == (YOUNG_THRESHOLD, middle, old)

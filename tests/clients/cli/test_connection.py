@@ -21,6 +21,7 @@ from typer.testing import CliRunner
 from clients import AsyncClient
 from clients.cli.app import app
 from clients.errors import GpucloudError
+from services.heap import YOUNG_THRESHOLD
 from tests.clients.cli.served import Served, environment
 from tests.clients.scripted_server import Start
 from tests.conftest import RunningControlPlane, gpucloud_command
@@ -141,16 +142,18 @@ def served_json(data_dir: Path, *args: str) -> Served:
     return Served("--data-dir", str(data_dir), "--log-format", "json", *args)
 
 
-def test_serve_freezes_its_startup_heap_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
-    """The process that owns the server takes what startup built out of full collections
-    (services/heap.py), once it serves; SIGTERM then stops it with exit 0."""
+def test_serve_tunes_its_collector_and_exits_cleanly_on_sigterm(tmp_path: Path) -> None:
+    """The process that owns the server takes what startup built out of full collections and
+    collects young objects in larger batches (services/heap.py), once it serves; SIGTERM then
+    stops it with exit 0."""
     served = served_json(tmp_path, "--listen", "127.0.0.1:0")
     try:
-        frozen = served.until_event("startup_heap_frozen")
-        assert isinstance(frozen["objects"], int)
-        assert frozen["objects"] > 10_000
+        tuned = served.until_event("collector_tuned")
+        assert isinstance(tuned["frozen_objects"], int)
+        assert tuned["frozen_objects"] > 10_000
+        assert tuned["young_threshold"] == YOUNG_THRESHOLD
         names = [event["event"] for event in served.events]
-        assert names.index("control_plane_started") < names.index("startup_heap_frozen")
+        assert names.index("control_plane_started") < names.index("collector_tuned")
         served.process.send_signal(signal.SIGTERM)
         assert served.process.wait(timeout=60) == 0
     finally:
@@ -181,7 +184,7 @@ async def test_a_second_signal_stops_serve_without_waiting_for_the_drain(tmp_pat
     try:
         started = await asyncio.to_thread(served.until_event, "control_plane_started")
         address = str(started["address"])
-        await asyncio.to_thread(served.until_event, "startup_heap_frozen")
+        await asyncio.to_thread(served.until_event, "collector_tuned")
         operator_token = (tmp_path / "operator.token").read_text().strip()
         async with AsyncClient(address, operator_token) as operator:
             gpus = [f"GPU-n1-{i}" for i in range(8)]
