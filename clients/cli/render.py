@@ -290,7 +290,7 @@ def quotas_table(items: Sequence[models.Quota], title: str = "Quotas") -> Table:
             str(q.borrow_limit),
             q.cohort or "-",
             Text(str(q.used_nodes), style="yellow") if q.used_nodes > q.nodes else str(q.used_nodes),
-            f"{q.used_gpu_milli / 1000:.3f}".rstrip("0").rstrip("."),
+            f"{q.used_gpu_milli / 1000:g}",
         ],
         right=("QUOTA", "BORROW LIMIT", "USED", "USED GPUS"),
         empty="none: a tenant without a quota of a model is not limited",
